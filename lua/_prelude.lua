@@ -1,0 +1,76 @@
+-- Shared prelude: redis_session/scripts.py prepends this file to every script in lua/.
+-- Lua 5.1, portable between Redis >= 7, Valkey and fakeredis: no globals, no table.unpack,
+-- no cmsgpack/bit/struct, numbers that matter travel as strings.
+--
+-- Status codes (the first element of every reply; redis_session/status.py maps them):
+--   0 OK, 1 NOT_FOUND, 2 EXPIRED, 3 EXISTS, 4 OUT_OF_RANGE, 5 STALE, 6 MERGED,
+--   7 CONFLICT, 8 MISSING, 9 WRONG_TYPE (reply {9, i}: KEYS[i] holds a foreign type)
+local OK, NOT_FOUND, EXPIRED, EXISTS, OUT_OF_RANGE, STALE, MERGED, CONFLICT, MISSING, WRONG_TYPE =
+  0, 1, 2, 3, 4, 5, 6, 7, 8, 9
+
+-- Server clock: microseconds and milliseconds since the epoch, as decimal strings.
+local function clock()
+  local t = redis.call('TIME')
+  local us = t[1] .. string.format('%06d', tonumber(t[2]))
+  return us, string.sub(us, 1, -4)
+end
+
+-- Index of the first KEYS[i] whose type is neither 'none' nor types[i], or nil.
+local function wrong_type(types)
+  for i, want in ipairs(types) do
+    local got = redis.call('TYPE', KEYS[i])['ok']
+    if got ~= 'none' and got ~= want then return i end
+  end
+  return nil
+end
+
+-- OK when the session's meta hash exists, EXPIRED when only its ids hash (the expiry
+-- marker, which outlives the data by a grace period) is left, else NOT_FOUND.
+local function session_state(meta, ids)
+  if redis.call('EXISTS', meta) == 1 then return OK end
+  if redis.call('HEXISTS', ids, 'c') == 1 then return EXPIRED end
+  return NOT_FOUND
+end
+
+-- Sliding expiry: data keys live ttl_ms, the ids hash (expiry marker) ttl_ms + grace_ms.
+local function touch(data_keys, ids, ttl_ms, grace_ms)
+  local ttl = tonumber(ttl_ms)
+  if ttl <= 0 then return end
+  for _, k in ipairs(data_keys) do redis.call('PEXPIRE', k, ttl) end
+  redis.call('PEXPIRE', ids, ttl + tonumber(grace_ms))
+end
+
+-- Message-id digests (8 bytes each) packed in 16 buckets of the ids hash.
+local function bucket(d)
+  return string.format('%x', string.byte(d, 1) % 16)
+end
+
+local function has_digest(ids, d)
+  local b = redis.call('HGET', ids, bucket(d))
+  if not b then return false end
+  local pos = 1
+  while true do
+    local s = string.find(b, d, pos, true)
+    if not s then return false end
+    if (s - 1) % 8 == 0 then return true end
+    pos = s + 1
+  end
+end
+
+local function add_digest(ids, d)
+  local f = bucket(d)
+  redis.call('HSET', ids, f, (redis.call('HGET', ids, f) or '') .. d)
+end
+
+-- HSET (or HDEL) key with ARGV[first .. last], in chunks that stay under Lua's unpack limit.
+local function hcall_from(cmd, key, first, last)
+  local chunk = {}
+  for i = first, last do
+    chunk[#chunk + 1] = ARGV[i]
+    if #chunk == 1000 then
+      redis.call(cmd, key, unpack(chunk))
+      chunk = {}
+    end
+  end
+  if #chunk > 0 then redis.call(cmd, key, unpack(chunk)) end
+end

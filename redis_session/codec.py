@@ -1,0 +1,161 @@
+"""Models ⇄ Redis values, and the single decode boundary.
+
+Everything read back from Redis passes through the ``decode_*`` functions here, which turn
+JSON, UTF-8 and validation failures into :class:`~redis_session.errors.CorruptData` naming the
+session key. Nothing else in the package parses data that came from Redis.
+
+Messages are stored as their compact JSON (``id`` first, so a script can match a message by
+the prefix ``{"id":"<id>",`` without parsing JSON). Session scalars and metadata are fields of
+the meta hash; timestamps are microseconds since the epoch from the Redis server's clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+
+import orjson
+from pydantic import TypeAdapter, ValidationError
+
+from .errors import CorruptData, InvalidArgument
+from .models import Message, Session, SessionSummary
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+SCALAR_FIELDS = ("agent_id", "channel_type", "channel_id", "model")
+METADATA_PREFIX = "m:"
+SCHEMA_VERSION = b"1"
+
+_MESSAGE = TypeAdapter(Message)
+_MESSAGES = TypeAdapter(list[Message])
+
+
+def message_digest(message_id: str) -> bytes:
+    """The 8-byte digest a script uses to tell whether a message id was appended before."""
+    return hashlib.blake2b(message_id.encode(), digest_size=8).digest()
+
+
+def encode_message(msg: Message) -> bytes:
+    """The stored form of ``msg``: its compact JSON."""
+    return _MESSAGE.dump_json(msg)
+
+
+def id_prefix(message_id: str) -> bytes:
+    """What the stored form of the message with this id starts with."""
+    return b'{"id":' + orjson.dumps(message_id) + b","
+
+
+def message_args(messages: Sequence[Message], argument: str) -> list[bytes]:
+    """Digest/JSON pairs for a script's ARGV; duplicate ids in one call are refused."""
+    out: list[bytes] = []
+    seen: set[str] = set()
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, Message):
+            raise InvalidArgument(f"{argument}[{i}]", f"must be a Message, not {type(msg).__name__}")
+        if msg.id in seen:
+            raise InvalidArgument(f"{argument}[{i}]", f"message id {msg.id!r} appears twice")
+        seen.add(msg.id)
+        out += (message_digest(msg.id), encode_message(msg))
+    return out
+
+
+def decode_messages(key: str, items: Sequence[bytes]) -> list[Message]:
+    """Stored messages back into models, in order; :class:`CorruptData` on anything foreign."""
+    if not items:
+        return []
+    try:
+        return _MESSAGES.validate_json(b"[" + b",".join(items) + b"]")
+    except (ValidationError, ValueError, TypeError):
+        pass
+    for i, raw in enumerate(items):
+        try:
+            _MESSAGE.validate_json(raw)
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise CorruptData(key, f"message {i} is not a stored message: {_brief(exc)}") from None
+    raise CorruptData(key, "the stored messages do not form a list")  # pragma: no cover
+
+
+def _brief(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        err = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in err["loc"]) or "value"
+        return f"{where}: {err['msg']}"
+    return str(exc).splitlines()[0]
+
+
+def to_datetime(us: int) -> datetime:
+    """Microseconds since the epoch as an aware UTC datetime (exact)."""
+    return EPOCH + timedelta(microseconds=us)
+
+
+def _text(key: str, raw: bytes, what: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CorruptData(key, f"{what} is not UTF-8") from None
+
+
+def _micros(key: str, raw: bytes | None, what: str) -> int:
+    try:
+        return int(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise CorruptData(key, f"{what} is missing or not a timestamp") from None
+
+
+def meta_args(session: Session) -> list[str]:
+    """Field/value pairs of the meta hash for a new session (timestamps are the script's)."""
+    out = ["key", session.key, "v", SCHEMA_VERSION.decode()]
+    for name in SCALAR_FIELDS:
+        out += (name, getattr(session, name))
+    return out + metadata_args(session.metadata)
+
+
+def metadata_args(metadata: Mapping[str, str], argument: str = "metadata") -> list[str]:
+    """Field/value pairs of the meta hash for metadata entries."""
+    if not isinstance(metadata, Mapping):
+        raise InvalidArgument(argument, f"must be a mapping, not {type(metadata).__name__}")
+    out: list[str] = []
+    for name, value in metadata.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise InvalidArgument(argument, f"entries must be str → str, got {name!r}: {value!r}")
+        out += (METADATA_PREFIX + name, value)
+    return out
+
+
+def decode_session(key: str, meta: Sequence[bytes], items: Sequence[bytes]) -> Session:
+    """A session from its meta hash (flat field/value list) and its stored messages."""
+    fields: dict[str, bytes] = {}
+    for i in range(0, len(meta) - 1, 2):
+        fields[_text(key, meta[i], "a meta field name")] = meta[i + 1]
+    version = fields.get("v")
+    if version != SCHEMA_VERSION:
+        raise CorruptData(key, f"unknown meta schema version {version!r}")
+    scalars = {n: _text(key, fields.get(n, b""), n) for n in SCALAR_FIELDS}
+    metadata = {
+        f[len(METADATA_PREFIX) :]: _text(key, v, f"metadata {f!r}")
+        for f, v in fields.items()
+        if f.startswith(METADATA_PREFIX)
+    }
+    return Session.model_construct(
+        key=key,
+        history=decode_messages(key, items),
+        metadata=metadata,
+        created_at=to_datetime(_micros(key, fields.get("created_at"), "created_at")),
+        updated_at=to_datetime(_micros(key, fields.get("updated_at"), "updated_at")),
+        **scalars,
+    )
+
+
+def decode_summary(key: str, created: bytes | None, updated: bytes | None) -> SessionSummary:
+    """A ``list_sessions`` row from the meta hash's two timestamps."""
+    return SessionSummary(
+        key=key,
+        created_at=to_datetime(_micros(key, created, "created_at")),
+        updated_at=to_datetime(_micros(key, updated, "updated_at")),
+    )
+
+
+def decode_key(raw: bytes) -> str:
+    """An index member back into the session key it is."""
+    return _text(raw.decode("utf-8", "replace"), raw, "an index member")
+

@@ -1,0 +1,120 @@
+"""The key schema: every Redis key name the store uses, and the cluster slot rule.
+
+A session key is any non-empty string. Its keys in Redis look like::
+
+    <prefix>meta:{<root>}<rest>     hash: scalar fields, ``m:<name>`` metadata entries
+    <prefix>msgs:{<root>}<rest>     list: one JSON message per element, in append order
+    <prefix>ids:{<root>}<rest>      hash: digests of every message id appended (idempotency),
+                                    and the expiry marker (it outlives the data by a grace period)
+
+``root`` is the part of the key before its first ``":child:"`` (the whole key when there is
+none) and ``rest`` what follows. A child key is ``<parent>:child:<agent>:<ns>``, so its root is
+its parent's root: a session and all of its descendants share one hash tag, hence one cluster
+slot, and every script touches one slot only.
+
+Both parts are percent-encoded (``%``, ``{`` and ``}`` only), so the tag can hold no brace and the
+mapping from session key to key names is injective; an empty root is written ``%`` (no encoded
+string is a lone ``%``) because Redis hashes the whole name when the tag is empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import InvalidArgument
+
+CHILD_MARKER = ":child:"
+_ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
+GLOBAL_TAG = "{rs-global}"
+
+
+def check_key(key: object, argument: str = "key") -> str:
+    """Return ``key`` if it is a usable session key, else raise :class:`InvalidArgument`."""
+    if not isinstance(key, str):
+        raise InvalidArgument(argument, f"must be a str, not {type(key).__name__}")
+    if not key:
+        raise InvalidArgument(argument, "must not be empty")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(argument, "must be encodable as UTF-8 (no lone surrogates)") from exc
+    return key
+
+
+def _escape(text: str) -> str:
+    return text.translate(_ESCAPES)
+
+
+def hash_tag(key: str) -> str:
+    """The hash tag (without braces) shared by ``key`` and every descendant of it."""
+    root = key.split(CHILD_MARKER, 1)[0]
+    return _escape(root) or "%"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKeys:
+    """The Redis key names of one session (or child session)."""
+
+    meta: str
+    msgs: str
+    ids: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeySchema:
+    """Builds key names under one prefix. The prefix may not contain braces."""
+
+    prefix: str = "rs:"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prefix, str):
+            raise InvalidArgument("prefix", f"must be a str, not {type(self.prefix).__name__}")
+        if "{" in self.prefix or "}" in self.prefix:
+            raise InvalidArgument("prefix", "must not contain '{' or '}' (they pick the slot)")
+
+    def _body(self, key: str) -> str:
+        root, sep, rest = key.partition(CHILD_MARKER)
+        return "{" + (_escape(root) or "%") + "}" + _escape(sep + rest)
+
+    def session(self, key: str) -> SessionKeys:
+        """The key names of session ``key``."""
+        body = self._body(key)
+        p = self.prefix
+        return SessionKeys(meta=f"{p}meta:{body}", msgs=f"{p}msgs:{body}", ids=f"{p}ids:{body}")
+
+    def index_of(self, key: str) -> str:
+        """The sorted set that lists session ``key``, scored by ``updated_at`` (ms).
+
+        One index per prefix on a single server. (A cluster needs one index per slot so the
+        scripts stay single-slot; the name is asked per key so that can change here alone.)
+        """
+        return f"{self.prefix}index"
+
+    def indexes(self) -> list[str]:
+        """Every index key ``list_sessions`` reads."""
+        return [f"{self.prefix}index"]
+
+    @property
+    def salts(self) -> str:
+        """Hash of named salts."""
+        return f"{self.prefix}salts:{GLOBAL_TAG}"
+
+    @property
+    def checksums(self) -> str:
+        """Hash of named checksums."""
+        return f"{self.prefix}checksums:{GLOBAL_TAG}"
+
+    @property
+    def secrets(self) -> str:
+        """Hash of named secrets (opaque bytes) and their version counter."""
+        return f"{self.prefix}secrets:{GLOBAL_TAG}"
+
+    @property
+    def migration_lock(self) -> str:
+        """The lock that keeps two secret migrations from interleaving."""
+        return f"{self.prefix}secrets-lock:{GLOBAL_TAG}"
+
+    @property
+    def events_channel(self) -> str:
+        """The pub/sub channel lifecycle events are published on."""
+        return f"{self.prefix}events"

@@ -1,0 +1,244 @@
+"""Pydantic v2 models: messages, sessions, child sessions, lifecycle events, run context."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+
+__all__ = [
+    "ChildSession",
+    "ChildSessionConfig",
+    "LifecycleEventType",
+    "Message",
+    "MessageRole",
+    "RunContext",
+    "Session",
+    "SessionLifecycleEvent",
+    "SessionSummary",
+    "ToolCall",
+    "new_message_id",
+    "utcnow",
+]
+
+#: What a message id may hold: printable ASCII without space, quote or backslash, 1-128 chars,
+#: so its JSON form is the id itself between quotes (the Lua scripts match on it).
+MESSAGE_ID_PATTERN = r'^[!#-\[\]-~]{1,128}$'
+
+
+def utcnow() -> datetime:
+    """The current time as a timezone-aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+def new_message_id() -> str:
+    """A fresh random message id (128 bits, URL-safe base64, 22 characters)."""
+    return secrets.token_urlsafe(16)
+
+
+def _as_utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def _now_if_none(value: Any) -> Any:
+    return utcnow() if value is None else value
+
+
+UTCDateTime = Annotated[datetime, AfterValidator(_as_utc)]
+"""A datetime normalised to aware UTC; naive input is taken to be UTC."""
+
+_STRICT = ConfigDict(extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
+
+
+class MessageRole(str, Enum):
+    """Who said a message. ``function`` and ``model`` are legacy names kept for old data."""
+
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+    SYSTEM = "system"
+    FUNCTION = "function"
+    MODEL = "model"
+
+    def normalize(self) -> MessageRole:
+        """Map the legacy roles to current ones: ``model`` → ``assistant``, ``function`` → ``tool``."""
+        if self is MessageRole.MODEL:
+            return MessageRole.ASSISTANT
+        if self is MessageRole.FUNCTION:
+            return MessageRole.TOOL
+        return self
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ToolCall(BaseModel):
+    """One tool invocation made by the model, with its result once known."""
+
+    model_config = _STRICT
+
+    id: str
+    """The provider's id of the call."""
+    name: str
+    """The tool's name."""
+    input: str
+    """The arguments as the model produced them (usually JSON text)."""
+    output: str = ""
+    """The tool's result."""
+    thought: bool = False
+    """Whether this part is the model's reasoning rather than a real call."""
+    thought_signature: bytes | None = None
+    """An opaque provider signature of the reasoning; base64 in JSON."""
+
+
+class Message(BaseModel):
+    """One message of a conversation.
+
+    ``id`` is generated when the message is built, so appending the same object twice stores
+    it once: the store skips a message whose id the session already holds.
+    """
+
+    model_config = _STRICT
+
+    id: str = Field(default_factory=new_message_id, pattern=MESSAGE_ID_PATTERN)
+    """Idempotency id; printable ASCII without space, quote or backslash, at most 128 chars."""
+    role: MessageRole
+    """Who said it; plain strings such as ``"user"`` are accepted."""
+    content: str = ""
+    """The text."""
+    timestamp: Annotated[UTCDateTime, BeforeValidator(_now_if_none)] = Field(
+        default_factory=utcnow
+    )
+    """When it was said, aware UTC; naive input is UTC; ``None`` or absent means now."""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    """Tool invocations carried by this message."""
+    author: str = ""
+    """The agent that wrote it, in multi-agent routing."""
+
+
+class Session(BaseModel):
+    """A conversation: scalar fields, string metadata and the message history."""
+
+    model_config = _STRICT
+
+    key: str
+    """The session's identity: any non-empty string."""
+    agent_id: str = ""
+    channel_type: str = ""
+    channel_id: str = ""
+    model: str = ""
+    history: list[Message] = Field(default_factory=list)
+    """Messages in append order."""
+    metadata: dict[str, str] = Field(default_factory=dict)
+    created_at: UTCDateTime = Field(default_factory=utcnow)
+    """Set by the store on ``create`` (the Redis server's clock)."""
+    updated_at: UTCDateTime = Field(default_factory=utcnow)
+    """Set by the store on every write (the Redis server's clock)."""
+
+
+class SessionSummary(BaseModel):
+    """One row of ``list_sessions``."""
+
+    model_config = _STRICT
+
+    key: str
+    created_at: UTCDateTime
+    updated_at: UTCDateTime
+
+
+class ChildSessionConfig(BaseModel):
+    """How a child session behaves."""
+
+    model_config = _STRICT
+
+    max_messages: int = Field(default=0, ge=0)
+    """Keep only the newest N messages in the child; 0 = unlimited."""
+    inherit_history: int = Field(default=0, ge=0)
+    """Copy the parent's last N messages into the child at fork; 0 = none."""
+    summarize_on_merge: bool = False
+    """A hint for the caller that the merge should carry a summary, not the full history."""
+
+
+class ChildSession(BaseModel):
+    """A sub-agent's session: it reads its parent and writes only itself until merged."""
+
+    model_config = _STRICT
+
+    key: str
+    parent_key: str
+    agent_name: str
+    history: list[Message] = Field(default_factory=list)
+    config: ChildSessionConfig = Field(default_factory=ChildSessionConfig)
+    created_at: UTCDateTime = Field(default_factory=utcnow)
+    merged_at: UTCDateTime | None = None
+
+    @classmethod
+    def new(
+        cls, parent_key: str, agent_name: str, config: ChildSessionConfig | None = None
+    ) -> ChildSession:
+        """A new child with key ``"<parent_key>:child:<agent_name>:<unix nanoseconds>"``."""
+        return cls(
+            key=f"{parent_key}:child:{agent_name}:{time.time_ns()}",
+            parent_key=parent_key,
+            agent_name=agent_name,
+            config=config or ChildSessionConfig(),
+        )
+
+    def append_message(self, msg: Message) -> None:
+        """Append in memory, keeping only the newest ``config.max_messages`` when that is > 0."""
+        self.history.append(msg)
+        limit = self.config.max_messages
+        if limit > 0 and len(self.history) > limit:
+            del self.history[: len(self.history) - limit]
+
+    def is_merged(self) -> bool:
+        """Whether the child was merged into its parent."""
+        return self.merged_at is not None
+
+
+class LifecycleEventType(str, Enum):
+    """The event types this version emits; listeners must ignore types they do not know."""
+
+    FORK = "fork"
+    MERGE = "merge"
+    DISCARD = "discard"
+    CREATE = "create"
+    DELETE = "delete"
+    COMPACT = "compact"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class SessionLifecycleEvent(BaseModel):
+    """Something that happened to a session or child session.
+
+    ``type`` is a plain string so that types added later still parse; compare it with
+    :class:`LifecycleEventType` members.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: str
+    child_key: str = ""
+    parent_key: str = ""
+    agent_name: str = ""
+    key: str = ""
+    """The session the event is about (the parent for child events)."""
+    timestamp: UTCDateTime | None = None
+
+
+class RunContext(BaseModel):
+    """Identifies the workflow run a turn belongs to."""
+
+    model_config = _STRICT
+
+    session_type: str = ""
+    workflow_id: str = ""
+    run_id: str = ""

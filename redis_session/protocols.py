@@ -1,0 +1,242 @@
+"""The store contracts as ``typing.Protocol`` classes; their docstrings are the contract.
+
+``RedisStore`` satisfies :class:`Store` and ``AsyncRedisStore`` :class:`AsyncStore`; the stores
+take their method docstrings from here (:func:`docs_from`), so the text exists once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from .models import Message, Session, SessionSummary
+
+C = TypeVar("C", bound=type)
+
+
+def docs_from(source: type) -> Callable[[C], C]:
+    """Class decorator: give every undocumented method of the class ``source``'s docstring."""
+
+    def apply(cls: C) -> C:
+        for name, member in vars(cls).items():
+            func: Any = getattr(member, "__func__", member)
+            if not callable(func) or func.__doc__:
+                continue
+            doc = getattr(getattr(source, name, None), "__doc__", None)
+            if doc:
+                func.__doc__ = doc
+        return cls
+
+    return apply
+
+
+@runtime_checkable
+class Store(Protocol):
+    """A session store (the blocking flavour). Every write is one atomic Lua script."""
+
+    def create(self, session: Session) -> Session:
+        """Store a new session, history included, in one atomic step.
+
+        Sets ``created_at`` = ``updated_at`` = now (the Redis server's clock) and returns the
+        stored copy; the argument is not changed. With a TTL, the session's keys expire after
+        ``ttl`` without writes. Messages with the same id in ``session.history`` are refused.
+
+        Raises:
+            DuplicateSession: a live session has this key (two creators: exactly one wins).
+            InvalidArgument: the key is empty or not a str, or the history repeats an id.
+        """
+        ...
+
+    def get(self, key: str) -> Session:
+        """The whole session, history in append order, read in one consistent snapshot.
+
+        Raises:
+            SessionExpired: the session existed but its TTL ran out (within ``expired_grace``).
+            SessionNotFound: no such session (``SessionExpired`` is a subclass).
+            CorruptData: what Redis holds under the key is not a stored session.
+        """
+        ...
+
+    def get_history(self, key: str, last: int | None = None) -> list[Message]:
+        """The messages only; with ``last=N`` the newest N, at a cost that does not grow with
+        the history's length.
+
+        Raises:
+            SessionNotFound, SessionExpired, CorruptData: as :meth:`get`.
+            InvalidArgument: ``last`` is not a positive int.
+        """
+        ...
+
+    def update(self, session: Session) -> None:
+        """Write ``agent_id``, ``channel_type``, ``channel_id`` and ``model`` where non-empty and
+        replace the metadata, atomically; never touches the history. Refreshes the TTL and
+        ``updated_at``.
+
+        Raises:
+            SessionNotFound, SessionExpired: no live session under ``session.key``.
+        """
+        ...
+
+    def update_metadata(
+        self, key: str, set: Mapping[str, str] | None = None, delete: Iterable[str] = ()
+    ) -> None:
+        """Set some metadata entries and delete others in one atomic step, leaving the rest as
+        they are, so workers changing different entries never lose each other's writes.
+        Refreshes the TTL and ``updated_at``.
+
+        Raises:
+            SessionNotFound, SessionExpired: no live session under ``key``.
+        """
+        ...
+
+    def delete(self, key: str) -> bool:
+        """Remove the session, its messages, its expiry marker and its index entry.
+
+        Idempotent: deleting twice, or deleting an expired session, is fine. Returns whether a
+        live session was removed.
+        """
+        ...
+
+    def append_message(self, key: str, msg: Message) -> bool:
+        """Append one message in one round trip: one script that also trims to the newest
+        ``max_history_turns`` (when > 0), refreshes the TTL of every key of the session and
+        sets ``updated_at``.
+
+        Idempotent by ``msg.id``: a message whose id the session already holds (for instance
+        one redis-py retried after a lost reply) is not stored again. Returns True when the
+        message was stored, False when its id was already there.
+
+        Raises:
+            SessionNotFound, SessionExpired: no live session under ``key``.
+        """
+        ...
+
+    def append_messages(self, key: str, messages: Sequence[Message]) -> int:
+        """Append several messages in one round trip and one atomic step, as
+        :meth:`append_message` does one. Returns how many were new.
+
+        Raises:
+            SessionNotFound, SessionExpired: no live session under ``key``.
+            InvalidArgument: the list repeats an id.
+        """
+        ...
+
+    def annotate_timeout(self, key: str, partial: str) -> bool:
+        """Append an ``assistant`` message whose content is exactly
+        ``[This response was interrupted due to a timeout]``; ``partial`` is not stored.
+
+        Raises:
+            SessionNotFound, SessionExpired: no live session under ``key``.
+        """
+        ...
+
+    def compact_messages(
+        self, key: str, up_to_index: int, summary: str, *, expect_id: str | None = None
+    ) -> int:
+        """Replace messages ``0..up_to_index`` (inclusive) with one ``system`` message,
+        ``"[Compacted Summary]\\n" + summary``, placed first, in one atomic step.
+
+        Messages appended meanwhile by other workers stay after the summary. With
+        ``expect_id``, the message at ``up_to_index`` must still have that id (else
+        ``StaleCompaction`` and nothing changes), which guards against a history that was
+        trimmed since it was read. Returns the number of messages removed.
+
+        Raises:
+            InvalidArgument: ``up_to_index`` is past the end of the history.
+            StaleCompaction: ``expect_id`` no longer sits at ``up_to_index``.
+            SessionNotFound, SessionExpired: no live session under ``key``.
+        """
+        ...
+
+    def list_sessions(self, limit: int | None = None, offset: int = 0) -> list[SessionSummary]:
+        """Summaries of live sessions, most recently updated first; ``limit`` and ``offset``
+        page through that order. Expired sessions are never listed.
+        """
+        ...
+
+    def get_salt(self, name: str) -> bytes:
+        """Salt ``name``. Raises ``ItemNotFound`` when there is none."""
+        ...
+
+    def set_salt(self, name: str, salt: bytes) -> None:
+        """Store salt ``name`` (replacing any)."""
+        ...
+
+    def get_checksum(self, name: str) -> bytes:
+        """Checksum ``name``. Raises ``ItemNotFound`` when there is none."""
+        ...
+
+    def set_checksum(self, name: str, checksum: bytes) -> None:
+        """Store checksum ``name``; salt ``name`` must exist (else ``ItemNotFound``)."""
+        ...
+
+    def set_secret(self, name: str, value: bytes) -> None:
+        """Store secret ``name``: opaque bytes, already encrypted by the caller."""
+        ...
+
+    def get_secret(self, name: str) -> bytes:
+        """Secret ``name``. Raises ``ItemNotFound`` when there is none."""
+        ...
+
+    def delete_secret(self, name: str) -> bool:
+        """Remove secret ``name``; returns whether it existed."""
+        ...
+
+    def list_secrets(self) -> list[str]:
+        """The names of all secrets, sorted."""
+        ...
+
+    def migrate_secrets(
+        self, reencrypt: Callable[[bytes], bytes], new_salt: bytes, new_checksum: bytes
+    ) -> int:
+        """Re-encrypt every secret with ``reencrypt(old) -> new`` and set salt and checksum
+        ``"default"``, all or nothing.
+
+        If ``reencrypt`` raises for any secret, nothing changes and the exception propagates.
+        The new values are applied by one script only if no secret was written, and no other
+        migration applied, since they were read; otherwise nothing changes and
+        ``MigrationConflict`` is raised. Returns the number of secrets migrated.
+        """
+        ...
+
+    def close(self) -> None:
+        """Close the Redis client (the store is unusable afterwards)."""
+        ...
+
+
+@runtime_checkable
+class AsyncStore(Protocol):
+    """A session store (the asyncio flavour): :class:`Store` with awaitable methods."""
+
+    async def create(self, session: Session) -> Session: ...
+    async def get(self, key: str) -> Session: ...
+    async def get_history(self, key: str, last: int | None = None) -> list[Message]: ...
+    async def update(self, session: Session) -> None: ...
+    async def update_metadata(
+        self, key: str, set: Mapping[str, str] | None = None, delete: Iterable[str] = ()
+    ) -> None: ...
+    async def delete(self, key: str) -> bool: ...
+    async def append_message(self, key: str, msg: Message) -> bool: ...
+    async def append_messages(self, key: str, messages: Sequence[Message]) -> int: ...
+    async def annotate_timeout(self, key: str, partial: str) -> bool: ...
+    async def compact_messages(
+        self, key: str, up_to_index: int, summary: str, *, expect_id: str | None = None
+    ) -> int: ...
+    async def list_sessions(
+        self, limit: int | None = None, offset: int = 0
+    ) -> list[SessionSummary]: ...
+    async def get_salt(self, name: str) -> bytes: ...
+    async def set_salt(self, name: str, salt: bytes) -> None: ...
+    async def get_checksum(self, name: str) -> bytes: ...
+    async def set_checksum(self, name: str, checksum: bytes) -> None: ...
+    async def set_secret(self, name: str, value: bytes) -> None: ...
+    async def get_secret(self, name: str) -> bytes: ...
+    async def delete_secret(self, name: str) -> bool: ...
+    async def list_secrets(self) -> list[str]: ...
+    async def migrate_secrets(
+        self, reencrypt: Callable[[bytes], bytes], new_salt: bytes, new_checksum: bytes
+    ) -> int: ...
+    async def close(self) -> None: ...
+
+
+docs_from(Store)(AsyncStore)

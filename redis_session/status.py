@@ -1,0 +1,86 @@
+"""Script status codes and the one table that turns them into exceptions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, NoReturn
+
+from .errors import (
+    ChildAlreadyMerged,
+    ChildNotFound,
+    CorruptData,
+    DuplicateSession,
+    InvalidArgument,
+    ItemNotFound,
+    MigrationConflict,
+    SessionError,
+    SessionExpired,
+    SessionNotFound,
+    StaleCompaction,
+)
+
+
+class Status(IntEnum):
+    """The first element of every script reply (see ``lua/_prelude.lua``)."""
+
+    OK = 0
+    NOT_FOUND = 1
+    EXPIRED = 2
+    EXISTS = 3
+    OUT_OF_RANGE = 4
+    STALE = 5
+    MERGED = 6
+    CONFLICT = 7
+    MISSING = 8
+    WRONG_TYPE = 9
+
+
+@dataclass(frozen=True, slots=True)
+class Ctx:
+    """What an operation knows that its exception should carry."""
+
+    key: str = ""
+    keys: Sequence[str] = ()
+    child: bool = False
+    kind: str = ""
+    name: str = ""
+    index: int = -1
+    expect_id: str = ""
+
+
+def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
+    match status:
+        case Status.NOT_FOUND:
+            raise ChildNotFound(ctx.key) if ctx.child else SessionNotFound(ctx.key)
+        case Status.EXPIRED:
+            raise SessionExpired(ctx.key)
+        case Status.EXISTS:
+            raise DuplicateSession(ctx.key)
+        case Status.OUT_OF_RANGE:
+            raise InvalidArgument(
+                "up_to_index", f"{ctx.index} is out of range: the history has {reply[1]} messages"
+            )
+        case Status.STALE:
+            raise StaleCompaction(ctx.key, ctx.index, ctx.expect_id)
+        case Status.MERGED:
+            raise ChildAlreadyMerged(ctx.key)
+        case Status.CONFLICT:
+            raise MigrationConflict("another secret migration or a secret write came first")
+        case Status.MISSING:
+            raise ItemNotFound(ctx.kind, ctx.name)
+        case Status.WRONG_TYPE:
+            where = ctx.keys[int(reply[1]) - 1]
+            raise CorruptData(ctx.key or ctx.name, f"Redis key {where!r} holds a foreign type")
+    raise SessionError(f"unknown script status {status!r}")
+
+
+def check(reply: Any, ctx: Ctx) -> Sequence[Any]:
+    """Return ``reply`` when its status is OK, else raise the exception its status means."""
+    if not isinstance(reply, list) or not reply or not isinstance(reply[0], int):
+        raise SessionError(f"unexpected script reply {reply!r}")
+    status = reply[0]
+    if status != Status.OK:
+        _raise(status, reply, ctx)
+    return reply
