@@ -136,6 +136,17 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     b.close()
 
 
+@pytest.fixture(
+    params=[pytest.param(b, marks=getattr(pytest.mark, b), id=b) for b in BACKENDS if b != "fake"]
+)
+def real_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """Each real server in turn (for concurrency and fault tests), with a fresh key prefix."""
+    name: str = request.param
+    b = Backend(name, request.getfixturevalue(f"{name}_server"))
+    yield b
+    b.close()
+
+
 class AwaitableStore:
     """Presents a blocking ``RedisStore`` with awaitable methods, so that one ``async`` test
     body drives both flavours; attributes that are not methods pass through."""

@@ -1,0 +1,81 @@
+"""Foreign or damaged data in Redis: a SessionError naming the key, never a bare parse error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from redis_session import CorruptData, Message, Session, SessionError
+from redis_session.keys import KeySchema
+from tests.conftest import Backend
+
+
+@pytest.fixture
+def raw(backend: Backend) -> Any:
+    return backend.sync_client()
+
+
+@pytest.fixture
+def keys(backend: Backend) -> KeySchema:
+    return KeySchema(backend.prefix)
+
+
+@pytest.mark.parametrize(
+    "element",
+    [b"not json", b'{"id":"x","role":"user"', b'{"id":"x","role":"nobody"}', b"\xff\xfe",
+     b"[]", b'{"id":"x","role":"user","unknown_field":1}'],
+)  # fmt: skip
+async def test_foreign_list_element(store: Any, raw: Any, keys: KeySchema, element: bytes) -> None:
+    await store.create(Session(key="k", history=[Message(role="user", content="ok")]))
+    raw.rpush(keys.session("k").msgs, element)
+    for read in (store.get("k"), store.get_history("k"), store.get_history("k", last=1)):
+        with pytest.raises(CorruptData, match="'k'.*message 1|'k'.*message 0") as info:
+            await read
+        assert info.value.key == "k"
+
+
+async def test_meta_missing_fields(store: Any, raw: Any, keys: KeySchema) -> None:
+    await store.create(Session(key="k"))
+    raw.hdel(keys.session("k").meta, "created_at")
+    with pytest.raises(CorruptData, match="created_at"):
+        await store.get("k")
+
+
+async def test_meta_of_unknown_schema(store: Any, raw: Any, keys: KeySchema) -> None:
+    raw.hset(keys.session("k").meta, mapping={"foo": "bar"})
+    with pytest.raises(CorruptData, match="schema version"):
+        await store.get("k")
+
+
+async def test_meta_not_utf8(store: Any, raw: Any, keys: KeySchema) -> None:
+    await store.create(Session(key="k"))
+    raw.hset(keys.session("k").meta, "m:bad", b"\xff")
+    with pytest.raises(CorruptData, match="UTF-8"):
+        await store.get("k")
+
+
+@pytest.mark.parametrize("which", ["meta", "msgs", "ids"])
+async def test_key_of_wrong_type(store: Any, raw: Any, keys: KeySchema, which: str) -> None:
+    name = getattr(keys.session("k"), which)
+    raw.set(name, "foreign")
+    for call in (
+        store.get("k"),
+        store.append_message("k", Message(role="user")),
+        store.create(Session(key="k")),
+        store.compact_messages("k", 0, "s"),
+        store.update_metadata("k", set={"a": "b"}),
+    ):
+        with pytest.raises(CorruptData, match=which) as info:
+            await call
+        assert info.value.key == "k"
+    assert raw.get(name) == b"foreign"
+
+
+async def test_other_sessions_unaffected(store: Any, raw: Any, keys: KeySchema) -> None:
+    await store.create(Session(key="bad"))
+    await store.create(Session(key="good", history=[Message(role="user", content="fine")]))
+    raw.rpush(keys.session("bad").msgs, b"garbage")
+    with pytest.raises(SessionError):
+        await store.get("bad")
+    assert (await store.get("good")).history[0].content == "fine"
