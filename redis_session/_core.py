@@ -53,7 +53,9 @@ def duration_ms(value: object, argument: str, *, allow_zero: bool = False) -> in
     elif isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
     else:
-        raise InvalidArgument(argument, f"must be seconds or a timedelta, not {type(value).__name__}")
+        raise InvalidArgument(
+            argument, f"must be seconds or a timedelta, not {type(value).__name__}"
+        )
     ms = round(seconds * 1000)
     if ms < 0 or (ms == 0 and not allow_zero) or seconds != seconds:
         raise InvalidArgument(argument, f"must be > 0, got {value!r}")
@@ -229,7 +231,9 @@ class Core:
                 Ctx(name=index, keys=[index]),
             )
             flat = reply[1]
-            rows += [(codec.decode_key(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)]
+            rows += [
+                (codec.decode_key(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)
+            ]
         if not rows:
             return []
         metas = [self.schema.session(k).meta for k, _ in rows]
@@ -264,11 +268,15 @@ class Core:
         name = _name(name)
         keys = [self.schema.salts, self.schema.checksums]
         args = (name, _bytes(checksum, "checksum"))
-        check((yield ScriptCall("set_checksum", keys, args)), Ctx(keys=keys, kind="salt", name=name))
+        check(
+            (yield ScriptCall("set_checksum", keys, args)), Ctx(keys=keys, kind="salt", name=name)
+        )
 
     def get_secret(self, name: str) -> Op[bytes]:
         name = _name(name)
-        return (yield from self._get_item(self.schema.secrets, SECRET_PREFIX + name, "secret", name))
+        return (
+            yield from self._get_item(self.schema.secrets, SECRET_PREFIX + name, "secret", name)
+        )
 
     def set_secret(self, name: str, value: bytes) -> Op[None]:
         name = _name(name)
@@ -280,7 +288,8 @@ class Core:
         name = _name(name)
         keys = [self.schema.secrets]
         reply = check(
-            (yield ScriptCall("set_secret", keys, (SECRET_PREFIX + name,))), Ctx(keys=keys, name=name)
+            (yield ScriptCall("set_secret", keys, (SECRET_PREFIX + name,))),
+            Ctx(keys=keys, name=name),
         )
         return bool(reply[1])
 

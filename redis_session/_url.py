@@ -52,6 +52,6 @@ def async_client(url: str, **kwargs: Any) -> redis.asyncio.Redis:
 
 def check_client(client: object) -> None:
     """Refuse a client that decodes replies: stored digests and messages are bytes."""
-    kwargs = getattr(client, "get_connection_kwargs", lambda: {})()
+    kwargs: object = getattr(client, "get_connection_kwargs", dict)()
     if isinstance(kwargs, dict) and kwargs.get("decode_responses"):
         raise InvalidArgument("client", "must be created with decode_responses=False")

@@ -1,4 +1,4 @@
-"""``AsyncRedisStore``: the asyncio session store over ``redis.asyncio.Redis`` (or its cluster)."""
+"""``AsyncRedisStore``: the session store (asyncio flavour) over ``redis.asyncio.Redis``."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import redis.asyncio
 
-from ._core import DEFAULT_EXPIRED_GRACE, Commands, Core, Op, Request, ScriptCall
-from ._url import async_client, check_client
+from . import _url
+from ._core import DEFAULT_EXPIRED_GRACE, Core, Op, Request, ScriptCall
 from .models import Message, Session, SessionSummary
 from .protocols import AsyncStore, docs_from
 from .scripts import SCRIPT_NAMES, script_source
@@ -20,10 +20,10 @@ T = TypeVar("T")
 
 @docs_from(AsyncStore)
 class AsyncRedisStore:
-    """:class:`~redis_session.RedisStore` for asyncio: the same methods, awaitable.
+    """Sessions in Redis shared by many workers (asyncio flavour); one Lua script per write.
 
-    ``client`` is a ``redis.asyncio.Redis`` (or its ``RedisCluster``) created with ``decode_responses=False``;
-    the store wraps it and exposes it as :attr:`client`. Options: ``prefix`` for every key name,
+    ``client`` is a ``redis.asyncio.Redis`` created with ``decode_responses=False``; the store
+    wraps it and exposes it as :attr:`client`. Options: ``prefix`` for every key name,
     ``ttl`` (seconds or timedelta; None = never expire) refreshed on every write,
     ``max_history_turns`` (0 = keep all), ``expired_grace`` (how long after expiry ``get`` still
     says ``SessionExpired`` rather than ``SessionNotFound``).
@@ -41,15 +41,16 @@ class AsyncRedisStore:
         self._core = Core(
             prefix=prefix, ttl=ttl, max_history_turns=max_history_turns, expired_grace=expired_grace
         )
-        check_client(client)
+        _url.check_client(client)
         self._client = client
         self._scripts = {n: client.register_script(script_source(n)) for n in SCRIPT_NAMES}
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> AsyncRedisStore:
         """A store over a new client for ``url`` (``redis://``, ``rediss://``, ``unix://``,
-        ``memory://``); ``options`` are the constructor's keyword options."""
-        return cls(async_client(url), **options)
+        ``memory://``); ``options`` are the constructor's keyword options.
+        """
+        return cls(_url.async_client(url), **options)
 
     @property
     def client(self) -> redis.asyncio.Redis:
@@ -75,9 +76,10 @@ class AsyncRedisStore:
         if isinstance(request, ScriptCall):
             script = self._scripts[request.name]
             return await script(keys=list(request.keys), args=list(request.args))
+        client: Any = self._client  # redis-py leaves execute_command untyped
         if len(request.commands) == 1:
-            return [await self._client.execute_command(*request.commands[0])]
-        pipe = self._client.pipeline(transaction=False)
+            return [await client.execute_command(*request.commands[0])]
+        pipe = client.pipeline(transaction=False)
         for command in request.commands:
             pipe.execute_command(*command)
         return await pipe.execute()
@@ -122,9 +124,13 @@ class AsyncRedisStore:
     async def compact_messages(
         self, key: str, up_to_index: int, summary: str, *, expect_id: str | None = None
     ) -> int:
-        return await self._run(self._core.compact_messages(key, up_to_index, summary, expect_id=expect_id))
+        return await self._run(
+            self._core.compact_messages(key, up_to_index, summary, expect_id=expect_id)
+        )
 
-    async def list_sessions(self, limit: int | None = None, offset: int = 0) -> list[SessionSummary]:
+    async def list_sessions(
+        self, limit: int | None = None, offset: int = 0
+    ) -> list[SessionSummary]:
         return await self._run(self._core.list_sessions(limit, offset))
 
     async def get_salt(self, name: str) -> bytes:
@@ -163,6 +169,9 @@ class AsyncRedisStore:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         await self.close()

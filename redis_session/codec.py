@@ -51,7 +51,9 @@ def message_args(messages: Sequence[Message], argument: str) -> list[bytes]:
     seen: set[str] = set()
     for i, msg in enumerate(messages):
         if not isinstance(msg, Message):
-            raise InvalidArgument(f"{argument}[{i}]", f"must be a Message, not {type(msg).__name__}")
+            raise InvalidArgument(
+                f"{argument}[{i}]", f"must be a Message, not {type(msg).__name__}"
+            )
         if msg.id in seen:
             raise InvalidArgument(f"{argument}[{i}]", f"message id {msg.id!r} appears twice")
         seen.add(msg.id)
@@ -138,11 +140,14 @@ def decode_session(key: str, meta: Sequence[bytes], items: Sequence[bytes]) -> S
     }
     return Session.model_construct(
         key=key,
+        agent_id=scalars["agent_id"],
+        channel_type=scalars["channel_type"],
+        channel_id=scalars["channel_id"],
+        model=scalars["model"],
         history=decode_messages(key, items),
         metadata=metadata,
         created_at=to_datetime(_micros(key, fields.get("created_at"), "created_at")),
         updated_at=to_datetime(_micros(key, fields.get("updated_at"), "updated_at")),
-        **scalars,
     )
 
 
@@ -158,4 +163,3 @@ def decode_summary(key: str, created: bytes | None, updated: bytes | None) -> Se
 def decode_key(raw: bytes) -> str:
     """An index member back into the session key it is."""
     return _text(raw.decode("utf-8", "replace"), raw, "an index member")
-

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 import time
 from datetime import UTC, datetime
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
@@ -27,7 +27,7 @@ __all__ = [
 
 #: What a message id may hold: printable ASCII without space, quote or backslash, 1-128 chars,
 #: so its JSON form is the id itself between quotes (the Lua scripts match on it).
-MESSAGE_ID_PATTERN = r'^[!#-\[\]-~]{1,128}$'
+MESSAGE_ID_PATTERN = r"^[!#-\[\]-~]{1,128}$"
 
 
 def utcnow() -> datetime:
@@ -56,7 +56,7 @@ UTCDateTime = Annotated[datetime, AfterValidator(_as_utc)]
 _STRICT = ConfigDict(extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
 
 
-class MessageRole(str, Enum):
+class MessageRole(StrEnum):
     """Who said a message. ``function`` and ``model`` are legacy names kept for old data."""
 
     USER = "user"
@@ -67,15 +67,12 @@ class MessageRole(str, Enum):
     MODEL = "model"
 
     def normalize(self) -> MessageRole:
-        """Map the legacy roles to current ones: ``model`` → ``assistant``, ``function`` → ``tool``."""
+        """Map legacy roles to current ones: ``model`` → assistant, ``function`` → tool."""
         if self is MessageRole.MODEL:
             return MessageRole.ASSISTANT
         if self is MessageRole.FUNCTION:
             return MessageRole.TOOL
         return self
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class ToolCall(BaseModel):
@@ -112,9 +109,7 @@ class Message(BaseModel):
     """Who said it; plain strings such as ``"user"`` are accepted."""
     content: str = ""
     """The text."""
-    timestamp: Annotated[UTCDateTime, BeforeValidator(_now_if_none)] = Field(
-        default_factory=utcnow
-    )
+    timestamp: Annotated[UTCDateTime, BeforeValidator(_now_if_none)] = Field(default_factory=utcnow)
     """When it was said, aware UTC; naive input is UTC; ``None`` or absent means now."""
     tool_calls: list[ToolCall] = Field(default_factory=list)
     """Tool invocations carried by this message."""
@@ -202,7 +197,7 @@ class ChildSession(BaseModel):
         return self.merged_at is not None
 
 
-class LifecycleEventType(str, Enum):
+class LifecycleEventType(StrEnum):
     """The event types this version emits; listeners must ignore types they do not know."""
 
     FORK = "fork"
@@ -211,9 +206,6 @@ class LifecycleEventType(str, Enum):
     CREATE = "create"
     DELETE = "delete"
     COMPACT = "compact"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class SessionLifecycleEvent(BaseModel):

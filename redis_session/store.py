@@ -1,4 +1,5 @@
-"""``RedisStore``: the blocking session store over ``redis.Redis`` (or ``RedisCluster``)."""
+# Generated from redis_session/aio.py by tools/unasync.py: edit that one.
+"""``RedisStore``: the session store (blocking flavour) over ``redis.Redis``."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Any, TypeVar
 
 import redis
 
-from ._core import DEFAULT_EXPIRED_GRACE, Commands, Core, Op, Request, ScriptCall
-from ._url import check_client, sync_client
+from . import _url
+from ._core import DEFAULT_EXPIRED_GRACE, Core, Op, Request, ScriptCall
 from .models import Message, Session, SessionSummary
 from .protocols import Store, docs_from
 from .scripts import SCRIPT_NAMES, script_source
@@ -20,10 +21,10 @@ T = TypeVar("T")
 
 @docs_from(Store)
 class RedisStore:
-    """Sessions in Redis for many workers: every write is one atomic Lua script.
+    """Sessions in Redis shared by many workers (blocking flavour); one Lua script per write.
 
-    ``client`` is a ``redis.Redis`` (or ``RedisCluster``) created with ``decode_responses=False``;
-    the store wraps it and exposes it as :attr:`client`. Options: ``prefix`` for every key name,
+    ``client`` is a ``redis.Redis`` created with ``decode_responses=False``; the store
+    wraps it and exposes it as :attr:`client`. Options: ``prefix`` for every key name,
     ``ttl`` (seconds or timedelta; None = never expire) refreshed on every write,
     ``max_history_turns`` (0 = keep all), ``expired_grace`` (how long after expiry ``get`` still
     says ``SessionExpired`` rather than ``SessionNotFound``).
@@ -41,15 +42,16 @@ class RedisStore:
         self._core = Core(
             prefix=prefix, ttl=ttl, max_history_turns=max_history_turns, expired_grace=expired_grace
         )
-        check_client(client)
+        _url.check_client(client)
         self._client = client
         self._scripts = {n: client.register_script(script_source(n)) for n in SCRIPT_NAMES}
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisStore:
         """A store over a new client for ``url`` (``redis://``, ``rediss://``, ``unix://``,
-        ``memory://``); ``options`` are the constructor's keyword options."""
-        return cls(sync_client(url), **options)
+        ``memory://``); ``options`` are the constructor's keyword options.
+        """
+        return cls(_url.sync_client(url), **options)
 
     @property
     def client(self) -> redis.Redis:
@@ -75,9 +77,10 @@ class RedisStore:
         if isinstance(request, ScriptCall):
             script = self._scripts[request.name]
             return script(keys=list(request.keys), args=list(request.args))
+        client: Any = self._client  # redis-py leaves execute_command untyped
         if len(request.commands) == 1:
-            return [self._client.execute_command(*request.commands[0])]
-        pipe = self._client.pipeline(transaction=False)
+            return [client.execute_command(*request.commands[0])]
+        pipe = client.pipeline(transaction=False)
         for command in request.commands:
             pipe.execute_command(*command)
         return pipe.execute()
@@ -122,7 +125,9 @@ class RedisStore:
     def compact_messages(
         self, key: str, up_to_index: int, summary: str, *, expect_id: str | None = None
     ) -> int:
-        return self._run(self._core.compact_messages(key, up_to_index, summary, expect_id=expect_id))
+        return self._run(
+            self._core.compact_messages(key, up_to_index, summary, expect_id=expect_id)
+        )
 
     def list_sessions(self, limit: int | None = None, offset: int = 0) -> list[SessionSummary]:
         return self._run(self._core.list_sessions(limit, offset))
@@ -163,6 +168,9 @@ class RedisStore:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()

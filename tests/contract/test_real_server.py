@@ -80,6 +80,17 @@ async def test_async_tasks_append_concurrently(real_backend: Backend) -> None:
     await store.close()
 
 
+def _create(
+    store: RedisStore, key: str, agent: str, barrier: threading.Barrier, outcomes: list[str]
+) -> None:
+    barrier.wait(timeout=10)
+    try:
+        store.create(Session(key=key, agent_id=agent))
+        outcomes.append("created")
+    except DuplicateSession:
+        outcomes.append("duplicate")
+
+
 def test_two_workers_creating_one_key_exactly_one_wins(real_backend: Backend) -> None:
     for round_ in range(20):
         key = f"race-{round_}"
@@ -87,15 +98,10 @@ def test_two_workers_creating_one_key_exactly_one_wins(real_backend: Backend) ->
         barrier = threading.Barrier(2)
         outcomes: list[str] = []
 
-        def create(store: RedisStore, agent: str) -> None:
-            barrier.wait(timeout=10)
-            try:
-                store.create(Session(key=key, agent_id=agent))  # noqa: B023
-                outcomes.append("created")
-            except DuplicateSession:
-                outcomes.append("duplicate")
-
-        threads = [threading.Thread(target=create, args=(s, f"w{i}")) for i, s in enumerate(stores)]
+        threads = [
+            threading.Thread(target=_create, args=(s, key, f"w{i}", barrier, outcomes))
+            for i, s in enumerate(stores)
+        ]
         for t in threads:
             t.start()
         for t in threads:

@@ -53,7 +53,9 @@ async def test_create_then_get_round_trips_everything(store: Any) -> None:
             content="calling",
             tool_calls=[
                 ToolCall(id="c1", name="search", input='{"q": "x"}', output="ok"),
-                ToolCall(id="c2", name="think", input="", thought=True, thought_signature=b"\x00\xff"),
+                ToolCall(
+                    id="c2", name="think", input="", thought=True, thought_signature=b"\x00\xff"
+                ),
             ],
         ),
     ]
@@ -237,7 +239,11 @@ async def test_compact_keeps_messages_appended_meanwhile(make_store: StoreFactor
     seen = await reader.get_history("cm")
     await writer.append_messages("cm", [msg("late1"), msg("late2")])
     await reader.compact_messages("cm", len(seen) - 1, "sum", expect_id=seen[-1].id)
-    assert contents(await reader.get_history("cm")) == ["[Compacted Summary]\nsum", "late1", "late2"]
+    assert contents(await reader.get_history("cm")) == [
+        "[Compacted Summary]\nsum",
+        "late1",
+        "late2",
+    ]
 
 
 async def test_compact_out_of_range_changes_nothing(store: Any) -> None:
@@ -350,7 +356,7 @@ async def test_bad_keys_raise_value_error(store: Any, key: object) -> None:
         store.delete(key),
         store.append_message(key, msg("x")),
         store.get_history(key),
-        store.create(Session.model_construct(key=key, history=[], metadata={})),
+        store.create(Session.model_construct(key=key, history=[], metadata={})),  # type: ignore[arg-type]
     ):
         with pytest.raises(InvalidArgument, match="key"):
             await call

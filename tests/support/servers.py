@@ -10,6 +10,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -48,8 +49,8 @@ class Server:
     def port(self) -> int:
         return int(self.url.rsplit(":", 1)[1].split("/")[0])
 
-    def client(self, **kwargs: object) -> redis.Redis:
-        return redis.Redis.from_url(self.url, **kwargs)  # type: ignore[arg-type]
+    def client(self, **kwargs: Any) -> redis.Redis:
+        return redis.Redis.from_url(self.url, **kwargs)
 
     def stop(self) -> None:
         if self.process is not None:

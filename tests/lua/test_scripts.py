@@ -1,0 +1,111 @@
+"""The Lua scripts themselves: headers, portability, NOSCRIPT recovery, retried calls."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from redis_session import Message, Session
+from redis_session.codec import message_args
+from redis_session.keys import KeySchema
+from redis_session.scripts import PRELUDE, SCRIPT_NAMES, lua_dir, script_source
+from tests.conftest import Backend
+
+FORBIDDEN = [
+    "table.unpack",
+    "cmsgpack",
+    "bit.",
+    "struct.",
+    "redis.sha1hex",
+    "#!lua",
+    "os.",
+    "cjson",
+]
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_header_declares_keys_argv_and_reply(name: str) -> None:
+    text = (lua_dir() / f"{name}.lua").read_text()
+    header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("--"))
+    assert header.startswith(f"-- {name}:")
+    for used in set(re.findall(r"KEYS\[(\d+)\]", text)):
+        assert f"KEYS[{used}]" in header, f"{name}: KEYS[{used}] not described"
+    assert "Reply:" in header
+    if "ARGV" in text.replace(header, ""):
+        assert "ARGV[" in header
+
+
+@pytest.mark.parametrize("name", [*SCRIPT_NAMES, PRELUDE])
+def test_portable_lua(name: str) -> None:
+    code = "\n".join(
+        line.split("--")[0] for line in (lua_dir() / f"{name}.lua").read_text().splitlines()
+    )
+    for word in FORBIDDEN:
+        assert word not in code, f"{name} uses {word}"
+    # No globals: every assignment at column 0 declares a local.
+    for line in code.splitlines():
+        if re.match(r"^[A-Za-z_][\w.]*\s*=", line):
+            pytest.fail(f"{name}: global assignment {line!r}")
+
+
+@pytest.mark.parametrize("flavour_name", ["sync", "async"])
+async def test_noscript_after_script_flush_is_recovered(
+    backend: Backend, flavour_name: str
+) -> None:
+    raw = backend.sync_client()
+    store: Any = backend.sync_store() if flavour_name == "sync" else backend.async_store()
+
+    async def call(value: Any) -> Any:
+        return (await value) if flavour_name == "async" else value
+
+    await call(store.create(Session(key="nos")))
+    raw.script_flush()
+    assert await call(store.append_message("nos", Message(role="user", content="after flush")))
+    assert [m.content for m in await call(store.get_history("nos"))] == ["after flush"]
+    await call(store.close())
+
+
+def _script(backend: Backend, name: str) -> Any:
+    return backend.sync_client().register_script(script_source(name))
+
+
+def test_a_retried_append_script_stores_nothing_twice(backend: Backend) -> None:
+    store = backend.sync_store()
+    store.create(Session(key="r"))
+    k = KeySchema(backend.prefix).session("r")
+    keys = [k.meta, k.msgs, k.ids, KeySchema(backend.prefix).index_of("r")]
+    args = [0, 0, 0, "r", *message_args([Message(role="user", content="x")], "m")]
+    append = _script(backend, "append_message")
+    assert append(keys=keys, args=args) == [0, 1, 1]
+    assert append(keys=keys, args=args) == [0, 0, 1]
+
+
+def test_a_retried_compaction_script_changes_nothing(backend: Backend) -> None:
+    store = backend.sync_store()
+    store.create(Session(key="c", history=[Message(role="user", content=str(i)) for i in range(4)]))
+    k = KeySchema(backend.prefix).session("c")
+    keys = [k.meta, k.msgs, k.ids, KeySchema(backend.prefix).index_of("c")]
+    summary = message_args([Message(role="system", content="S")], "s")
+    compact = _script(backend, "compact_messages")
+    assert compact(keys=keys, args=[0, 0, "c", 1, *summary, b""]) == [0, 2]
+    assert compact(keys=keys, args=[0, 0, "c", 1, *summary, b""]) == [0, 0]
+    assert [m.content for m in store.get_history("c")] == ["S", "2", "3"]
+
+
+def test_digest_lookup_is_aligned(backend: Backend) -> None:
+    """A digest found only across the boundary of two stored digests is not held."""
+    raw = backend.sync_client()
+    ids = KeySchema(backend.prefix).session("al").ids
+    first, second = b"\x10\x30CCCCCC", b"\x20BBBBBBB"  # both in bucket 0 (first byte % 16)
+    raw.hset(ids, "0", first + second)
+    straddling = (first + second)[1:9]  # b"\x30CCCCCC\x20", also bucket 0
+    assert straddling[0] % 16 == 0
+    probe = raw.register_script(
+        script_source("append_message").split("\nlocal bad =")[0]
+        + "\nlocal out = {}"
+        + "\nfor i, d in ipairs(ARGV) do out[i] = has_digest(KEYS[1], d) and 1 or 0 end"
+        + "\nreturn out"
+    )
+    assert probe(keys=[ids], args=[first, second, straddling, b"\x00nothing"]) == [1, 1, 0, 0]

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from redis_session import CorruptData, Message, MessageRole, Session, ToolCall
+from redis_session.codec import (
+    decode_messages,
+    decode_session,
+    encode_message,
+    id_prefix,
+    message_digest,
+    meta_args,
+    to_datetime,
+)
+
+
+def test_message_json_starts_with_its_id() -> None:
+    m = Message(role="user", content="x")
+    assert encode_message(m).startswith(id_prefix(m.id))
+    assert orjson.loads(encode_message(m))["id"] == m.id
+
+
+text = st.text().map(lambda s: s.encode("utf-8", "replace").decode())
+
+
+@given(text, text, st.binary() | st.none(), st.datetimes(timezones=st.just(UTC)))
+def test_message_round_trip(content: str, author: str, sig: bytes | None, ts: datetime) -> None:
+    m = Message(
+        role="tool", content=content, author=author, timestamp=ts,
+        tool_calls=[ToolCall(id="1", name="n", input=content, thought_signature=sig)],
+    )  # fmt: skip
+    assert decode_messages("k", [encode_message(m)]) == [m]
+
+
+def test_naive_timestamps_are_utc_and_aware_ones_are_converted() -> None:
+    naive = Message(role="user", timestamp=datetime(2024, 1, 1, 12))
+    assert naive.timestamp == datetime(2024, 1, 1, 12, tzinfo=UTC)
+    paris = Message(
+        role="user", timestamp=datetime(2024, 1, 1, 13, tzinfo=timezone(timedelta(hours=1)))
+    )
+    assert paris.timestamp.tzinfo is UTC and paris.timestamp.hour == 12
+    assert Message(role="user", timestamp=None).timestamp.tzinfo is UTC
+
+
+def test_roles() -> None:
+    assert MessageRole("model").normalize() is MessageRole.ASSISTANT
+    assert MessageRole.FUNCTION.normalize() is MessageRole.TOOL
+    assert MessageRole.USER.normalize() is MessageRole.USER
+    with pytest.raises(ValueError, match="role"):
+        Message(role="robot")
+
+
+@pytest.mark.parametrize("bad_id", ["", "has space", 'q"uote', "back\\slash", "x" * 129, "é"])
+def test_message_ids_are_restricted(bad_id: str) -> None:
+    with pytest.raises(ValueError, match="id"):
+        Message(id=bad_id, role="user")
+
+
+def test_digest_is_8_bytes_and_stable() -> None:
+    assert message_digest("abc") == message_digest("abc")
+    assert len(message_digest("abc")) == 8
+    assert message_digest("abc") != message_digest("abd")
+
+
+def test_microsecond_timestamps_are_exact() -> None:
+    assert to_datetime(1796227668786764) == datetime(2026, 12, 2, 16, 7, 48, 786764, tzinfo=UTC)
+
+
+def test_decode_session_reports_the_key() -> None:
+    meta = [x.encode() for x in meta_args(Session(key="k", metadata={"a": "b"}))]
+    meta += [b"created_at", b"1", b"updated_at", b"2"]
+    s = decode_session("k", meta, [])
+    assert s.metadata == {"a": "b"} and s.created_at == to_datetime(1)
+    with pytest.raises(CorruptData, match="'k'.*updated_at"):
+        decode_session("k", meta[:-2], [])
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b"null", b"\x80", b'{"role":"user","id":"x","x":1}'])
+def test_decode_messages_names_key_and_index(raw: bytes) -> None:
+    good = encode_message(Message(role="user"))
+    with pytest.raises(CorruptData, match="'key'.*message 1") as info:
+        decode_messages("key", [good, raw])
+    assert info.value.key == "key"

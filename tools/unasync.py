@@ -1,0 +1,66 @@
+"""Generate the blocking ``redis_session/store.py`` from the asyncio ``redis_session/aio.py``.
+
+The async store is the one source; this script rewrites it token by token. ``--check`` exits 1
+when ``store.py`` is not what the async source generates (the test suite runs it).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "redis_session" / "aio.py"
+TARGET = ROOT / "redis_session" / "store.py"
+
+RULES: list[tuple[str, str]] = [
+    (r"\bAsyncRedisStore\b", "RedisStore"),
+    (r"\bAsyncStore\b", "Store"),
+    (r"\basync def\b", "def"),
+    (r"\bawait ", ""),
+    (r"\bredis\.asyncio\.(Redis|RedisCluster)\b", r"redis.\1"),
+    (r"^import redis\.asyncio$", "import redis"),
+    (r"\b_url\.async_client\b", "_url.sync_client"),
+    (r"\.aclose\(\)", ".close()"),
+    (r"__aenter__", "__enter__"),
+    (r"__aexit__", "__exit__"),
+    (r"asyncio flavour", "blocking flavour"),
+]
+
+
+def generate(text: str) -> str:
+    """The blocking twin of the async source ``text``."""
+    for pattern, replacement in RULES:
+        text = re.sub(pattern, replacement, text, flags=re.MULTILINE)
+    header = "# Generated from redis_session/aio.py by tools/unasync.py: edit that one.\n"
+    return _formatted(header + text)
+
+
+def _formatted(text: str) -> str:
+    """``ruff format`` the generated text (lines that got shorter may now fit on one)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--stdin-filename", str(TARGET), "-"],
+        input=text.encode(),
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    return done.stdout.decode()
+
+
+def main(argv: list[str]) -> int:
+    """Write ``store.py``, or with ``--check`` only compare it."""
+    wanted = generate(SOURCE.read_text(encoding="utf-8"))
+    if "--check" in argv:
+        if TARGET.read_text(encoding="utf-8") != wanted:
+            print(f"{TARGET} is stale: run python tools/unasync.py", file=sys.stderr)
+            return 1
+        return 0
+    TARGET.write_text(wanted, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
