@@ -4,9 +4,10 @@
 --
 -- Status codes (the first element of every reply; redis_session/status.py maps them):
 --   0 OK, 1 NOT_FOUND, 2 EXPIRED, 3 EXISTS, 4 OUT_OF_RANGE, 5 STALE, 6 MERGED,
---   7 CONFLICT, 8 MISSING, 9 WRONG_TYPE (reply {9, i}: KEYS[i] holds a foreign type)
-local OK, NOT_FOUND, EXPIRED, EXISTS, OUT_OF_RANGE, STALE, MERGED, CONFLICT, MISSING, WRONG_TYPE =
-  0, 1, 2, 3, 4, 5, 6, 7, 8, 9
+--   7 CONFLICT, 8 MISSING, 9 WRONG_TYPE (reply {9, i}: KEYS[i] holds a foreign type),
+--   10 PARENT_GONE (reply {10, NOT_FOUND or EXPIRED}: a child's parent session is gone)
+local OK, NOT_FOUND, EXPIRED, EXISTS, OUT_OF_RANGE, STALE, MERGED, CONFLICT, MISSING, WRONG_TYPE,
+  PARENT_GONE = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 
 -- Server clock: microseconds and milliseconds since the epoch, as decimal strings.
 local function clock()
@@ -73,4 +74,30 @@ local function hcall_from(cmd, key, first, last)
     end
   end
   if #chunk > 0 then redis.call(cmd, key, unpack(chunk)) end
+end
+
+-- Publish a lifecycle event (its JSON built by the caller); '' as channel publishes nothing.
+local function emit(channel, payload)
+  if channel ~= '' then redis.call('PUBLISH', channel, payload) end
+end
+
+-- A write to a session: bump updated_at, refresh the TTL of its keys, re-score it in the index.
+local function bump(meta, msgs, ids, index, key, ttl_ms, grace_ms)
+  local us, ms = clock()
+  redis.call('HSET', meta, 'updated_at', us)
+  touch({meta, msgs}, ids, ttl_ms, grace_ms)
+  redis.call('ZADD', index, ms, key)
+  return us
+end
+
+-- The digest of a child message inherited from the parent at fork: never merged back.
+local INHERITED = string.rep('\0', 8)
+
+-- Whether meta (a child's hash) is a live child of parent: OK, MERGED, or NOT_FOUND (missing,
+-- discarded, or a child of another session).
+local function child_state(meta, parent)
+  local f = redis.call('HMGET', meta, 'parent', 'discarded', 'merged_at')
+  if not f[1] or f[2] or f[1] ~= parent then return NOT_FOUND end
+  if f[3] then return MERGED end
+  return OK
 end

@@ -4,6 +4,7 @@
 -- ARGV[4] session key (index member)
 -- ARGV[5 ..] message pairs: 8-byte id digest, message JSON
 -- Reply: {OK, number appended, list length} | {NOT_FOUND} | {EXPIRED} | {WRONG_TYPE, i}
+-- Events: none.
 -- A message whose id digest the session holds is skipped, so a call retried after a lost
 -- reply stores nothing twice and still answers OK.
 local bad = wrong_type({'hash', 'list', 'hash', 'zset'})
@@ -19,12 +20,9 @@ for i = 5, #ARGV, 2 do
     added = added + 1
   end
 end
-local max = tonumber(ARGV[3])
 if added > 0 then
+  local max = tonumber(ARGV[3])
   if max > 0 then redis.call('LTRIM', KEYS[2], -max, -1) end
-  local us, ms = clock()
-  redis.call('HSET', KEYS[1], 'updated_at', us)
-  redis.call('ZADD', KEYS[4], ms, ARGV[4])
-  touch({KEYS[1], KEYS[2]}, KEYS[3], ARGV[1], ARGV[2])
+  bump(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], ARGV[1], ARGV[2])
 end
 return {OK, added, redis.call('LLEN', KEYS[2])}

@@ -3,8 +3,10 @@
 -- ARGV[1] ttl ms (0 = none)   ARGV[2] expiry-marker grace ms   ARGV[3] session key
 -- ARGV[4] up_to (0-based, inclusive)   ARGV[5] summary id digest   ARGV[6] summary JSON
 -- ARGV[7] expected prefix of message up_to ('{"id":"<id>",'), or '' for no check
+-- ARGV[8] events channel ('' = none)   ARGV[9] 'compact' event JSON
 -- Reply: {OK, messages removed} | {OUT_OF_RANGE, length} | {STALE} | {NOT_FOUND} | {EXPIRED}
 --        | {WRONG_TYPE, i}
+-- Events: 'compact', only when this call compacted.
 -- Messages appended after the caller read the history stay after the summary. A retried call
 -- (the summary's digest already held) changes nothing and answers {OK, 0}.
 local bad = wrong_type({'hash', 'list', 'hash', 'zset'})
@@ -24,8 +26,6 @@ end
 redis.call('LTRIM', KEYS[2], up_to + 1, -1)
 redis.call('LPUSH', KEYS[2], ARGV[6])
 add_digest(KEYS[3], ARGV[5])
-local us, ms = clock()
-redis.call('HSET', KEYS[1], 'updated_at', us)
-touch({KEYS[1], KEYS[2]}, KEYS[3], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[4], ms, ARGV[3])
+bump(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[1], ARGV[2])
+emit(ARGV[8], ARGV[9])
 return {OK, up_to + 1}

@@ -4,6 +4,7 @@
 -- ARGV[4] n = number of 'm:' .. name fields to delete, ARGV[5 .. 4+n]
 -- ARGV[5+n ..] pairs to set: 'm:' .. name, value
 -- Reply: {OK, updated_at_us} | {NOT_FOUND} | {EXPIRED} | {WRONG_TYPE, i}
+-- Events: none.
 local bad = wrong_type({'hash', 'list', 'hash', 'zset'})
 if bad then return {WRONG_TYPE, bad} end
 local st = session_state(KEYS[1], KEYS[3])
@@ -11,9 +12,5 @@ if st ~= OK then return {st} end
 
 local n = tonumber(ARGV[4])
 hcall_from('HDEL', KEYS[1], 5, 4 + n)
-local us, ms = clock()
-redis.call('HSET', KEYS[1], 'updated_at', us)
 hcall_from('HSET', KEYS[1], 5 + n, #ARGV)
-touch({KEYS[1], KEYS[2]}, KEYS[3], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[4], ms, ARGV[3])
-return {OK, us}
+return {OK, bump(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[1], ARGV[2])}

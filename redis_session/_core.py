@@ -8,22 +8,38 @@ so the two cannot drift in behaviour.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from . import codec
-from .errors import InvalidArgument, ItemNotFound
-from .keys import KeySchema, SessionKeys, check_key
-from .models import Message, MessageRole, Session, SessionSummary
-from .status import Ctx, check
+from .errors import ChildNotFound, ConcurrentChange, InvalidArgument, ItemNotFound
+from .events import new_event
+from .keys import ChildKeys, KeySchema, SessionKeys, check_key, parent_of
+from .models import (
+    ChildSession,
+    ChildSessionConfig,
+    LifecycleEventType,
+    Message,
+    MessageRole,
+    Session,
+    SessionLifecycleEvent,
+    SessionSummary,
+)
+from .status import Ctx, Status, check
 
 T = TypeVar("T")
 
 TIMEOUT_NOTICE = "[This response was interrupted due to a timeout]"
 SECRET_PREFIX = "s:"
 DEFAULT_EXPIRED_GRACE = timedelta(days=1)
+DELETE_ATTEMPTS = 8
+
+
+def _token() -> str:
+    return secrets.token_hex(8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +53,23 @@ class ScriptCall:
 
 @dataclass(frozen=True, slots=True)
 class Commands:
-    """Send plain commands in one pipeline (no transaction); the reply is their replies."""
+    """Send plain commands in one pipeline; the reply is their replies.
+
+    With ``transaction``, as one MULTI/EXEC (all keys must then share a slot).
+    """
 
     commands: Sequence[tuple[Any, ...]]
+    transaction: bool = False
 
 
-Request = ScriptCall | Commands
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """Hand a lifecycle event to the in-process hook; the reply is None."""
+
+    event: SessionLifecycleEvent
+
+
+Request = ScriptCall | Commands | Emit
 Op = Generator[Request, Any, T]
 
 
@@ -105,8 +132,10 @@ class Core:
         ttl: float | timedelta | None = None,
         max_history_turns: int = 0,
         expired_grace: float | timedelta = DEFAULT_EXPIRED_GRACE,
+        publish_events: bool = True,
     ) -> None:
         self.schema = KeySchema(prefix)
+        self.channel = self.schema.events_channel if publish_events else ""
         self.ttl_ms = 0 if ttl is None else duration_ms(ttl, "ttl")
         self.grace_ms = duration_ms(expired_grace, "expired_grace", allow_zero=True)
         self.max_history_turns = _non_negative_int(max_history_turns, "max_history_turns")
@@ -130,9 +159,11 @@ class Core:
         key = session.key
         _, keys = self._keys(key)
         meta = codec.meta_args(session)
-        args = [*self._ttl_args(), key, len(meta) // 2, *meta]
+        event, payload = new_event(LifecycleEventType.CREATE, key)
+        args = [*self._ttl_args(), key, _token(), self.channel, payload, len(meta) // 2, *meta]
         args += codec.message_args(session.history, "session.history")
         reply = check((yield ScriptCall("create", keys, args)), Ctx(key, keys))
+        yield Emit(event)
         now = codec.to_datetime(int(reply[1]))
         return session.model_copy(update={"created_at": now, "updated_at": now})
 
@@ -178,9 +209,22 @@ class Core:
 
     def delete(self, key: str) -> Op[bool]:
         key = check_key(key)
-        _, keys = self._keys(key)
-        reply = check((yield ScriptCall("delete", keys, (key,))), Ctx(key, keys))
-        return bool(reply[1])
+        sk, keys = self._keys(key)
+        event, payload = new_event(LifecycleEventType.DELETE, key)
+        for _ in range(DELETE_ATTEMPTS):
+            (members,) = yield Commands([("ZRANGE", sk.kids, 0, -1)])
+            children = [codec.decode_key(m) for m in members]
+            all_keys = [*keys, sk.kids]
+            for child in children:
+                ck = self.schema.child(child)
+                all_keys += (ck.meta, ck.msgs, ck.ids)
+            reply = yield ScriptCall("delete", all_keys, (key, self.channel, payload, *children))
+            if reply[0] != Status.CONFLICT:
+                existed = bool(check(reply, Ctx(key, all_keys))[1])
+                if existed:
+                    yield Emit(event)
+                return existed
+        raise ConcurrentChange(key, "children kept changing while the session was deleted")
 
     def append_messages(self, key: str, messages: Sequence[Message]) -> Op[int]:
         key = check_key(key)
@@ -216,9 +260,13 @@ class Core:
         msg = Message(role=MessageRole.SYSTEM, content="[Compacted Summary]\n" + summary)
         expect = codec.id_prefix(expect_id) if expect_id else b""
         _, keys = self._keys(key)
+        event, payload = new_event(LifecycleEventType.COMPACT, key)
         args = [*self._ttl_args(), key, index, *codec.message_args([msg], "summary"), expect]
+        args += (self.channel, payload)
         ctx = Ctx(key, keys, index=index, expect_id=expect_id or "")
         reply = check((yield ScriptCall("compact_messages", keys, args)), ctx)
+        if int(reply[1]):
+            yield Emit(event)
         return int(reply[1])
 
     def list_sessions(self, limit: int | None = None, offset: int = 0) -> Op[list[SessionSummary]]:
@@ -242,6 +290,117 @@ class Core:
         for (key, _), (created, updated) in zip(rows, found, strict=True):
             if created is not None:
                 out.append(codec.decode_summary(key, created, updated))
+        return out
+
+    # -- child sessions --------------------------------------------------------------------
+
+    def _child_keys(self, child_key: object) -> tuple[str, str, str, list[str]]:
+        """``(child_key, parent_key, agent, KEYS)`` for a child script; not-found if the key
+        is not one ``fork_child`` makes.
+        """
+        child_key = check_key(child_key, "child_key")
+        parsed = parent_of(child_key)
+        if parsed is None:
+            raise ChildNotFound(child_key)
+        parent, agent = parsed
+        ck, sk = self.schema.child(child_key), self.schema.session(parent)
+        keys = [ck.meta, ck.msgs, ck.ids, sk.meta, sk.msgs, sk.ids, sk.kids]
+        return child_key, parent, agent, [*keys, self.schema.index_of(parent)]
+
+    def fork_child(
+        self, parent_key: str, agent_name: str, config: ChildSessionConfig | None = None
+    ) -> Op[ChildSession]:
+        parent_key = check_key(parent_key, "parent_key")
+        if not isinstance(agent_name, str) or not agent_name or ":" in agent_name:
+            raise InvalidArgument("agent_name", "must be a non-empty str without ':'")
+        config = ChildSessionConfig() if config is None else config
+        if not isinstance(config, ChildSessionConfig):
+            raise InvalidArgument("config", "must be a ChildSessionConfig or None")
+        child = ChildSession.new(parent_key, agent_name, config)
+        _, _, _, keys = self._child_keys(child.key)
+        event, payload = new_event(
+            LifecycleEventType.FORK, parent_key, child_key=child.key, agent_name=agent_name
+        )
+        args = [
+            *self._ttl_args(), parent_key, child.key, agent_name, codec.encode_config(config),
+            config.max_messages, config.inherit_history, _token(), self.channel, payload,
+        ]  # fmt: skip
+        ctx = Ctx(child.key, keys, child=True, parent=parent_key)
+        reply = check((yield ScriptCall("fork_child", keys, args)), ctx)
+        yield Emit(event)
+        history = codec.decode_messages(child.key, [bytes(item[8:]) for item in reply[2]])
+        created = codec.to_datetime(int(reply[1]))
+        return child.model_copy(update={"created_at": created, "history": history})
+
+    def append_child_messages(self, child_key: str, messages: Sequence[Message]) -> Op[int]:
+        child_key, parent, _, keys = self._child_keys(child_key)
+        if isinstance(messages, Message) or not isinstance(messages, Sequence):
+            raise InvalidArgument("messages", "must be a sequence of Message")
+        if not messages:
+            return 0
+        args = [*self._ttl_args(), parent, *codec.child_message_args(messages, "messages")]
+        ctx = Ctx(child_key, keys, child=True, parent=parent)
+        reply = check((yield ScriptCall("append_child_message", keys, args)), ctx)
+        return int(reply[1])
+
+    def append_child_message(self, child_key: str, msg: Message) -> Op[bool]:
+        added = yield from self.append_child_messages(child_key, [_message(msg)])
+        return added == 1
+
+    def merge_child(self, child_key: str, summary: str, author: str | None = None) -> Op[int]:
+        child_key, parent, agent, keys = self._child_keys(child_key)
+        if not isinstance(summary, str):
+            raise InvalidArgument("summary", f"must be a str, not {type(summary).__name__}")
+        if author is not None and not isinstance(author, str):
+            raise InvalidArgument("author", f"must be a str, not {type(author).__name__}")
+        msg = Message(role=MessageRole.ASSISTANT, content=summary, author=author or agent)
+        digest, body = codec.message_args([msg], "summary")
+        event, payload = new_event(
+            LifecycleEventType.MERGE, parent, child_key=child_key, agent_name=agent
+        )
+        args = [
+            *self._ttl_args(), self.max_history_turns, parent, _token(),
+            "summary" if summary else "history", digest, body, self.channel, payload,
+        ]  # fmt: skip
+        ctx = Ctx(child_key, keys, child=True, parent=parent)
+        reply = check((yield ScriptCall("merge_child", keys, args)), ctx)
+        yield Emit(event)
+        return int(reply[2])
+
+    def discard_child(self, child_key: str) -> Op[None]:
+        child_key, parent, agent, keys = self._child_keys(child_key)
+        event, payload = new_event(
+            LifecycleEventType.DISCARD, parent, child_key=child_key, agent_name=agent
+        )
+        keys = [keys[0], keys[1], keys[2], keys[6]]
+        args = (parent, child_key, _token(), max(self.grace_ms, 60_000), self.channel, payload)
+        check((yield ScriptCall("discard_child", keys, args)), Ctx(child_key, keys, child=True))
+        yield Emit(event)
+
+    def get_child(self, child_key: str) -> Op[ChildSession]:
+        child_key, _, _, keys = self._child_keys(child_key)
+        keys = keys[:2]
+        reply = check((yield ScriptCall("get_child", keys, ())), Ctx(child_key, keys, child=True))
+        return codec.decode_child(child_key, reply[1], reply[2])
+
+    def children_of(self, parent_key: str) -> Op[list[ChildSession]]:
+        parent_key = check_key(parent_key, "parent_key")
+        kids = self.schema.session(parent_key).kids
+        (members,) = yield Commands([("ZRANGE", kids, 0, -1)])
+        children = [codec.decode_key(m) for m in members]
+        if not children:
+            return []
+        names: list[ChildKeys] = [self.schema.child(c) for c in children]
+        commands: list[tuple[Any, ...]] = []
+        for ck in names:
+            commands += (("HGETALL", ck.meta), ("LRANGE", ck.msgs, 0, -1))
+        replies = yield Commands(commands, transaction=True)
+        out = []
+        for i, child in enumerate(children):
+            meta, items = replies[2 * i], replies[2 * i + 1]
+            if meta and b"discarded" not in meta:
+                flat = [x for pair in meta.items() for x in pair]
+                out.append(codec.decode_child(child, flat, items))
         return out
 
     # -- salts, checksums, secrets ---------------------------------------------------------

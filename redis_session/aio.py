@@ -9,16 +9,17 @@ from typing import Any, TypeVar
 
 import redis.asyncio
 
-from . import _url
-from ._core import DEFAULT_EXPIRED_GRACE, Core, Op, Request, ScriptCall
-from .models import Message, Session, SessionSummary
-from .protocols import AsyncStore, docs_from
+from . import _url, events
+from ._core import DEFAULT_EXPIRED_GRACE, Core, Emit, Op, Request, ScriptCall
+from .events import AsyncEventListener, LifecycleHook
+from .models import ChildSession, ChildSessionConfig, Message, Session, SessionSummary
+from .protocols import AsyncChildSessionStore, AsyncStore, docs_from
 from .scripts import SCRIPT_NAMES, script_source
 
 T = TypeVar("T")
 
 
-@docs_from(AsyncStore)
+@docs_from(AsyncStore, AsyncChildSessionStore)
 class AsyncRedisStore:
     """Sessions in Redis shared by many workers (asyncio flavour); one Lua script per write.
 
@@ -26,7 +27,9 @@ class AsyncRedisStore:
     wraps it and exposes it as :attr:`client`. Options: ``prefix`` for every key name,
     ``ttl`` (seconds or timedelta; None = never expire) refreshed on every write,
     ``max_history_turns`` (0 = keep all), ``expired_grace`` (how long after expiry ``get`` still
-    says ``SessionExpired`` rather than ``SessionNotFound``).
+    says ``SessionExpired`` rather than ``SessionNotFound``), ``lifecycle_hook`` (called with
+    each lifecycle event after the change; in the asyncio flavour it may be a coroutine
+    function), ``publish_events`` (False: publish nothing on ``events_channel``).
     """
 
     def __init__(
@@ -37,10 +40,17 @@ class AsyncRedisStore:
         ttl: float | timedelta | None = None,
         max_history_turns: int = 0,
         expired_grace: float | timedelta = DEFAULT_EXPIRED_GRACE,
+        lifecycle_hook: LifecycleHook | None = None,
+        publish_events: bool = True,
     ) -> None:
         self._core = Core(
-            prefix=prefix, ttl=ttl, max_history_turns=max_history_turns, expired_grace=expired_grace
+            prefix=prefix,
+            ttl=ttl,
+            max_history_turns=max_history_turns,
+            expired_grace=expired_grace,
+            publish_events=publish_events,
         )
+        self.set_lifecycle_hook(lifecycle_hook)
         _url.check_client(client)
         self._client = client
         self._scripts = {n: client.register_script(script_source(n)) for n in SCRIPT_NAMES}
@@ -72,14 +82,37 @@ class AsyncRedisStore:
         """How many messages a session keeps (the newest); 0 = all."""
         return self._core.max_history_turns
 
+    @property
+    def events_channel(self) -> str:
+        """The pub/sub channel lifecycle events are published on."""
+        return self._core.schema.events_channel
+
+    def set_lifecycle_hook(self, hook: LifecycleHook | None) -> None:
+        """Replace the in-process lifecycle hook (None: no hook)."""
+        if hook is not None and not callable(hook):
+            raise ValueError("lifecycle_hook: must be callable or None")
+        self._hook = hook
+
+    async def listen(self) -> AsyncEventListener:
+        """A listener of this store's lifecycle events, subscribed before it is returned.
+
+        Iterate it (``async for``) or ``await listener.get(timeout)``; close it with
+        ``aclose()``. It resubscribes after a dropped connection; pub/sub is at-most-once, so
+        events published during the gap are missed.
+        """
+        return await AsyncEventListener(self._client, self.events_channel).start()
+
     async def _execute(self, request: Request) -> Any:
         if isinstance(request, ScriptCall):
             script = self._scripts[request.name]
             return await script(keys=list(request.keys), args=list(request.args))
+        if isinstance(request, Emit):
+            pending = events.call_hook(self._hook, request.event)
+            return await events.finish_hook(pending, request.event)
         client: Any = self._client  # redis-py leaves execute_command untyped
-        if len(request.commands) == 1:
+        if len(request.commands) == 1 and not request.transaction:
             return [await client.execute_command(*request.commands[0])]
-        pipe = client.pipeline(transaction=False)
+        pipe = client.pipeline(transaction=request.transaction)
         for command in request.commands:
             pipe.execute_command(*command)
         return await pipe.execute()
@@ -132,6 +165,35 @@ class AsyncRedisStore:
         self, limit: int | None = None, offset: int = 0
     ) -> list[SessionSummary]:
         return await self._run(self._core.list_sessions(limit, offset))
+
+    async def fork_child(
+        self, parent_key: str, agent_name: str, config: ChildSessionConfig | None = None
+    ) -> ChildSession:
+        return await self._run(self._core.fork_child(parent_key, agent_name, config))
+
+    async def append_child_message(self, child_key: str, msg: Message) -> bool:
+        return await self._run(self._core.append_child_message(child_key, msg))
+
+    async def append_child_messages(self, child_key: str, messages: Sequence[Message]) -> int:
+        """Append several messages to the child in one round trip and one atomic step, as
+        ``append_child_message`` does one. Returns how many were new.
+        """
+        return await self._run(self._core.append_child_messages(child_key, messages))
+
+    async def merge_child(self, child_key: str, summary: str) -> int:
+        return await self._run(self._core.merge_child(child_key, summary))
+
+    async def merge_child_as_author(self, child_key: str, summary: str, author: str) -> int:
+        return await self._run(self._core.merge_child(child_key, summary, author))
+
+    async def discard_child(self, child_key: str) -> None:
+        return await self._run(self._core.discard_child(child_key))
+
+    async def get_child(self, child_key: str) -> ChildSession:
+        return await self._run(self._core.get_child(child_key))
+
+    async def children_of(self, parent_key: str) -> list[ChildSession]:
+        return await self._run(self._core.children_of(parent_key))
 
     async def get_salt(self, name: str) -> bytes:
         return await self._run(self._core.get_salt(name))

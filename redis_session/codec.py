@@ -19,7 +19,7 @@ import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from .errors import CorruptData, InvalidArgument
-from .models import Message, Session, SessionSummary
+from .models import ChildSession, ChildSessionConfig, Message, Session, SessionSummary
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 SCALAR_FIELDS = ("agent_id", "channel_type", "channel_id", "model")
@@ -163,3 +163,42 @@ def decode_summary(key: str, created: bytes | None, updated: bytes | None) -> Se
 def decode_key(raw: bytes) -> str:
     """An index member back into the session key it is."""
     return _text(raw.decode("utf-8", "replace"), raw, "an index member")
+
+
+_CONFIG = TypeAdapter(ChildSessionConfig)
+
+
+def encode_config(config: ChildSessionConfig) -> bytes:
+    """A child's config as stored in its hash."""
+    return _CONFIG.dump_json(config)
+
+
+def child_message_args(messages: Sequence[Message], argument: str) -> list[bytes]:
+    """Digest/element pairs for a child script: a child's list element is digest + JSON."""
+    out = message_args(messages, argument)
+    for i in range(0, len(out), 2):
+        out[i + 1] = out[i] + out[i + 1]
+    return out
+
+
+def decode_child(key: str, meta: Sequence[bytes], items: Sequence[bytes]) -> ChildSession:
+    """A child session from its hash (flat field/value list) and its stored elements."""
+    fields: dict[str, bytes] = {}
+    for i in range(0, len(meta) - 1, 2):
+        fields[_text(key, meta[i], "a child field name")] = meta[i + 1]
+    if fields.get("v") != SCHEMA_VERSION:
+        raise CorruptData(key, f"unknown child schema version {fields.get('v')!r}")
+    try:
+        config = _CONFIG.validate_json(fields.get("config", b""))
+    except ValidationError as exc:
+        raise CorruptData(key, f"child config: {_brief(exc)}") from None
+    merged = fields.get("merged_at")
+    return ChildSession.model_construct(
+        key=key,
+        parent_key=_text(key, fields.get("parent", b""), "parent"),
+        agent_name=_text(key, fields.get("agent", b""), "agent"),
+        history=decode_messages(key, [bytes(item[8:]) for item in items]),
+        config=config,
+        created_at=to_datetime(_micros(key, fields.get("created_at"), "created_at")),
+        merged_at=None if merged is None else to_datetime(_micros(key, merged, "merged_at")),
+    )

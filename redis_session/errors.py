@@ -12,6 +12,7 @@ Subclasses also inherit the builtin a caller would reach for::
     ├── ChildAlreadyMerged                   key
     ├── StaleCompaction                      key
     ├── MigrationConflict                    (another secret migration or write interleaved)
+    ├── ConcurrentChange                     key           (gave up after repeated interference)
     ├── InvalidArgument (ValueError)         argument
     └── CorruptData                          key           (foreign or damaged data in Redis)
 
@@ -88,6 +89,14 @@ class ItemNotFound(SessionError, LookupError):
 
 class MigrationConflict(SessionError):
     """A secret migration could not apply: another migration or a secret write interleaved."""
+
+
+class ConcurrentChange(SessionError):
+    """An operation gave up after other workers kept changing what it reads (``key``)."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        self.key = key
+        super().__init__(f"session {key!r}: {problem}")
 
 
 class InvalidArgument(SessionError, ValueError):

@@ -6,6 +6,13 @@ A session key is any non-empty string. Its keys in Redis look like::
     <prefix>msgs:{<root>}<rest>     list: one JSON message per element, in append order
     <prefix>ids:{<root>}<rest>      hash: digests of every message id appended (idempotency),
                                     and the expiry marker (it outlives the data by a grace period)
+    <prefix>kids:{<root>}<rest>     zset: the session's child keys, scored by fork order
+
+and a child session (its key made by ``ChildSession.new``) has its own namespace::
+
+    <prefix>child:{<root>}<rest>    hash: parent, agent, config, timestamps, merge/discard marks
+    <prefix>cmsgs:{<root>}<rest>    list: 8-byte id digest + JSON per message
+    <prefix>cids:{<root>}<rest>     hash: id digests (idempotency of child appends)
 
 ``root`` is the part of the key before its first ``":child:"`` (the whole key when there is
 none) and ``rest`` what follows. A child key is ``<parent>:child:<agent>:<ns>``, so its root is
@@ -41,6 +48,18 @@ def check_key(key: object, argument: str = "key") -> str:
     return key
 
 
+def parent_of(child_key: str) -> tuple[str, str] | None:
+    """``(parent_key, agent_name)`` of a key made by ``ChildSession.new``, else None.
+
+    Agent names hold no ``:``, so the key splits from the right without ambiguity.
+    """
+    head, _, rest = child_key.rpartition(CHILD_MARKER)
+    agent, sep, ns = rest.partition(":")
+    if not head or not sep or not agent or not ns.isdigit():
+        return None
+    return head, agent
+
+
 def _escape(text: str) -> str:
     return text.translate(_ESCAPES)
 
@@ -54,6 +73,16 @@ def hash_tag(key: str) -> str:
 @dataclass(frozen=True, slots=True)
 class SessionKeys:
     """The Redis key names of one session (or child session)."""
+
+    meta: str
+    msgs: str
+    ids: str
+    kids: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChildKeys:
+    """The Redis key names of one child session."""
 
     meta: str
     msgs: str
@@ -80,7 +109,16 @@ class KeySchema:
         """The key names of session ``key``."""
         body = self._body(key)
         p = self.prefix
-        return SessionKeys(meta=f"{p}meta:{body}", msgs=f"{p}msgs:{body}", ids=f"{p}ids:{body}")
+        return SessionKeys(
+            meta=f"{p}meta:{body}", msgs=f"{p}msgs:{body}", ids=f"{p}ids:{body}",
+            kids=f"{p}kids:{body}",
+        )  # fmt: skip
+
+    def child(self, key: str) -> ChildKeys:
+        """The key names of child session ``key`` (in its parent's slot)."""
+        body = self._body(key)
+        p = self.prefix
+        return ChildKeys(meta=f"{p}child:{body}", msgs=f"{p}cmsgs:{body}", ids=f"{p}cids:{body}")
 
     def index_of(self, key: str) -> str:
         """The sorted set that lists session ``key``, scored by ``updated_at`` (ms).

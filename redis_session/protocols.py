@@ -9,22 +9,26 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from .models import Message, Session, SessionSummary
+from .models import ChildSession, ChildSessionConfig, Message, Session, SessionSummary
 
 C = TypeVar("C", bound=type)
 
 
-def docs_from(source: type) -> Callable[[C], C]:
-    """Class decorator: give every undocumented method of the class ``source``'s docstring."""
+def docs_from(*sources: type) -> Callable[[C], C]:
+    """Class decorator: give every undocumented method the docstring of the same method in the
+    first of ``sources`` that has one.
+    """
 
     def apply(cls: C) -> C:
         for name, member in vars(cls).items():
             func: Any = getattr(member, "__func__", member)
             if not callable(func) or func.__doc__:
                 continue
-            doc = getattr(getattr(source, name, None), "__doc__", None)
-            if doc:
-                func.__doc__ = doc
+            for source in sources:
+                doc = getattr(getattr(source, name, None), "__doc__", None)
+                if doc:
+                    func.__doc__ = doc
+                    break
         return cls
 
     return apply
@@ -239,4 +243,94 @@ class AsyncStore(Protocol):
     async def close(self) -> None: ...
 
 
+@runtime_checkable
+class ChildSessionStore(Protocol):
+    """Child sessions ("read parent, write child"), blocking flavour.
+
+    A sub-agent works in a child whose history does not touch the parent until it is merged.
+    On the Redis stores children are persisted (any worker can continue them), live in their
+    parent's cluster slot, share its TTL and go away with ``delete(parent)``.
+    """
+
+    def fork_child(
+        self, parent_key: str, agent_name: str, config: ChildSessionConfig | None = None
+    ) -> ChildSession:
+        """Create a child of ``parent_key`` for ``agent_name`` (non-empty, no ``:``), copying
+        the parent's last ``config.inherit_history`` messages, in one atomic step. Its key is
+        ``"<parent_key>:child:<agent_name>:<unix ns>"``. Emits ``fork``.
+
+        Raises:
+            SessionNotFound, SessionExpired: the parent is not a live session.
+        """
+        ...
+
+    def append_child_message(self, child_key: str, msg: Message) -> bool:
+        """Append to the child only, keeping its newest ``config.max_messages`` (when > 0).
+
+        Idempotent by ``msg.id`` like ``append_message``; returns False when the id was there.
+
+        Raises:
+            ChildNotFound: no such child (never forked, discarded, expired).
+            ChildAlreadyMerged: the child was merged; it takes no more messages.
+        """
+        ...
+
+    def merge_child(self, child_key: str, summary: str) -> int:
+        """Fold the child into its parent in one atomic step and mark it merged.
+
+        A non-empty ``summary`` becomes one ``assistant`` message authored by the child's agent;
+        an empty one appends the child's own messages in order (not those it inherited at fork,
+        nor any the parent already holds). The parent shows all or nothing. Two workers merging
+        one child: exactly one succeeds; a call retried by redis-py after a lost reply finds its
+        own merge and succeeds once. Emits ``merge``. Returns the messages added to the parent.
+
+        Raises:
+            ChildNotFound: no such child (also when it was discarded).
+            ChildAlreadyMerged: another call merged it first.
+            SessionNotFound, SessionExpired: the parent is gone.
+        """
+        ...
+
+    def merge_child_as_author(self, child_key: str, summary: str, author: str) -> int:
+        """As :meth:`merge_child`, the summary message authored by ``author``."""
+        ...
+
+    def discard_child(self, child_key: str) -> None:
+        """Remove the child without touching the parent. Emits ``discard``.
+
+        Raises:
+            ChildNotFound: no such child.
+            ChildAlreadyMerged: it was merged (a merge racing a discard: one wins).
+        """
+        ...
+
+    def get_child(self, child_key: str) -> ChildSession:
+        """The child with its history; merged children too, with ``merged_at``.
+
+        Raises:
+            ChildNotFound: never forked, discarded, expired or deleted with its parent.
+        """
+        ...
+
+    def children_of(self, parent_key: str) -> list[ChildSession]:
+        """The parent's children in fork order, merged ones included, discarded ones absent."""
+        ...
+
+
+@runtime_checkable
+class AsyncChildSessionStore(Protocol):
+    """:class:`ChildSessionStore` with awaitable methods (asyncio flavour)."""
+
+    async def fork_child(
+        self, parent_key: str, agent_name: str, config: ChildSessionConfig | None = None
+    ) -> ChildSession: ...
+    async def append_child_message(self, child_key: str, msg: Message) -> bool: ...
+    async def merge_child(self, child_key: str, summary: str) -> int: ...
+    async def merge_child_as_author(self, child_key: str, summary: str, author: str) -> int: ...
+    async def discard_child(self, child_key: str) -> None: ...
+    async def get_child(self, child_key: str) -> ChildSession: ...
+    async def children_of(self, parent_key: str) -> list[ChildSession]: ...
+
+
 docs_from(Store)(AsyncStore)
+docs_from(ChildSessionStore)(AsyncChildSessionStore)

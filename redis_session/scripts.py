@@ -13,13 +13,18 @@ from pathlib import Path
 PRELUDE = "_prelude"
 
 SCRIPT_NAMES: tuple[str, ...] = (
+    "append_child_message",
     "append_message",
     "compact_messages",
     "create",
     "delete",
+    "discard_child",
+    "fork_child",
     "get",
+    "get_child",
     "get_history",
     "list_sessions",
+    "merge_child",
     "migrate_secrets",
     "set_checksum",
     "set_secret",

@@ -35,6 +35,7 @@ class Status(IntEnum):
     CONFLICT = 7
     MISSING = 8
     WRONG_TYPE = 9
+    PARENT_GONE = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,7 @@ class Ctx:
     name: str = ""
     index: int = -1
     expect_id: str = ""
+    parent: str = ""
 
 
 def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
@@ -70,6 +72,10 @@ def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
             raise MigrationConflict("another secret migration or a secret write came first")
         case Status.MISSING:
             raise ItemNotFound(ctx.kind, ctx.name)
+        case Status.PARENT_GONE:
+            if reply[1] == Status.EXPIRED:
+                raise SessionExpired(ctx.parent)
+            raise SessionNotFound(ctx.parent)
         case Status.WRONG_TYPE:
             where = ctx.keys[int(reply[1]) - 1]
             raise CorruptData(ctx.key or ctx.name, f"Redis key {where!r} holds a foreign type")

@@ -10,16 +10,17 @@ from typing import Any, TypeVar
 
 import redis
 
-from . import _url
-from ._core import DEFAULT_EXPIRED_GRACE, Core, Op, Request, ScriptCall
-from .models import Message, Session, SessionSummary
-from .protocols import Store, docs_from
+from . import _url, events
+from ._core import DEFAULT_EXPIRED_GRACE, Core, Emit, Op, Request, ScriptCall
+from .events import EventListener, LifecycleHook
+from .models import ChildSession, ChildSessionConfig, Message, Session, SessionSummary
+from .protocols import ChildSessionStore, Store, docs_from
 from .scripts import SCRIPT_NAMES, script_source
 
 T = TypeVar("T")
 
 
-@docs_from(Store)
+@docs_from(Store, ChildSessionStore)
 class RedisStore:
     """Sessions in Redis shared by many workers (blocking flavour); one Lua script per write.
 
@@ -27,7 +28,9 @@ class RedisStore:
     wraps it and exposes it as :attr:`client`. Options: ``prefix`` for every key name,
     ``ttl`` (seconds or timedelta; None = never expire) refreshed on every write,
     ``max_history_turns`` (0 = keep all), ``expired_grace`` (how long after expiry ``get`` still
-    says ``SessionExpired`` rather than ``SessionNotFound``).
+    says ``SessionExpired`` rather than ``SessionNotFound``), ``lifecycle_hook`` (called with
+    each lifecycle event after the change; in the blocking flavour it may be a coroutine
+    function), ``publish_events`` (False: publish nothing on ``events_channel``).
     """
 
     def __init__(
@@ -38,10 +41,17 @@ class RedisStore:
         ttl: float | timedelta | None = None,
         max_history_turns: int = 0,
         expired_grace: float | timedelta = DEFAULT_EXPIRED_GRACE,
+        lifecycle_hook: LifecycleHook | None = None,
+        publish_events: bool = True,
     ) -> None:
         self._core = Core(
-            prefix=prefix, ttl=ttl, max_history_turns=max_history_turns, expired_grace=expired_grace
+            prefix=prefix,
+            ttl=ttl,
+            max_history_turns=max_history_turns,
+            expired_grace=expired_grace,
+            publish_events=publish_events,
         )
+        self.set_lifecycle_hook(lifecycle_hook)
         _url.check_client(client)
         self._client = client
         self._scripts = {n: client.register_script(script_source(n)) for n in SCRIPT_NAMES}
@@ -73,14 +83,37 @@ class RedisStore:
         """How many messages a session keeps (the newest); 0 = all."""
         return self._core.max_history_turns
 
+    @property
+    def events_channel(self) -> str:
+        """The pub/sub channel lifecycle events are published on."""
+        return self._core.schema.events_channel
+
+    def set_lifecycle_hook(self, hook: LifecycleHook | None) -> None:
+        """Replace the in-process lifecycle hook (None: no hook)."""
+        if hook is not None and not callable(hook):
+            raise ValueError("lifecycle_hook: must be callable or None")
+        self._hook = hook
+
+    def listen(self) -> EventListener:
+        """A listener of this store's lifecycle events, subscribed before it is returned.
+
+        Iterate it (``for``) or ``listener.get(timeout)``; close it with
+        ``close()``. It resubscribes after a dropped connection; pub/sub is at-most-once, so
+        events published during the gap are missed.
+        """
+        return EventListener(self._client, self.events_channel).start()
+
     def _execute(self, request: Request) -> Any:
         if isinstance(request, ScriptCall):
             script = self._scripts[request.name]
             return script(keys=list(request.keys), args=list(request.args))
+        if isinstance(request, Emit):
+            pending = events.call_hook(self._hook, request.event)
+            return events.finish_hook_sync(pending, request.event)
         client: Any = self._client  # redis-py leaves execute_command untyped
-        if len(request.commands) == 1:
+        if len(request.commands) == 1 and not request.transaction:
             return [client.execute_command(*request.commands[0])]
-        pipe = client.pipeline(transaction=False)
+        pipe = client.pipeline(transaction=request.transaction)
         for command in request.commands:
             pipe.execute_command(*command)
         return pipe.execute()
@@ -131,6 +164,35 @@ class RedisStore:
 
     def list_sessions(self, limit: int | None = None, offset: int = 0) -> list[SessionSummary]:
         return self._run(self._core.list_sessions(limit, offset))
+
+    def fork_child(
+        self, parent_key: str, agent_name: str, config: ChildSessionConfig | None = None
+    ) -> ChildSession:
+        return self._run(self._core.fork_child(parent_key, agent_name, config))
+
+    def append_child_message(self, child_key: str, msg: Message) -> bool:
+        return self._run(self._core.append_child_message(child_key, msg))
+
+    def append_child_messages(self, child_key: str, messages: Sequence[Message]) -> int:
+        """Append several messages to the child in one round trip and one atomic step, as
+        ``append_child_message`` does one. Returns how many were new.
+        """
+        return self._run(self._core.append_child_messages(child_key, messages))
+
+    def merge_child(self, child_key: str, summary: str) -> int:
+        return self._run(self._core.merge_child(child_key, summary))
+
+    def merge_child_as_author(self, child_key: str, summary: str, author: str) -> int:
+        return self._run(self._core.merge_child(child_key, summary, author))
+
+    def discard_child(self, child_key: str) -> None:
+        return self._run(self._core.discard_child(child_key))
+
+    def get_child(self, child_key: str) -> ChildSession:
+        return self._run(self._core.get_child(child_key))
+
+    def children_of(self, parent_key: str) -> list[ChildSession]:
+        return self._run(self._core.children_of(parent_key))
 
     def get_salt(self, name: str) -> bytes:
         return self._run(self._core.get_salt(name))

@@ -16,6 +16,9 @@ SOURCE = ROOT / "redis_session" / "aio.py"
 TARGET = ROOT / "redis_session" / "store.py"
 
 RULES: list[tuple[str, str]] = [
+    (r"\bawait events\.finish_hook\(", "events.finish_hook_sync("),
+    (r"\bAsyncEventListener\b", "EventListener"),
+    (r"\bAsyncChildSessionStore\b", "ChildSessionStore"),
     (r"\bAsyncRedisStore\b", "RedisStore"),
     (r"\bAsyncStore\b", "Store"),
     (r"\basync def\b", "def"),
@@ -23,7 +26,8 @@ RULES: list[tuple[str, str]] = [
     (r"\bredis\.asyncio\.(Redis|RedisCluster)\b", r"redis.\1"),
     (r"^import redis\.asyncio$", "import redis"),
     (r"\b_url\.async_client\b", "_url.sync_client"),
-    (r"\.aclose\(\)", ".close()"),
+    (r"\baclose\(\)", "close()"),
+    (r"``async for``", "``for``"),
     (r"__aenter__", "__enter__"),
     (r"__aexit__", "__exit__"),
     (r"asyncio flavour", "blocking flavour"),

@@ -89,8 +89,8 @@ def test_a_retried_compaction_script_changes_nothing(backend: Backend) -> None:
     keys = [k.meta, k.msgs, k.ids, KeySchema(backend.prefix).index_of("c")]
     summary = message_args([Message(role="system", content="S")], "s")
     compact = _script(backend, "compact_messages")
-    assert compact(keys=keys, args=[0, 0, "c", 1, *summary, b""]) == [0, 2]
-    assert compact(keys=keys, args=[0, 0, "c", 1, *summary, b""]) == [0, 0]
+    assert compact(keys=keys, args=[0, 0, "c", 1, *summary, b"", "", ""]) == [0, 2]
+    assert compact(keys=keys, args=[0, 0, "c", 1, *summary, b"", "", ""]) == [0, 0]
     assert [m.content for m in store.get_history("c")] == ["S", "2", "3"]
 
 
