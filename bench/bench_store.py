@@ -455,7 +455,15 @@ class Bench:
         def orjson_get(_: int) -> object:
             return [loads(x) for x in items_1k]
 
-        g = {n: Timings(n) for n in ("store", "floor", "lrange", "script", "decode", "orjson")}
+        sk_1k = self.schema.session(key_1k)
+
+        def multi_get(_: int) -> object:
+            pipe = raw.pipeline(transaction=True)
+            pipe.exists(sk_1k.meta).hgetall(sk_1k.meta).lrange(sk_1k.msgs, 0, -1)
+            return pipe.execute()
+
+        names = ("store", "floor", "lrange", "script", "decode", "orjson", "multi")
+        g = {n: Timings(n) for n in names}
         run_interleaved(
             self.get_rounds,
             [
@@ -465,6 +473,7 @@ class Bench:
                 (script_get, g["script"]),
                 (decode_get, g["decode"]),
                 (orjson_get, g["orjson"]),
+                (multi_get, g["multi"]),
             ],
             warmup=GET_WARMUP,
         )
@@ -487,6 +496,7 @@ class Bench:
                     "-> rest (store - script - decode)": g["store"].median
                     - g["script"].median
                     - g["decode"].median,
+                    "alternative read, no Lua: MULTI EXISTS+HGETALL+LRANGE": g["multi"].median,
                 },
             )
         )
@@ -496,7 +506,8 @@ class Bench:
         for size, key, msgs in ((10_000, key_10k, msgs_10k), (1_000, key_1k, msgs_1k)):
             req = _first_request(self.core.get_history(key, 20))
             script = self.client.register_script(script_source(req.name))
-            h = {n: Timings(f"{n}@{size}") for n in ("store", "floor", "script", "decode")}
+            parts = ("store", "floor", "script", "decode", "multi")
+            h = {n: Timings(f"{n}@{size}") for n in parts}
             hist[size] = h
             ops += _history_ops(store, raw, script, req, key, msgs, h)
             assert len(store.get_history(key, last=20)) == 20
@@ -524,6 +535,9 @@ class Bench:
                         "-> rest (store - script - decode)": h["store"].median
                         - h["script"].median
                         - h["decode"].median,
+                        "alternative read, no Lua: MULTI EXISTS+LRANGE (no parse)": h[
+                            "multi"
+                        ].median,
                     },
                 )
             )
@@ -633,6 +647,14 @@ class Bench:
             store_calls = after[0] - before[0]
             store_usec = (after[1] - before[1]) / max(1, store_calls)
 
+            big = self.sessions[10_000]
+            big_len = int(raw.llen(self.schema.session(big).msgs))
+            before = _evalsha_stats(raw)
+            for msg in build_messages(self.rng, n):
+                store.append_message(big, msg)
+            after = _evalsha_stats(raw)
+            big_usec = (after[1] - before[1]) / max(1, after[0] - before[0])
+
             fkeys = self.floor_keys("round-trips")
             self.prefill_floor(fkeys, [])
             script = client.register_script(FLOOR_LUA)
@@ -652,6 +674,8 @@ class Bench:
             "async_client_writes_per_append": async_writes / n,
             "server_evalsha_calls_per_append": store_calls / n,
             "server_usec_per_store_append_script": store_usec,
+            "server_usec_per_store_append_script_big": big_usec,
+            "big_session_length": big_len,
             "server_usec_per_floor_script": floor_usec,
             "server_evalsha_calls_per_floor_call": floor_calls / n,
         }
@@ -703,16 +727,17 @@ class Bench:
 
     def profile(self, n: int = 2000) -> str:
         """cProfile of sync appends, get(1k) and get_history(last=20): top functions."""
-        key = "profile"
+        key, key_1k = "profile", "profile-1k"
         self.prefill(key, 0)
+        self.prefill(key_1k, 1_000)  # the sync sessions grew during the append phase
         messages = build_messages(self.rng, n)
-        key_1k, key_10k = self.sessions[1_000], self.sessions[10_000]
+        key_10k = self.sessions[10_000]
         out = io.StringIO()
         for title, run in (
             ("append_message sync", lambda: [self.store.append_message(key, m) for m in messages]),
             ("get (1,000 msgs)", lambda: [self.store.get(key_1k) for _ in range(n // 10)]),
             (
-                "get_history(last=20) @10,000",
+                "get_history(last=20) @10,000+",
                 lambda: [self.store.get_history(key_10k, last=20) for _ in range(n)],
             ),
         ):
@@ -776,11 +801,19 @@ def _history_ops(
     def decode_op(_: int) -> object:
         return codec.decode_messages(key, items)
 
+    meta = req.keys[0]
+
+    def multi_op(_: int) -> object:
+        pipe = raw.pipeline(transaction=True)
+        pipe.exists(meta).lrange(msgs, -20, -1)
+        return pipe.execute()
+
     return [
         (store_op, h["store"]),
         (floor_op, h["floor"]),
         (script_op, h["script"]),
         (decode_op, h["decode"]),
+        (multi_op, h["multi"]),
     ]
 
 
@@ -916,7 +949,9 @@ def report(bench: Bench, profile_text: str) -> bool:
     )
     print(
         f"server time per script call (commandstats usec/calls): store append script "
-        f"{rt['server_usec_per_store_append_script']:.1f} us, 6-command floor script "
+        f"{rt['server_usec_per_store_append_script']:.1f} us on a new session, "
+        f"{rt['server_usec_per_store_append_script_big']:.1f} us on one of "
+        f"{rt['big_session_length']:,} messages; 6-command floor script "
         f"{rt['server_usec_per_floor_script']:.1f} us"
     )
     print(

@@ -6,9 +6,19 @@ session (and of its child sessions) live in one cluster slot. Start with :class:
 """
 
 from .aio import AsyncRedisStore
+from .children import InMemoryChildStore
+from .context import (
+    run_context_from_context,
+    session_key_from_context,
+    turn_id_from_context,
+    with_run_context,
+    with_session_key,
+    with_turn_id,
+)
 from .errors import (
     ChildAlreadyMerged,
     ChildNotFound,
+    ConcurrentChange,
     CorruptData,
     DuplicateSession,
     InvalidArgument,
@@ -19,6 +29,7 @@ from .errors import (
     SessionNotFound,
     StaleCompaction,
 )
+from .events import AsyncEventListener, EventListener, LifecycleHook
 from .models import (
     ChildSession,
     ChildSessionConfig,
@@ -31,21 +42,28 @@ from .models import (
     SessionSummary,
     ToolCall,
 )
-from .protocols import AsyncStore, Store
+from .protocols import AsyncChildSessionStore, AsyncStore, ChildSessionStore, Store
 from .store import RedisStore
 
 __all__ = [
+    "AsyncChildSessionStore",
+    "AsyncEventListener",
     "AsyncRedisStore",
     "AsyncStore",
     "ChildAlreadyMerged",
     "ChildNotFound",
     "ChildSession",
     "ChildSessionConfig",
+    "ChildSessionStore",
+    "ConcurrentChange",
     "CorruptData",
     "DuplicateSession",
+    "EventListener",
+    "InMemoryChildStore",
     "InvalidArgument",
     "ItemNotFound",
     "LifecycleEventType",
+    "LifecycleHook",
     "Message",
     "MessageRole",
     "MigrationConflict",
@@ -60,5 +78,11 @@ __all__ = [
     "StaleCompaction",
     "Store",
     "ToolCall",
+    "run_context_from_context",
+    "session_key_from_context",
+    "turn_id_from_context",
+    "with_run_context",
+    "with_session_key",
+    "with_turn_id",
 ]
 __version__ = "0.1.0"
