@@ -9,6 +9,8 @@ Cases
   floors      (1a) one RPUSH of a message's JSON, (1b) EVALSHA of a raw 6-command Lua script
               (RPUSH, LTRIM, PEXPIRE, PEXPIRE, HSET updated_at, ZADD; keys in one hash tag)
   append      RedisStore.append_message vs floor 1b, at 0 / 1,000 / 10,000 stored messages
+              (each case spreads its rounds over a pool of identical pre-filled sessions, so
+              that none grows by more than 20% -- or 50 messages for the empty ones)
   async       AsyncRedisStore.append_message vs the same script through redis.asyncio
   get         get() of a 1,000-message session vs LRANGE 0 -1 + orjson.loads per item
   history     get_history(last=20) at 10,000 and 1,000 messages vs LRANGE -20 -1 + orjson.loads
@@ -23,10 +25,13 @@ serialization, digest) and the decoding of a read's reply without I/O.
 
 The store runs with a TTL and ``max_history_turns`` (large enough never to trim) so that its
 script does the same work as the floor: append, LTRIM, PEXPIRE, updated_at, index ZADD.
-All keys live under ``bench:<uuid8>:`` and are deleted at the end (SCAN + DEL).
+All keys live under ``bench:<uuid8>:`` and are deleted at the end (SCAN + DEL); the run
+holds up to ~130 MB in Redis meanwhile (the pre-filled session pools).
 
     .venv/bin/python bench/bench_store.py [--url redis://127.0.0.1:6379/0] [--rounds N]
-                                          [--json out.json] [--profile] [--check]
+        [--get-rounds N] [--json out.json] [--profile] [--gc freeze|on|off] [--check]
+
+The default of 3,000 rounds takes 30-40 s on a 2-core VM (of which ~14 s for get).
 """
 
 from __future__ import annotations
@@ -304,7 +309,8 @@ class AppendCase:
     """One session the store appends to, the floor keys of the same size and prebuilt inputs."""
 
     size: int
-    key: str
+    pool: list[str]  # sessions pre-filled to ``size``; each takes a few rounds' appends
+    targets: list[str]  # the session of round i
     floor_keys: list[str]
     messages: list[Message]  # one new Message per store call
     floor_args: list[list[bytes | int]]  # the floor's ARGV (pre-serialized JSON)
@@ -365,10 +371,13 @@ class Bench:
             key.encode(),
         ]
 
-    def prefill(self, key: str, size: int) -> list[Message]:
+    def prefill(
+        self, key: str, size: int, messages: Sequence[Message] | None = None
+    ) -> Sequence[Message]:
         """Create session ``key`` and append ``size`` messages in batches of 500."""
         self.store.create(Session(key=key, agent_id="bench", model="bench-model"))
-        messages = build_messages(self.rng, size)
+        if messages is None:
+            messages = build_messages(self.rng, size)
         for i in range(0, size, PREFILL_BATCH):
             self.store.append_messages(key, messages[i : i + PREFILL_BATCH])
         return messages
@@ -381,22 +390,36 @@ class Bench:
             raw.rpush(keys[0], *(m.model_dump_json().encode() for m in batch))
 
     def append_case(self, flavour: str, size: int) -> AppendCase:
-        key = f"{flavour}-append-{size}"
-        stored = self.prefill(key, size)
+        """Sessions of ``size`` messages for one append case, and its prebuilt inputs.
+
+        Each round appends twice (the store's call and the bare script), so a session would
+        grow by thousands over the run. Rounds are spread over a pool of identical sessions so
+        that none grows by more than :func:`growth_cap` (the script's cost grows with the
+        number of message ids a session holds).
+        """
+        total = WARMUP + self.rounds
+        per_session = max(1, growth_cap(size) // 2)
+        count = math.ceil(total / per_session)
+        pool = [f"{flavour}-append-{size}-{n}" for n in range(count)]
+        stored = build_messages(self.rng, size)
+        for key in pool:
+            self.prefill(key, size, stored)
         if flavour == "sync":
-            self.sessions[size] = key
+            self.sessions[size] = pool[0]
             if size == 1_000:
                 self.json_sizes = [len(m.model_dump_json().encode()) for m in stored]
+        targets = [pool[i // per_session] for i in range(total)]
         fkeys = self.floor_keys(f"{flavour}-{size}")
         self.prefill_floor(fkeys, stored)
-        total = WARMUP + self.rounds
         messages = build_messages(self.rng, total, start=size)
-        args = [self.floor_args(key, m) for m in messages]  # the same JSON, pre-serialized
+        # the floor pushes the same JSON, pre-serialized
+        args = [self.floor_args(key, m) for key, m in zip(targets, messages, strict=True)]
+        others = build_messages(self.rng, total, start=size)
         raw = [
             _first_request(self.core.append_message(key, m))
-            for m in build_messages(self.rng, total, start=size)
+            for key, m in zip(targets, others, strict=True)
         ]
-        return AppendCase(size, key, fkeys, messages, args, raw)
+        return AppendCase(size, pool, targets, fkeys, messages, args, raw)
 
     # -- phases ---------------------------------------------------------------------------------
 
@@ -589,8 +612,15 @@ class Bench:
         self.rows.append(timed_row("  (info) EVALSHA floor vs RPUSH", first.floor, rpush_t, None))
         self.where.append(("append_message sync", _append_breakdown(results)))
         for r in results:
-            length = int(raw.llen(self.schema.session(r.case.key).msgs))
-            assert length == r.case.size + 2 * (WARMUP + self.rounds), (r.case.key, length)
+            pool = r.case.pool
+            lengths = [int(raw.llen(self.schema.session(k).msgs)) for k in pool]
+            expected = len(pool) * r.case.size + 2 * (WARMUP + self.rounds)
+            assert sum(lengths) == expected, (pool[0], sum(lengths), expected)
+            self.extra.setdefault("append_sessions", {})[f"sync@{r.case.size}"] = {
+                "sessions": len(pool),
+                "start_length": r.case.size,
+                "max_end_length": max(lengths),
+            }
 
     async def async_appends(self, cases: list[AppendCase]) -> None:
         client = redis.asyncio.Redis.from_url(self.url)
@@ -624,6 +654,14 @@ class Bench:
                     )
                 )
             self.where.append(("append_message async", _append_breakdown(results)))
+            raw: Any = self.client
+            for r in results:
+                lengths = [int(raw.llen(self.schema.session(k).msgs)) for k in r.case.pool]
+                self.extra.setdefault("append_sessions", {})[f"async@{r.case.size}"] = {
+                    "sessions": len(r.case.pool),
+                    "start_length": r.case.size,
+                    "max_end_length": max(lengths),
+                }
         finally:
             await client.aclose()
 
@@ -756,6 +794,11 @@ class Bench:
         return len(keys)
 
 
+def growth_cap(size: int) -> int:
+    """How many messages an append case may add to one of its sessions: 20%, or 50 if empty."""
+    return max(50, size // 5)
+
+
 def _names(cases: Sequence[AppendCase]) -> set[str]:
     return {req.name for case in cases for req in case.raw_requests}
 
@@ -818,10 +861,10 @@ def _history_ops(
 
 
 def _sync_store_op(store: RedisStore, case: AppendCase) -> SyncOp:
-    key, messages = case.key, case.messages
+    targets, messages = case.targets, case.messages
 
     def op(i: int) -> object:
-        return store.append_message(key, messages[i])
+        return store.append_message(targets[i], messages[i])
 
     return op
 
@@ -846,10 +889,10 @@ def _sync_raw_op(scripts: dict[str, Any], case: AppendCase) -> SyncOp:
 
 
 def _prep_op(core: Core, case: AppendCase, suspended: list[Generator[Any, Any, Any]]) -> SyncOp:
-    key, messages = case.key, case.messages
+    targets, messages = case.targets, case.messages
 
     def op(i: int) -> object:
-        gen = core.append_message(key, messages[i])
+        gen = core.append_message(targets[i], messages[i])
         suspended.append(gen)
         return next(gen)
 
@@ -857,10 +900,10 @@ def _prep_op(core: Core, case: AppendCase, suspended: list[Generator[Any, Any, A
 
 
 def _async_store_op(store: AsyncRedisStore, case: AppendCase) -> AsyncOp:
-    key, messages = case.key, case.messages
+    targets, messages = case.targets, case.messages
 
     async def op(i: int) -> object:
-        return await store.append_message(key, messages[i])
+        return await store.append_message(targets[i], messages[i])
 
     return op
 
@@ -900,6 +943,7 @@ def render(rows: Sequence[Row]) -> str:
         "store p99",
         "floor med",
         "floor p99",
+        "store-floor",
         "ratio",
         "target",
         "verdict",
@@ -911,6 +955,7 @@ def render(rows: Sequence[Row]) -> str:
             _fmt(r.store_p99, r.unit),
             _fmt(r.floor, r.unit),
             _fmt(r.floor_p99, r.unit),
+            _fmt(r.store - r.floor, r.unit),
             f"{r.ratio:.2f}x",
             "-" if r.target is None else f"<= {r.target:.2f}x",
             r.verdict,
@@ -959,6 +1004,11 @@ def report(bench: Bench, profile_text: str) -> bool:
         f"message JSON {mem['json_min_bytes']}..{mem['json_max_bytes']} B; "
         f"stored form == model_dump_json(): {mem['stored_form_is_model_dump_json']}"
     )
+    pools = ", ".join(
+        f"{name}: {p['sessions']} x {p['start_length']:,}->{p['max_end_length']:,}"
+        for name, p in bench.extra["append_sessions"].items()
+    )
+    print(f"append sessions (count x length before->max after): {pools}")
     print(
         f"get_history(last=20) store median @10,000 / @1,000: "
         f"{bench.extra['history_flatness_10k_over_1k']:.2f}x (flat = ~1.0)"

@@ -81,12 +81,22 @@ local function emit(channel, payload)
   if channel ~= '' then redis.call('PUBLISH', channel, payload) end
 end
 
+-- Score key in the index by ms; entries older than ttl_ms (expired sessions, as every write
+-- refreshes both the TTL and the score) are dropped from that index on the way.
+local function index_add(index, ms, key, ttl_ms)
+  redis.call('ZADD', index, ms, key)
+  local ttl = tonumber(ttl_ms)
+  if ttl > 0 then
+    redis.call('ZREMRANGEBYSCORE', index, '-inf', '(' .. (tonumber(ms) - ttl))
+  end
+end
+
 -- A write to a session: bump updated_at, refresh the TTL of its keys, re-score it in the index.
 local function bump(meta, msgs, ids, index, key, ttl_ms, grace_ms)
   local us, ms = clock()
   redis.call('HSET', meta, 'updated_at', us)
   touch({meta, msgs}, ids, ttl_ms, grace_ms)
-  redis.call('ZADD', index, ms, key)
+  index_add(index, ms, key, ttl_ms)
   return us
 end
 

@@ -5,14 +5,15 @@
 -- ARGV[5] events channel ('' = none)   ARGV[6] 'create' event JSON
 -- ARGV[7] n = number of meta field/value pairs that follow, ARGV[8 .. 7+2n]
 -- ARGV[8+2n ..] message pairs: 8-byte id digest, message JSON (distinct digests)
--- Reply: {OK, created_at_us} | {EXISTS} | {WRONG_TYPE, i}
+-- Reply: {OK, created_at_us, 1 if the index key was created by this call else 0} | {EXISTS}
+--        | {WRONG_TYPE, i}
 -- Events: 'create' on ARGV[5], only when the session was created by this call.
 -- Leftovers of an expired session (its ids hash) are removed first: the new session is fresh.
 local bad = wrong_type({'hash', 'list', 'hash', 'zset'})
 if bad then return {WRONG_TYPE, bad} end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   if redis.call('HGET', KEYS[1], 'token') == ARGV[4] then
-    return {OK, redis.call('HGET', KEYS[1], 'created_at')}
+    return {OK, redis.call('HGET', KEYS[1], 'created_at'), 0}
   end
   return {EXISTS}
 end
@@ -28,6 +29,7 @@ for i = 8 + 2 * n, #ARGV, 2 do
   add_digest(KEYS[3], ARGV[i])
 end
 touch({KEYS[1], KEYS[2]}, KEYS[3], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[4], ms, ARGV[3])
+local fresh_index = 1 - redis.call('EXISTS', KEYS[4])
+index_add(KEYS[4], ms, ARGV[3], ARGV[1])
 emit(ARGV[5], ARGV[6])
-return {OK, us}
+return {OK, us, fresh_index}

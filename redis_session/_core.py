@@ -133,8 +133,9 @@ class Core:
         max_history_turns: int = 0,
         expired_grace: float | timedelta = DEFAULT_EXPIRED_GRACE,
         publish_events: bool = True,
+        cluster: bool = False,
     ) -> None:
-        self.schema = KeySchema(prefix)
+        self.schema = KeySchema(prefix, cluster=cluster)
         self.channel = self.schema.events_channel if publish_events else ""
         self.ttl_ms = 0 if ttl is None else duration_ms(ttl, "ttl")
         self.grace_ms = duration_ms(expired_grace, "expired_grace", allow_zero=True)
@@ -163,6 +164,10 @@ class Core:
         args = [*self._ttl_args(), key, _token(), self.channel, payload, len(meta) // 2, *meta]
         args += codec.message_args(session.history, "session.history")
         reply = check((yield ScriptCall("create", keys, args)), Ctx(key, keys))
+        if self.schema.cluster and int(reply[2]):
+            # Not atomic with the script (another slot): a crash right here leaves this index
+            # shard unlisted until repair_index(); the session itself is whole.
+            yield Commands([("SADD", self.schema.index_registry, keys[3])])
         yield Emit(event)
         now = codec.to_datetime(int(reply[1]))
         return session.model_copy(update={"created_at": now, "updated_at": now})
@@ -272,25 +277,61 @@ class Core:
     def list_sessions(self, limit: int | None = None, offset: int = 0) -> Op[list[SessionSummary]]:
         count = -1 if limit is None else _non_negative_int(limit, "limit")
         first = _non_negative_int(offset, "offset")
-        rows: list[tuple[str, float]] = []
-        for index in self.schema.indexes():
-            reply = check(
-                (yield ScriptCall("list_sessions", [index], (self.ttl_ms, first, count))),
-                Ctx(name=index, keys=[index]),
-            )
-            flat = reply[1]
-            rows += [
-                (codec.decode_key(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)
-            ]
-        if not rows:
+        if count == 0:
             return []
-        metas = [self.schema.session(k).meta for k, _ in rows]
+        indexes = yield from self._indexes()
+        if not indexes:
+            return []
+        want = -1 if count < 0 else first + count  # live rows needed, -1 = all
+        window = want
+        while True:
+            # The newest `window` entries of every index shard, merged newest first; then the
+            # sessions' own timestamps, which also drop entries of sessions gone meanwhile.
+            last = -1 if window < 0 else window - 1
+            pages = yield Commands([("ZREVRANGE", i, 0, last, "WITHSCORES") for i in indexes])
+            rows = sorted(
+                (
+                    (float(score), codec.decode_key(member))
+                    for page in pages
+                    for member, score in page
+                ),
+                reverse=True,
+            )
+            live = yield from self._summaries([key for _, key in rows])
+            exhausted = window < 0 or all(len(page) < window for page in pages)
+            if exhausted or len(live) >= want:
+                return live[first:] if count < 0 else live[first : first + count]
+            window *= 2
+
+    def _indexes(self) -> Op[list[str]]:
+        if not self.schema.cluster:
+            return self.schema.all_indexes()
+        (members,) = yield Commands([("SMEMBERS", self.schema.index_registry)])
+        return sorted(codec.decode_key(m) for m in members)
+
+    def repair_index(self) -> Op[int]:
+        """Register every existing index shard (cluster); returns how many were missing."""
+        if not self.schema.cluster:
+            return 0
+        shards = self.schema.all_indexes()
+        exists = yield Commands([("EXISTS", s) for s in shards])
+        found = [s for s, n in zip(shards, exists, strict=True) if n]
+        known = set((yield from self._indexes()))
+        missing = [s for s in found if s not in known]
+        if missing:
+            yield Commands([("SADD", self.schema.index_registry, *missing)])
+        return len(missing)
+
+    def _summaries(self, keys: list[str]) -> Op[list[SessionSummary]]:
+        if not keys:
+            return []
+        metas = [self.schema.session(k).meta for k in keys]
         found = yield Commands([("HMGET", m, "created_at", "updated_at") for m in metas])
-        out = []
-        for (key, _), (created, updated) in zip(rows, found, strict=True):
-            if created is not None:
-                out.append(codec.decode_summary(key, created, updated))
-        return out
+        return [
+            codec.decode_summary(key, created, updated)
+            for key, (created, updated) in zip(keys, found, strict=True)
+            if created is not None
+        ]
 
     # -- child sessions --------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ class AsyncRedisStore:
 
     def __init__(
         self,
-        client: redis.asyncio.Redis,
+        client: redis.asyncio.Redis | redis.asyncio.RedisCluster,
         *,
         prefix: str = "rs:",
         ttl: float | timedelta | None = None,
@@ -49,21 +49,23 @@ class AsyncRedisStore:
             max_history_turns=max_history_turns,
             expired_grace=expired_grace,
             publish_events=publish_events,
+            cluster=_url.check_client(client),
         )
         self.set_lifecycle_hook(lifecycle_hook)
-        _url.check_client(client)
         self._client = client
         self._scripts = {n: client.register_script(script_source(n)) for n in SCRIPT_NAMES}
 
     @classmethod
-    def from_url(cls, url: str, **options: Any) -> AsyncRedisStore:
-        """A store over a new client for ``url`` (``redis://``, ``rediss://``, ``unix://``,
-        ``memory://``); ``options`` are the constructor's keyword options.
+    def from_url(cls, url: str, *, cluster: bool = False, **options: Any) -> AsyncRedisStore:
+        """A store over a new client for ``url``: ``redis://``, ``rediss://``, ``unix://``,
+        ``memory://`` (in-process, ``memory://NAME`` shared by name), and a Redis Cluster with
+        ``redis+cluster://`` / ``rediss+cluster://`` or ``cluster=True``; ``options`` are the
+        constructor's keyword options.
         """
-        return cls(_url.async_client(url), **options)
+        return cls(_url.async_client(url, cluster=cluster), **options)
 
     @property
-    def client(self) -> redis.asyncio.Redis:
+    def client(self) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:
         """The wrapped Redis client."""
         return self._client
 
@@ -194,6 +196,13 @@ class AsyncRedisStore:
 
     async def children_of(self, parent_key: str) -> list[ChildSession]:
         return await self._run(self._core.children_of(parent_key))
+
+    async def repair_index(self) -> int:
+        """On a Redis Cluster, find index shards that ``list_sessions`` does not know of (a
+        worker died between creating a session and registering its slot's shard) and register
+        them; returns how many. Probes all 16384 slots; a no-op on a single server.
+        """
+        return await self._run(self._core.repair_index())
 
     async def get_salt(self, name: str) -> bytes:
         return await self._run(self._core.get_salt(name))

@@ -101,7 +101,7 @@ class EventListener:
     :attr:`reconnects`); events published while disconnected are missed.
     """
 
-    def __init__(self, client: redis.Redis, channel: str) -> None:
+    def __init__(self, client: redis.Redis | redis.RedisCluster, channel: str) -> None:
         self._client = client
         self.channel = channel
         self.reconnects = 0
@@ -178,7 +178,9 @@ class AsyncEventListener:
     :meth:`aclose`, resubscription with backoff, at-most-once delivery.
     """
 
-    def __init__(self, client: redis.asyncio.Redis, channel: str) -> None:
+    def __init__(
+        self, client: redis.asyncio.Redis | redis.asyncio.RedisCluster, channel: str
+    ) -> None:
         self._client = client
         self.channel = channel
         self.reconnects = 0
@@ -186,6 +188,7 @@ class AsyncEventListener:
         self._pubsub: Any = None
 
     async def _subscribe(self) -> None:
+        await self._client.initialize()  # a cluster client learns its slots here
         pubsub = self._client.pubsub(ignore_subscribe_messages=True)
         await pubsub.subscribe(self.channel)
         self._pubsub = pubsub

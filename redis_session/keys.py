@@ -27,12 +27,36 @@ string is a lone ``%``) because Redis hashes the whole name when the tag is empt
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from .errors import InvalidArgument
 
 CHILD_MARKER = ":child:"
 _ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
 GLOBAL_TAG = "{rs-global}"
+
+
+@cache
+def slot_tags() -> tuple[str, ...]:
+    """For every cluster slot, a short string that hashes to it (computed once, ~0.1 s)."""
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    table: list[str | None] = [None] * REDIS_CLUSTER_HASH_SLOTS
+    left, n = REDIS_CLUSTER_HASH_SLOTS, 0
+    while left:
+        tag, i = "", n
+        while True:
+            i, r = divmod(i, 36)
+            tag = digits[r] + tag
+            if i == 0:
+                break
+        slot = key_slot(tag.encode())
+        if table[slot] is None:
+            table[slot] = tag
+            left -= 1
+        n += 1
+    return tuple(t for t in table if t is not None)
 
 
 def check_key(key: object, argument: str = "key") -> str:
@@ -91,9 +115,13 @@ class ChildKeys:
 
 @dataclass(frozen=True, slots=True)
 class KeySchema:
-    """Builds key names under one prefix. The prefix may not contain braces."""
+    """Builds key names under one prefix. The prefix may not contain braces.
+
+    ``cluster`` shards the session index by slot (see :meth:`index_of`).
+    """
 
     prefix: str = "rs:"
+    cluster: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.prefix, str):
@@ -123,14 +151,27 @@ class KeySchema:
     def index_of(self, key: str) -> str:
         """The sorted set that lists session ``key``, scored by ``updated_at`` (ms).
 
-        One index per prefix on a single server. (A cluster needs one index per slot so the
-        scripts stay single-slot; the name is asked per key so that can change here alone.)
+        One index per prefix on a single server. On a cluster, one per slot, named with a tag
+        that hashes to the session's own slot, so the scripts that update it stay single-slot
+        and no index key is hot.
         """
-        return f"{self.prefix}index"
+        if not self.cluster:
+            return f"{self.prefix}index"
+        slot = key_slot(("{" + hash_tag(key) + "}").encode())
+        return f"{self.prefix}index:{{{slot_tags()[slot]}}}"
 
-    def indexes(self) -> list[str]:
-        """Every index key ``list_sessions`` reads."""
-        return [f"{self.prefix}index"]
+    def all_indexes(self) -> list[str]:
+        """Every index key there can be (one, or one per slot on a cluster)."""
+        if not self.cluster:
+            return [f"{self.prefix}index"]
+        return [f"{self.prefix}index:{{{tag}}}" for tag in slot_tags()]
+
+    @property
+    def index_registry(self) -> str:
+        """On a cluster: the set of index keys that were ever created (``list_sessions`` reads
+        those instead of probing all 16384).
+        """
+        return f"{self.prefix}index-shards"
 
     @property
     def salts(self) -> str:

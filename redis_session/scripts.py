@@ -23,7 +23,6 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "get",
     "get_child",
     "get_history",
-    "list_sessions",
     "merge_child",
     "migrate_secrets",
     "set_checksum",

@@ -35,7 +35,7 @@ class RedisStore:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: redis.Redis | redis.RedisCluster,
         *,
         prefix: str = "rs:",
         ttl: float | timedelta | None = None,
@@ -50,21 +50,23 @@ class RedisStore:
             max_history_turns=max_history_turns,
             expired_grace=expired_grace,
             publish_events=publish_events,
+            cluster=_url.check_client(client),
         )
         self.set_lifecycle_hook(lifecycle_hook)
-        _url.check_client(client)
         self._client = client
         self._scripts = {n: client.register_script(script_source(n)) for n in SCRIPT_NAMES}
 
     @classmethod
-    def from_url(cls, url: str, **options: Any) -> RedisStore:
-        """A store over a new client for ``url`` (``redis://``, ``rediss://``, ``unix://``,
-        ``memory://``); ``options`` are the constructor's keyword options.
+    def from_url(cls, url: str, *, cluster: bool = False, **options: Any) -> RedisStore:
+        """A store over a new client for ``url``: ``redis://``, ``rediss://``, ``unix://``,
+        ``memory://`` (in-process, ``memory://NAME`` shared by name), and a Redis Cluster with
+        ``redis+cluster://`` / ``rediss+cluster://`` or ``cluster=True``; ``options`` are the
+        constructor's keyword options.
         """
-        return cls(_url.sync_client(url), **options)
+        return cls(_url.sync_client(url, cluster=cluster), **options)
 
     @property
-    def client(self) -> redis.Redis:
+    def client(self) -> redis.Redis | redis.RedisCluster:
         """The wrapped Redis client."""
         return self._client
 
@@ -193,6 +195,13 @@ class RedisStore:
 
     def children_of(self, parent_key: str) -> list[ChildSession]:
         return self._run(self._core.children_of(parent_key))
+
+    def repair_index(self) -> int:
+        """On a Redis Cluster, find index shards that ``list_sessions`` does not know of (a
+        worker died between creating a session and registering its slot's shard) and register
+        them; returns how many. Probes all 16384 slots; a no-op on a single server.
+        """
+        return self._run(self._core.repair_index())
 
     def get_salt(self, name: str) -> bytes:
         return self._run(self._core.get_salt(name))

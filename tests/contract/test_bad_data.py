@@ -18,7 +18,7 @@ def raw(backend: Backend) -> Any:
 
 @pytest.fixture
 def keys(backend: Backend) -> KeySchema:
-    return KeySchema(backend.prefix)
+    return backend.schema
 
 
 @pytest.mark.parametrize(

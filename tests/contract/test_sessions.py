@@ -285,9 +285,8 @@ async def test_list_sessions_most_recent_first_and_pages(store: Any) -> None:
 async def test_ttl_is_refreshed_by_every_write(backend: Backend, make_store: StoreFactory) -> None:
     store = make_store(ttl=timedelta(seconds=30), expired_grace=10)
     raw = backend.sync_client()
-    from redis_session.keys import KeySchema
 
-    keys = KeySchema(backend.prefix).session("ttl")
+    keys = backend.schema.session("ttl")
     await store.create(Session(key="ttl", history=[msg("a")]))
     for k in (keys.meta, keys.msgs):
         raw.pexpire(k, 1000)
@@ -372,3 +371,16 @@ async def test_wrong_argument_types(store: Any) -> None:
         await store.compact_messages("w", 0, None)
     with pytest.raises(InvalidArgument, match="set"):
         await store.update_metadata("w", set={"a": 1})
+
+
+async def test_index_repair(backend: Backend, store: Any) -> None:
+    for key in ("a", "b", "c"):
+        await store.create(Session(key=key))
+    assert await store.repair_index() == 0
+    if backend.cluster is None:
+        return
+    # A worker that died between the create script and the shard registration:
+    backend.sync_client().delete(backend.schema.index_registry)
+    assert await store.list_sessions() == []
+    assert await store.repair_index() == 3
+    assert sorted(s.key for s in await store.list_sessions()) == ["a", "b", "c"]

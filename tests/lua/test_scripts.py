@@ -9,7 +9,6 @@ import pytest
 
 from redis_session import Message, Session
 from redis_session.codec import message_args
-from redis_session.keys import KeySchema
 from redis_session.scripts import PRELUDE, SCRIPT_NAMES, lua_dir, script_source
 from tests.conftest import Backend
 
@@ -74,8 +73,8 @@ def _script(backend: Backend, name: str) -> Any:
 def test_a_retried_append_script_stores_nothing_twice(backend: Backend) -> None:
     store = backend.sync_store()
     store.create(Session(key="r"))
-    k = KeySchema(backend.prefix).session("r")
-    keys = [k.meta, k.msgs, k.ids, KeySchema(backend.prefix).index_of("r")]
+    k = backend.schema.session("r")
+    keys = [k.meta, k.msgs, k.ids, backend.schema.index_of("r")]
     args = [0, 0, 0, "r", *message_args([Message(role="user", content="x")], "m")]
     append = _script(backend, "append_message")
     assert append(keys=keys, args=args) == [0, 1, 1]
@@ -85,8 +84,8 @@ def test_a_retried_append_script_stores_nothing_twice(backend: Backend) -> None:
 def test_a_retried_compaction_script_changes_nothing(backend: Backend) -> None:
     store = backend.sync_store()
     store.create(Session(key="c", history=[Message(role="user", content=str(i)) for i in range(4)]))
-    k = KeySchema(backend.prefix).session("c")
-    keys = [k.meta, k.msgs, k.ids, KeySchema(backend.prefix).index_of("c")]
+    k = backend.schema.session("c")
+    keys = [k.meta, k.msgs, k.ids, backend.schema.index_of("c")]
     summary = message_args([Message(role="system", content="S")], "s")
     compact = _script(backend, "compact_messages")
     assert compact(keys=keys, args=[0, 0, "c", 1, *summary, b"", "", ""]) == [0, 2]
@@ -97,7 +96,7 @@ def test_a_retried_compaction_script_changes_nothing(backend: Backend) -> None:
 def test_digest_lookup_is_aligned(backend: Backend) -> None:
     """A digest found only across the boundary of two stored digests is not held."""
     raw = backend.sync_client()
-    ids = KeySchema(backend.prefix).session("al").ids
+    ids = backend.schema.session("al").ids
     first, second = b"\x10\x30CCCCCC", b"\x20BBBBBBB"  # both in bucket 0 (first byte % 16)
     raw.hset(ids, "0", first + second)
     straddling = (first + second)[1:9]  # b"\x30CCCCCC\x20", also bucket 0
