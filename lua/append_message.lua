@@ -3,26 +3,45 @@
 -- ARGV[1] ttl ms (0 = none)   ARGV[2] expiry-marker grace ms   ARGV[3] max messages (0 = all)
 -- ARGV[4] session key (index member)
 -- ARGV[5 ..] message pairs: 8-byte id digest, message JSON
--- Reply: {OK, number appended, list length} | {NOT_FOUND} | {EXPIRED} | {WRONG_TYPE, i}
+-- Reply: {OK, number appended} | {NOT_FOUND} | {EXPIRED} | {WRONG_TYPE, i}
 -- Events: none.
 -- A message whose id digest the session holds is skipped, so a call retried after a lost
--- reply stores nothing twice and still answers OK.
-local bad = wrong_type({'hash', 'list', 'hash', 'zset'})
-if bad then return {WRONG_TYPE, bad} end
-local st = session_state(KEYS[1], KEYS[3])
-if st ~= OK then return {st} end
+-- reply stores nothing twice and still answers OK. The hot path: every key's type is checked
+-- by the first command on it (redis.pcall), and the first write to each key that could fail
+-- comes before any write that could not, so a foreign key type leaves nothing half-written.
+local v = redis.pcall('HGET', KEYS[1], 'v')
+if failed(v) then return {WRONG_TYPE, 1} end
+if not v then
+  local marker = redis.pcall('HEXISTS', KEYS[3], 'c')
+  if failed(marker) then return {WRONG_TYPE, 3} end
+  if marker == 1 then return {EXPIRED} end
+  return {NOT_FOUND}
+end
 
-local added = 0
+local new = {}
 for i = 5, #ARGV, 2 do
-  if not has_digest(KEYS[3], ARGV[i]) then
-    redis.call('RPUSH', KEYS[2], ARGV[i + 1])
-    add_digest(KEYS[3], ARGV[i])
-    added = added + 1
+  local d = ARGV[i]
+  local b = redis.pcall('HGET', KEYS[3], bucket(d))
+  if failed(b) then return {WRONG_TYPE, 3} end
+  if not held_in(b, d) and not new[d] then
+    new[d] = true
+    new[#new + 1] = i
   end
 end
-if added > 0 then
-  local max = tonumber(ARGV[3])
-  if max > 0 then redis.call('LTRIM', KEYS[2], -max, -1) end
-  bump(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], ARGV[1], ARGV[2])
+if #new == 0 then return {OK, 0} end
+
+local us, ms = clock()
+if failed(redis.pcall('ZADD', KEYS[4], ms, ARGV[4])) then return {WRONG_TYPE, 4} end
+for n, i in ipairs(new) do
+  if n == 1 then
+    if failed(redis.pcall('RPUSH', KEYS[2], ARGV[i + 1])) then return {WRONG_TYPE, 2} end
+  else
+    redis.call('RPUSH', KEYS[2], ARGV[i + 1])
+  end
+  add_digest(KEYS[3], ARGV[i])
 end
-return {OK, added, redis.call('LLEN', KEYS[2])}
+local max = tonumber(ARGV[3])
+if max > 0 then redis.call('LTRIM', KEYS[2], -max, -1) end
+redis.call('HSET', KEYS[1], 'updated_at', us)
+touch({KEYS[1], KEYS[2]}, KEYS[3], ARGV[1], ARGV[2])
+return {OK, #new}

@@ -8,6 +8,7 @@
 -- Reply: {OK, created_at_us, 1 if the index key was created by this call else 0} | {EXISTS}
 --        | {WRONG_TYPE, i}
 -- Events: 'create' on ARGV[5], only when the session was created by this call.
+-- Index entries of sessions that expired (older than ttl) are pruned from KEYS[4] here.
 -- Leftovers of an expired session (its ids hash) are removed first: the new session is fresh.
 local bad = wrong_type({'hash', 'list', 'hash', 'zset'})
 if bad then return {WRONG_TYPE, bad} end
@@ -30,6 +31,10 @@ for i = 8 + 2 * n, #ARGV, 2 do
 end
 touch({KEYS[1], KEYS[2]}, KEYS[3], ARGV[1], ARGV[2])
 local fresh_index = 1 - redis.call('EXISTS', KEYS[4])
-index_add(KEYS[4], ms, ARGV[3], ARGV[1])
+redis.call('ZADD', KEYS[4], ms, ARGV[3])
+local ttl = tonumber(ARGV[1])
+if ttl > 0 then  -- every write re-scores and refreshes the TTL: older entries are expired
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. (tonumber(ms) - ttl))
+end
 emit(ARGV[5], ARGV[6])
 return {OK, us, fresh_index}

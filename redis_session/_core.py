@@ -15,7 +15,15 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from . import codec
-from .errors import ChildNotFound, ConcurrentChange, InvalidArgument, ItemNotFound
+from .errors import (
+    ChildNotFound,
+    ConcurrentChange,
+    CorruptData,
+    InvalidArgument,
+    ItemNotFound,
+    SessionExpired,
+    SessionNotFound,
+)
 from .events import new_event
 from .keys import ChildKeys, KeySchema, SessionKeys, check_key, parent_of
 from .models import (
@@ -60,6 +68,8 @@ class Commands:
 
     commands: Sequence[tuple[Any, ...]]
     transaction: bool = False
+    errors_as_values: bool = False
+    """Reply with a failed command's exception in its place instead of raising it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,9 +184,20 @@ class Core:
 
     def get(self, key: str) -> Op[Session]:
         key = check_key(key)
-        _, keys = self._keys(key)
-        reply = check((yield ScriptCall("get", keys[:3], ())), Ctx(key, keys))
-        return codec.decode_session(key, reply[1], reply[2])
+        sk, keys = self._keys(key)
+        # A read needs no script: MULTI/EXEC gives one consistent snapshot without copying the
+        # history through Lua.
+        meta, items, marker = yield Commands(
+            [("HGETALL", sk.meta), ("LRANGE", sk.msgs, 0, -1), ("HEXISTS", sk.ids, "c")],
+            transaction=True,
+            errors_as_values=True,
+        )
+        for i, value in enumerate((meta, items, marker)):
+            if isinstance(value, Exception):
+                raise CorruptData(key, f"Redis key {keys[i]!r} holds a foreign type")
+        if not meta:
+            raise SessionExpired(key) if marker else SessionNotFound(key)
+        return codec.decode_session(key, meta, items)
 
     def get_history(self, key: str, last: int | None = None) -> Op[list[Message]]:
         key = check_key(key)
@@ -184,8 +205,8 @@ class Core:
         if last is not None and n == 0:
             raise InvalidArgument("last", "must be > 0 (or None for the whole history)")
         _, keys = self._keys(key)
-        reply = check((yield ScriptCall("get_history", keys[:3], (n,))), Ctx(key, keys))
-        return codec.decode_messages(key, reply[1])
+        reply = yield ScriptCall("get_history", keys[:3], (n,))
+        return codec.decode_messages(key, check(reply, lambda: Ctx(key, keys))[1])
 
     def update(self, session: Session) -> Op[None]:
         session = _session(session)
@@ -232,20 +253,26 @@ class Core:
         raise ConcurrentChange(key, "children kept changing while the session was deleted")
 
     def append_messages(self, key: str, messages: Sequence[Message]) -> Op[int]:
-        key = check_key(key)
         if isinstance(messages, Message) or not isinstance(messages, Sequence):
             raise InvalidArgument("messages", "must be a sequence of Message")
         if not messages:
+            check_key(key)
             return 0
-        _, keys = self._keys(key)
-        args = [*self._ttl_args(), self.max_history_turns, key]
-        args += codec.message_args(messages, "messages")
-        reply = check((yield ScriptCall("append_message", keys, args)), Ctx(key, keys))
-        return int(reply[1])
+        return (yield from self._append(key, codec.message_args(messages, "messages")))
 
     def append_message(self, key: str, msg: Message) -> Op[bool]:
-        added = yield from self.append_messages(key, [_message(msg)])
-        return added == 1
+        if type(msg) is not Message:
+            msg = _message(msg)
+        digest = codec.message_digest(msg.id)
+        return (yield from self._append(key, [digest, codec.encode_message(msg)])) == 1
+
+    def _append(self, key: str, pairs: list[bytes]) -> Op[int]:
+        key = check_key(key)
+        keys = self._keys(key)[1]
+        args: list[bytes | str | int] = [self.ttl_ms, self.grace_ms, self.max_history_turns, key]
+        args += pairs
+        reply = yield ScriptCall("append_message", keys, args)
+        return int(check(reply, lambda: Ctx(key, keys))[1])
 
     def annotate_timeout(self, key: str, partial: str) -> Op[bool]:
         if not isinstance(partial, str):
@@ -440,8 +467,7 @@ class Core:
         for i, child in enumerate(children):
             meta, items = replies[2 * i], replies[2 * i + 1]
             if meta and b"discarded" not in meta:
-                flat = [x for pair in meta.items() for x in pair]
-                out.append(codec.decode_child(child, flat, items))
+                out.append(codec.decode_child(child, meta, items))
         return out
 
     # -- salts, checksums, secrets ---------------------------------------------------------

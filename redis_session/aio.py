@@ -113,11 +113,17 @@ class AsyncRedisStore:
             return await events.finish_hook(pending, request.event)
         client: Any = self._client  # redis-py leaves execute_command untyped
         if len(request.commands) == 1 and not request.transaction:
-            return [await client.execute_command(*request.commands[0])]
+            try:
+                return [await client.execute_command(*request.commands[0])]
+            except redis.ResponseError as exc:
+                if not request.errors_as_values:
+                    raise
+                return [exc]
+        await client.initialize()  # async only: else redis-py's cluster pipeline leaks
         pipe = client.pipeline(transaction=request.transaction)
         for command in request.commands:
             pipe.execute_command(*command)
-        return await pipe.execute()
+        return await pipe.execute(raise_on_error=not request.errors_as_values)
 
     async def _run(self, op: Op[T]) -> T:
         reply: Any = None

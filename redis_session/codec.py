@@ -124,11 +124,17 @@ def metadata_args(metadata: Mapping[str, str], argument: str = "metadata") -> li
     return out
 
 
-def decode_session(key: str, meta: Sequence[bytes], items: Sequence[bytes]) -> Session:
-    """A session from its meta hash (flat field/value list) and its stored messages."""
-    fields: dict[str, bytes] = {}
-    for i in range(0, len(meta) - 1, 2):
-        fields[_text(key, meta[i], "a meta field name")] = meta[i + 1]
+def _fields(key: str, meta: Mapping[bytes, bytes] | Sequence[bytes]) -> dict[str, bytes]:
+    """A hash's fields by name, from HGETALL's mapping or a script's flat field/value list."""
+    pairs = meta.items() if isinstance(meta, Mapping) else zip(meta[::2], meta[1::2], strict=True)
+    return {_text(key, bytes(f), "a field name"): bytes(v) for f, v in pairs}
+
+
+def decode_session(
+    key: str, meta: Mapping[bytes, bytes] | Sequence[bytes], items: Sequence[bytes]
+) -> Session:
+    """A session from its meta hash and its stored messages."""
+    fields = _fields(key, meta)
     version = fields.get("v")
     if version != SCHEMA_VERSION:
         raise CorruptData(key, f"unknown meta schema version {version!r}")
@@ -181,11 +187,11 @@ def child_message_args(messages: Sequence[Message], argument: str) -> list[bytes
     return out
 
 
-def decode_child(key: str, meta: Sequence[bytes], items: Sequence[bytes]) -> ChildSession:
-    """A child session from its hash (flat field/value list) and its stored elements."""
-    fields: dict[str, bytes] = {}
-    for i in range(0, len(meta) - 1, 2):
-        fields[_text(key, meta[i], "a child field name")] = meta[i + 1]
+def decode_child(
+    key: str, meta: Mapping[bytes, bytes] | Sequence[bytes], items: Sequence[bytes]
+) -> ChildSession:
+    """A child session from its hash and its stored elements (digest + JSON)."""
+    fields = _fields(key, meta)
     if fields.get("v") != SCHEMA_VERSION:
         raise CorruptData(key, f"unknown child schema version {fields.get('v')!r}")
     try:

@@ -27,7 +27,7 @@ string is a lone ``%``) because Redis hashes the whole name when the tag is empt
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
@@ -133,6 +133,7 @@ class KeySchema:
         root, sep, rest = key.partition(CHILD_MARKER)
         return "{" + (_escape(root) or "%") + "}" + _escape(sep + rest)
 
+    @lru_cache(maxsize=4096)  # noqa: B019 - schemas are few and live as long as their stores
     def session(self, key: str) -> SessionKeys:
         """The key names of session ``key``."""
         body = self._body(key)
@@ -148,6 +149,7 @@ class KeySchema:
         p = self.prefix
         return ChildKeys(meta=f"{p}child:{body}", msgs=f"{p}cmsgs:{body}", ids=f"{p}cids:{body}")
 
+    @lru_cache(maxsize=4096)  # noqa: B019
     def index_of(self, key: str) -> str:
         """The sorted set that lists session ``key``, scored by ``updated_at`` (ms).
 

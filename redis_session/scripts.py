@@ -20,7 +20,6 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "delete",
     "discard_child",
     "fork_child",
-    "get",
     "get_child",
     "get_history",
     "merge_child",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, NoReturn
@@ -82,11 +82,13 @@ def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
     raise SessionError(f"unknown script status {status!r}")
 
 
-def check(reply: Any, ctx: Ctx) -> Sequence[Any]:
-    """Return ``reply`` when its status is OK, else raise the exception its status means."""
+def check(reply: Any, ctx: Ctx | Callable[[], Ctx]) -> Sequence[Any]:
+    """Return ``reply`` when its status is OK, else raise the exception its status means.
+
+    ``ctx`` may be a function that makes the context, so hot paths build it only on failure.
+    """
+    if type(reply) is list and reply and reply[0] == 0:
+        return reply
     if not isinstance(reply, list) or not reply or not isinstance(reply[0], int):
         raise SessionError(f"unexpected script reply {reply!r}")
-    status = reply[0]
-    if status != Status.OK:
-        _raise(status, reply, ctx)
-    return reply
+    _raise(reply[0], reply, ctx if isinstance(ctx, Ctx) else ctx())

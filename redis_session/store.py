@@ -114,11 +114,16 @@ class RedisStore:
             return events.finish_hook_sync(pending, request.event)
         client: Any = self._client  # redis-py leaves execute_command untyped
         if len(request.commands) == 1 and not request.transaction:
-            return [client.execute_command(*request.commands[0])]
+            try:
+                return [client.execute_command(*request.commands[0])]
+            except redis.ResponseError as exc:
+                if not request.errors_as_values:
+                    raise
+                return [exc]
         pipe = client.pipeline(transaction=request.transaction)
         for command in request.commands:
             pipe.execute_command(*command)
-        return pipe.execute()
+        return pipe.execute(raise_on_error=not request.errors_as_values)
 
     def _run(self, op: Op[T]) -> T:
         reply: Any = None

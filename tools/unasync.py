@@ -16,6 +16,7 @@ SOURCE = ROOT / "redis_session" / "aio.py"
 TARGET = ROOT / "redis_session" / "store.py"
 
 RULES: list[tuple[str, str]] = [
+    (r"^.*# async only\b.*\n", ""),
     (r"\bawait events\.finish_hook\(", "events.finish_hook_sync("),
     (r"\bAsyncEventListener\b", "EventListener"),
     (r"\bAsyncChildSessionStore\b", "ChildSessionStore"),

@@ -57,7 +57,9 @@ async def test_meta_not_utf8(store: Any, raw: Any, keys: KeySchema) -> None:
 
 @pytest.mark.parametrize("which", ["meta", "msgs", "ids"])
 async def test_key_of_wrong_type(store: Any, raw: Any, keys: KeySchema, which: str) -> None:
+    await store.create(Session(key="k", history=[Message(role="user")]))
     name = getattr(keys.session("k"), which)
+    raw.delete(name)
     raw.set(name, "foreign")
     for call in (
         store.get("k"),

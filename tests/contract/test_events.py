@@ -109,7 +109,7 @@ async def test_raw_subscriber_gets_json_and_nothing_for_refusals(
     backend: Backend, store: Any
 ) -> None:
     raw = backend.sync_client()
-    pubsub: Any = raw.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    pubsub: Any = raw.pubsub(ignore_subscribe_messages=True)
     pubsub.subscribe(store.events_channel)
     await story(store)
     with pytest.raises(DuplicateSession):
