@@ -19,8 +19,9 @@ Cases
               (INFO commandstats delta, server side)
 
 To show where the store's time goes, the same loops also time (interleaved, same conditions):
-the store's OWN Lua script sent by a bare EVALSHA with the exact KEYS/ARGV the store would send
-(built beforehand), the client-side preparation of an append without I/O (validation,
+the store's OWN request sent bare with plain redis-py -- its Lua script by EVALSHA with the exact
+KEYS/ARGV the store would send, or for get() its MULTI/EXEC pipeline of the same commands
+(built beforehand) --, the client-side preparation of an append without I/O (validation,
 serialization, digest) and the decoding of a read's reply without I/O.
 
 The store runs with a TTL and ``max_history_turns`` (large enough never to trim) so that its
@@ -72,7 +73,7 @@ from redis_session import (
     ToolCall,
     codec,
 )
-from redis_session._core import Core, ScriptCall
+from redis_session._core import Commands, Core, Request, ScriptCall
 from redis_session.keys import KeySchema
 from redis_session.scripts import script_source
 
@@ -293,12 +294,42 @@ def _evalsha_stats(client: Any) -> tuple[int, int]:
     return int(entry["calls"]), int(entry["usec"])
 
 
-def _first_request(op: Generator[Any, Any, Any]) -> ScriptCall:
+def _first_request(op: Generator[Request, Any, Any]) -> Request:
     """The request an operation of the store's core would send first (no I/O)."""
     request = next(op)
     op.close()
+    return request
+
+
+def _first_script(op: Generator[Request, Any, Any]) -> ScriptCall:
+    """:func:`_first_request` of an operation that starts with a Lua script."""
+    request = _first_request(op)
     assert isinstance(request, ScriptCall), request
     return request
+
+
+def _first_commands(op: Generator[Request, Any, Any]) -> Commands:
+    """:func:`_first_request` of an operation that starts with plain commands."""
+    request = _first_request(op)
+    assert isinstance(request, Commands), request
+    return request
+
+
+def _bare_commands(client: Any, request: Commands) -> Callable[[], list[Any]]:
+    """Send ``request``'s commands as plain redis-py would: one pipeline (MULTI/EXEC with
+    ``transaction``), the commands' own reply parsing, errors as values when it asks so.
+    """
+    commands = [tuple(c) for c in request.commands]
+    transaction = request.transaction
+    raise_on_error = not request.errors_as_values
+
+    def send() -> list[Any]:
+        pipe = client.pipeline(transaction=transaction)
+        for command in commands:
+            pipe.execute_command(*command)
+        return pipe.execute(raise_on_error=raise_on_error)  # type: ignore[no-any-return]
+
+    return send
 
 
 # -- the benchmark ------------------------------------------------------------------------------
@@ -416,7 +447,7 @@ class Bench:
         args = [self.floor_args(key, m) for key, m in zip(targets, messages, strict=True)]
         others = build_messages(self.rng, total, start=size)
         raw = [
-            _first_request(self.core.append_message(key, m))
+            _first_script(self.core.append_message(key, m))
             for key, m in zip(targets, others, strict=True)
         ]
         return AppendCase(size, pool, targets, fkeys, messages, args, raw)
@@ -453,11 +484,13 @@ class Bench:
         key_1k, key_10k = self.sessions[1_000], self.sessions[10_000]
         msgs_1k = self.schema.session(key_1k).msgs
         msgs_10k = self.schema.session(key_10k).msgs
-        get_req = _first_request(self.core.get(key_1k))
-        get_script = self.client.register_script(script_source(get_req.name))
-        get_keys, get_args = list(get_req.keys), list(get_req.args)
-        get_reply = get_script(keys=get_keys, args=get_args)
-        items_1k: list[bytes] = list(get_reply[2])
+        # get() sends no script: one MULTI/EXEC of HGETALL meta, LRANGE msgs, HEXISTS ids
+        get_req = _first_commands(self.core.get(key_1k))
+        get_bare = _bare_commands(raw, get_req)
+        get_reply = get_bare()
+        assert not any(isinstance(x, Exception) for x in get_reply), get_reply
+        get_meta: dict[bytes, bytes] = get_reply[0]
+        items_1k: list[bytes] = list(get_reply[1])
         assert len(store.get(key_1k).history) == 1_000 == len(items_1k)
 
         def store_get(_: int) -> object:
@@ -470,10 +503,10 @@ class Bench:
             return raw.lrange(msgs_1k, 0, -1)
 
         def script_get(_: int) -> object:
-            return get_script(keys=get_keys, args=get_args)
+            return get_bare()
 
         def decode_get(_: int) -> object:
-            return codec.decode_session(key_1k, get_reply[1], get_reply[2])
+            return codec.decode_session(key_1k, get_meta, items_1k)
 
         def orjson_get(_: int) -> object:
             return [loads(x) for x in items_1k]
@@ -510,13 +543,13 @@ class Bench:
                     "raw LRANGE 0 -1 (no parsing)": g["lrange"].median,
                     "floor: LRANGE + orjson.loads per item": g["floor"].median,
                     "orjson.loads x1000 alone (no I/O)": g["orjson"].median,
-                    "store's get script, bare EVALSHA (no decode)": g["script"].median,
+                    "store's get MULTI/EXEC, bare redis-py (no decode)": g["script"].median,
                     "codec.decode_session alone (no I/O)": g["decode"].median,
                     "store.get": g["store"].median,
-                    "-> server+transfer extra (script - LRANGE)": g["script"].median
+                    "-> server+transfer extra (bare - LRANGE)": g["script"].median
                     - g["lrange"].median,
                     "-> decode extra (decode - orjson)": g["decode"].median - g["orjson"].median,
-                    "-> rest (store - script - decode)": g["store"].median
+                    "-> rest (store - bare - decode)": g["store"].median
                     - g["script"].median
                     - g["decode"].median,
                     "alternative read, no Lua: MULTI EXISTS+HGETALL+LRANGE": g["multi"].median,
@@ -527,7 +560,7 @@ class Bench:
         hist: dict[int, dict[str, Timings]] = {}
         ops: list[tuple[SyncOp, Timings]] = []
         for size, key, msgs in ((10_000, key_10k, msgs_10k), (1_000, key_1k, msgs_1k)):
-            req = _first_request(self.core.get_history(key, 20))
+            req = _first_script(self.core.get_history(key, 20))
             script = self.client.register_script(script_source(req.name))
             parts = ("store", "floor", "script", "decode", "multi")
             h = {n: Timings(f"{n}@{size}") for n in parts}

@@ -57,6 +57,8 @@ class ScriptCall:
     name: str
     keys: Sequence[str]
     args: Sequence[bytes | str | int]
+    write: bool = True
+    """Whether the script may write (only writes wait for replicas)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,12 +146,18 @@ class Core:
         expired_grace: float | timedelta = DEFAULT_EXPIRED_GRACE,
         publish_events: bool = True,
         cluster: bool = False,
+        wait_replicas: int = 0,
+        wait_timeout: float | timedelta = 1.0,
+        failover_window: float | timedelta = 15.0,
     ) -> None:
         self.schema = KeySchema(prefix, cluster=cluster)
         self.channel = self.schema.events_channel if publish_events else ""
         self.ttl_ms = 0 if ttl is None else duration_ms(ttl, "ttl")
         self.grace_ms = duration_ms(expired_grace, "expired_grace", allow_zero=True)
         self.max_history_turns = _non_negative_int(max_history_turns, "max_history_turns")
+        self.wait_replicas = _non_negative_int(wait_replicas, "wait_replicas")
+        self.wait_timeout_ms = duration_ms(wait_timeout, "wait_timeout")
+        self.failover_window_ms = duration_ms(failover_window, "failover_window", allow_zero=True)
 
     @property
     def ttl(self) -> timedelta | None:
@@ -205,7 +213,7 @@ class Core:
         if last is not None and n == 0:
             raise InvalidArgument("last", "must be > 0 (or None for the whole history)")
         _, keys = self._keys(key)
-        reply = yield ScriptCall("get_history", keys[:3], (n,))
+        reply = yield ScriptCall("get_history", keys[:3], (n,), write=False)
         return codec.decode_messages(key, check(reply, lambda: Ctx(key, keys))[1])
 
     def update(self, session: Session) -> Op[None]:
@@ -448,7 +456,8 @@ class Core:
     def get_child(self, child_key: str) -> Op[ChildSession]:
         child_key, _, _, keys = self._child_keys(child_key)
         keys = keys[:2]
-        reply = check((yield ScriptCall("get_child", keys, ())), Ctx(child_key, keys, child=True))
+        reply = yield ScriptCall("get_child", keys, (), write=False)
+        check(reply, Ctx(child_key, keys, child=True))
         return codec.decode_child(child_key, reply[1], reply[2])
 
     def children_of(self, parent_key: str) -> Op[list[ChildSession]]:

@@ -1,5 +1,11 @@
-"""Client construction from a URL: ``redis://``, ``rediss://``, ``unix://``, ``memory://``, and
-``redis+cluster://`` / ``rediss+cluster://`` for a Redis Cluster (or ``cluster=True``).
+"""Client construction from a URL: ``redis://``, ``rediss://``, ``unix://``, ``memory://``,
+``redis+cluster://`` / ``rediss+cluster://`` for a Redis Cluster (or ``cluster=True``) and
+``redis+sentinel://host:port[,host:port…]/service[/db]`` for a primary found through Sentinel.
+
+Retry policy, chosen here explicitly: plain and cluster clients keep redis-py's default (10
+retries of connection errors and timeouts with jittered backoff); a Sentinel client, which has
+none by default, gets ``SENTINEL_RETRY`` (about 12 s of retries), enough to ride through a
+failover. Every store operation is idempotent, so a retried call never applies twice.
 
 ``memory://`` is the embedded default: an in-process fakeredis server with Lua. ``memory://``
 alone gives a private server each time; ``memory://NAME`` the same server for the same NAME
@@ -9,15 +15,52 @@ within this process, so several stores (or a sync and an async one) can share it
 from __future__ import annotations
 
 import threading
+from typing import Any
 from urllib.parse import urlsplit
 
 import fakeredis
 import redis
 import redis.asyncio
+import redis.asyncio.retry
+import redis.asyncio.sentinel
+import redis.sentinel
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from .errors import InvalidArgument
 
 MEMORY_SCHEME = "memory"
+SENTINEL_SCHEME = "redis+sentinel"
+SENTINEL_RETRY_ATTEMPTS = 24
+
+
+def _sentinel_retry() -> Retry:
+    return Retry(ExponentialBackoff(cap=1.0, base=0.05), SENTINEL_RETRY_ATTEMPTS)
+
+
+def _sentinel_async_retry() -> redis.asyncio.retry.Retry:
+    return redis.asyncio.retry.Retry(
+        ExponentialBackoff(cap=1.0, base=0.05), SENTINEL_RETRY_ATTEMPTS
+    )
+
+
+def _sentinel_target(url: str) -> tuple[list[tuple[str, int]], str, int]:
+    """``([(host, port), …], service, db)`` of a ``redis+sentinel://`` URL."""
+    parts = urlsplit(url)
+    path = [p for p in parts.path.split("/") if p]
+    if not parts.netloc or not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+        raise InvalidArgument(
+            "url", f"must be redis+sentinel://host:port[,…]/service[/db]: {url!r}"
+        )
+    hosts = []
+    for item in parts.netloc.rsplit("@", 1)[-1].split(","):
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise InvalidArgument("url", f"sentinel address {item!r} needs host:port")
+        hosts.append((host, int(port)))
+    return hosts, path[0], int(path[1]) if len(path) == 2 else 0
+
+
 _servers: dict[str, fakeredis.FakeServer] = {}
 _lock = threading.Lock()
 
@@ -36,11 +79,13 @@ def _parse(url: object, cluster: bool) -> tuple[str, str, bool]:
         raise InvalidArgument("url", f"must be a URL such as redis://host:6379/0, got {url!r}")
     scheme, rest = url.split("://", 1)
     scheme = scheme.lower()
+    if scheme == SENTINEL_SCHEME:
+        return scheme, url, False
     if scheme.endswith("+cluster"):
         scheme, cluster = scheme.removesuffix("+cluster"), True
     if scheme == MEMORY_SCHEME and cluster:
         raise InvalidArgument("url", "memory:// is a single in-process server, not a cluster")
-    if scheme not in (MEMORY_SCHEME, "redis", "rediss", "unix"):
+    if scheme not in (MEMORY_SCHEME, "redis", "rediss", "unix", SENTINEL_SCHEME):
         raise InvalidArgument("url", f"unknown scheme {scheme!r} in {url!r}")
     return scheme, f"{scheme}://{rest}", cluster
 
@@ -50,6 +95,12 @@ def sync_client(url: str, *, cluster: bool = False) -> redis.Redis | redis.Redis
     scheme, url, cluster = _parse(url, cluster)
     if scheme == MEMORY_SCHEME:
         return fakeredis.FakeRedis(server=_memory_server(url))
+    if scheme == SENTINEL_SCHEME:
+        hosts, service, db = _sentinel_target(url)
+        make_sentinel: Any = redis.sentinel.Sentinel
+        sentinel = make_sentinel(hosts, socket_timeout=1.0)
+        client: redis.Redis = sentinel.master_for(service, db=db, retry=_sentinel_retry())
+        return client
     if cluster:
         return redis.RedisCluster.from_url(url)
     return redis.Redis.from_url(url)
@@ -62,6 +113,14 @@ def async_client(
     scheme, url, cluster = _parse(url, cluster)
     if scheme == MEMORY_SCHEME:
         return fakeredis.FakeAsyncRedis(server=_memory_server(url))
+    if scheme == SENTINEL_SCHEME:
+        hosts, service, db = _sentinel_target(url)
+        factory: Any = redis.asyncio.sentinel.Sentinel
+        sentinel = factory(hosts, socket_timeout=1.0)
+        aclient: redis.asyncio.Redis = sentinel.master_for(
+            service, db=db, retry=_sentinel_async_retry()
+        )
+        return aclient
     if cluster:
         return redis.asyncio.RedisCluster.from_url(url)
     return redis.asyncio.Redis.from_url(url)
@@ -77,3 +136,60 @@ def check_client(client: object) -> bool:
     if get_encoder().decode_responses:
         raise InvalidArgument("client", "must be created with decode_responses=False")
     return isinstance(client, redis.RedisCluster | redis.asyncio.RedisCluster)
+
+
+FAILOVER_ERRORS: tuple[type[Exception], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.MovedError,
+    redis.exceptions.AskError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.MasterDownError,
+)
+"""Errors after which a write may succeed again once the topology settled."""
+
+
+def sync_node_client(node: Any, cache: dict[str, Any]) -> Any:
+    """The blocking client of a cluster node (redis-py keeps one per node)."""
+    return node.redis_connection
+
+
+def async_node_client(node: Any, cache: dict[str, Any]) -> Any:
+    """An asyncio client of its own for a cluster node, made once per store and node."""
+    client = cache.get(node.name)
+    if client is None:
+        pool = redis.asyncio.ConnectionPool(
+            connection_class=node.connection_class, **node.connection_kwargs
+        )
+        client = cache[node.name] = redis.asyncio.Redis(connection_pool=pool)
+    return client
+
+
+def sync_refresh(client: Any) -> None:
+    """Re-read a cluster's topology (a no-op for other clients)."""
+    if isinstance(client, redis.RedisCluster):
+        client.nodes_manager.initialize()
+
+
+async def async_refresh(client: Any) -> None:
+    """Re-read a cluster's topology (a no-op for other clients)."""
+    if isinstance(client, redis.asyncio.RedisCluster):
+        await client.nodes_manager.initialize()
+
+
+def sync_close(client: Any) -> None:
+    """Close ``client`` and, for a Sentinel-managed client, its connections to the sentinels."""
+    client.close()
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    for sentinel in getattr(manager, "sentinels", ()):
+        sentinel.close()
+
+
+async def async_close(client: Any) -> None:
+    """Close ``client`` and, for a Sentinel-managed client, its connections to the sentinels."""
+    await client.aclose()
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    for sentinel in getattr(manager, "sentinels", ()):
+        await sentinel.aclose()

@@ -26,6 +26,7 @@ SCALAR_FIELDS = ("agent_id", "channel_type", "channel_id", "model")
 METADATA_PREFIX = "m:"
 SCHEMA_VERSION = b"1"
 
+
 class _StoredMessage(Message):
     """Decode-only twin of :class:`Message` for what this library stored.
 

@@ -13,6 +13,7 @@ Subclasses also inherit the builtin a caller would reach for::
     ├── StaleCompaction                      key
     ├── MigrationConflict                    (another secret migration or write interleaved)
     ├── ConcurrentChange                     key           (gave up after repeated interference)
+    ├── DurabilityNotReached                 redis_key, acked, wanted  (wait_replicas not met)
     ├── InvalidArgument (ValueError)         argument
     └── CorruptData                          key           (foreign or damaged data in Redis)
 
@@ -97,6 +98,21 @@ class ConcurrentChange(SessionError):
     def __init__(self, key: str, problem: str) -> None:
         self.key = key
         super().__init__(f"session {key!r}: {problem}")
+
+
+class DurabilityNotReached(SessionError):
+    """A write was applied on the primary but fewer than ``wanted`` replicas acknowledged it
+    within the timeout (``acked`` did): it may be lost if the primary fails now.
+    """
+
+    def __init__(self, redis_key: str, acked: int, wanted: int, timeout_ms: int) -> None:
+        self.redis_key = redis_key
+        self.acked = acked
+        self.wanted = wanted
+        super().__init__(
+            f"write to {redis_key!r} reached {acked} of {wanted} replicas within {timeout_ms} ms;"
+            " it is applied on the primary and may be lost if that fails"
+        )
 
 
 class InvalidArgument(SessionError, ValueError):

