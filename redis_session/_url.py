@@ -98,7 +98,7 @@ def sync_client(url: str, *, cluster: bool = False) -> redis.Redis | redis.Redis
     if scheme == SENTINEL_SCHEME:
         hosts, service, db = _sentinel_target(url)
         make_sentinel: Any = redis.sentinel.Sentinel
-        sentinel = make_sentinel(hosts, socket_timeout=1.0)
+        sentinel = make_sentinel(hosts, sentinel_kwargs={"socket_timeout": 1.0})
         client: redis.Redis = sentinel.master_for(service, db=db, retry=_sentinel_retry())
         return client
     if cluster:
@@ -116,7 +116,7 @@ def async_client(
     if scheme == SENTINEL_SCHEME:
         hosts, service, db = _sentinel_target(url)
         factory: Any = redis.asyncio.sentinel.Sentinel
-        sentinel = factory(hosts, socket_timeout=1.0)
+        sentinel = factory(hosts, sentinel_kwargs={"socket_timeout": 1.0})
         aclient: redis.asyncio.Redis = sentinel.master_for(
             service, db=db, retry=_sentinel_async_retry()
         )
@@ -163,7 +163,7 @@ def async_node_client(node: Any, cache: dict[str, Any]) -> Any:
         pool = redis.asyncio.ConnectionPool(
             connection_class=node.connection_class, **node.connection_kwargs
         )
-        client = cache[node.name] = redis.asyncio.Redis(connection_pool=pool)
+        client = cache[node.name] = redis.asyncio.Redis.from_pool(pool)
     return client
 
 

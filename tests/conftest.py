@@ -147,7 +147,8 @@ class Backend:
         if self.sentinel is not None:
             make: Any = redis.asyncio.sentinel.Sentinel
             hosts = [("127.0.0.1", p) for p in self.sentinel.sentinel_ports]
-            return make(hosts, socket_timeout=1.0).master_for(SERVICE, **kwargs)
+            sentinel = make(hosts, sentinel_kwargs={"socket_timeout": 1.0})
+            return sentinel.master_for(SERVICE, **kwargs)
         assert self.server is not None
         return redis.asyncio.Redis.from_url(self.server.url, **kwargs)
 

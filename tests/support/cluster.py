@@ -11,6 +11,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
@@ -26,6 +27,7 @@ class Cluster:
 
     ports: list[int]
     processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    args: dict[int, list[str]] = field(default_factory=dict)
     workdir: Path | None = None
     binary: str = ""
 
@@ -35,6 +37,24 @@ class Cluster:
 
     def client(self, **kwargs: object) -> RedisCluster:
         return RedisCluster(host="127.0.0.1", port=self.ports[0], **kwargs)  # type: ignore[arg-type]
+
+    def primary_ports(self) -> list[int]:
+        client: Any = self.client(socket_timeout=1)
+        try:
+            return sorted(n.port for n in client.get_primaries())
+        finally:
+            client.close()
+
+    def kill(self, port: int) -> None:
+        """SIGKILL one node (its nodes.conf stays, so :meth:`restart` rejoins it)."""
+        proc = self.processes.pop(port)
+        proc.kill()
+        proc.wait(timeout=10)
+
+    def restart(self, port: int) -> None:
+        self.processes[port] = subprocess.Popen(
+            self.args[port], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+        )
 
     def stop(self) -> None:
         for proc in self.processes.values():
@@ -89,9 +109,8 @@ def start_cluster(binary: str, timeout: float = 30.0) -> Cluster:
                 "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0",
                 "--enable-debug-command", "local",
             ]  # fmt: skip
-            cluster.processes[port] = subprocess.Popen(
-                args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
-            )
+            cluster.args[port] = args
+            cluster.restart(port)
             cluster.ports.append(port)
         deadline = time.monotonic() + timeout
         for port in cluster.ports:
@@ -119,8 +138,17 @@ def start_cluster(binary: str, timeout: float = 30.0) -> Cluster:
             finally:
                 client.close()
 
+        def replicas_in_sync() -> bool:
+            linked = 0
+            for port in cluster.ports:
+                info = redis.Redis(port=port, socket_timeout=1).info("replication")
+                linked += info.get("role") == "slave" and info.get("master_link_status") == "up"
+            return linked == 3
+
         if not wait_until(writable, deadline - time.monotonic(), interval=0.1):
             raise RuntimeError("the cluster did not become writable")
+        if not wait_until(replicas_in_sync, deadline - time.monotonic(), interval=0.1):
+            raise RuntimeError("the cluster's replicas did not sync")
         return cluster
     except BaseException:
         cluster.stop()

@@ -24,6 +24,7 @@ class SentinelSetup:
     replica_port: int
     sentinel_ports: list[int]
     processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    args: dict[int, list[str]] = field(default_factory=dict)
     workdir: Path | None = None
 
     @property
@@ -33,7 +34,9 @@ class SentinelSetup:
 
     def sentinel(self) -> Any:
         make: Any = redis.sentinel.Sentinel
-        return make([("127.0.0.1", p) for p in self.sentinel_ports], socket_timeout=1.0)
+        return make(
+            [("127.0.0.1", p) for p in self.sentinel_ports], sentinel_kwargs={"socket_timeout": 1.0}
+        )
 
     def client(self, **kwargs: Any) -> redis.Redis:
         master: redis.Redis = self.sentinel().master_for(SERVICE, **kwargs)
@@ -46,6 +49,14 @@ class SentinelSetup:
         proc = self.processes.pop(port)
         proc.kill()
         proc.wait(timeout=10)
+
+    def restart(self, port: int, replica_of: int | None = None) -> None:
+        """Start a killed data node again (empty: no persistence), as a replica of
+        ``replica_of`` when given (else Sentinel converts it when it notices, up to ~10 s)."""
+        extra = ["--replicaof", "127.0.0.1", str(replica_of)] if replica_of else []
+        self.processes[port] = subprocess.Popen(
+            [*self.args[port], *extra], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+        )
 
     def stop(self) -> None:
         for proc in self.processes.values():
@@ -65,13 +76,12 @@ def start_sentinel(binary: str, timeout: float = 30.0) -> SentinelSetup:
 
         def server(port: int, *extra: str) -> None:
             d = workdir / str(port)
-            d.mkdir()
+            d.mkdir(exist_ok=True)
             args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                     "--appendonly", "no", "--dir", str(d), "--repl-diskless-sync", "yes",
                     "--repl-diskless-sync-delay", "0", *extra]  # fmt: skip
-            setup.processes[port] = subprocess.Popen(
-                args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
-            )
+            setup.args[port] = args
+            setup.restart(port)
 
         server(setup.primary_port)
         setup.replica_port = free_port()

@@ -1,0 +1,36 @@
+"""The durability knob: WAIT for replicas on the connection that wrote."""
+
+from __future__ import annotations
+
+import pytest
+
+from redis_session import DurabilityNotReached, InvalidArgument, Message, Session
+from tests.conftest import Backend, StoreFactory
+
+REPLICAS = {"redis": 0, "valkey": 0, "cluster": 1, "sentinel": 1}
+
+
+async def test_writes_wait_for_the_replicas_there_are(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    if backend.name == "fake":
+        pytest.skip("fakeredis has no replication (WAIT is a real-server behaviour)")
+    replicas = REPLICAS[backend.name]
+    store = make_store(wait_replicas=replicas + 1, wait_timeout=1.5)
+    with pytest.raises(DurabilityNotReached) as info:
+        await store.create(Session(key="d"))
+    assert (info.value.acked, info.value.wanted) == (replicas, replicas + 1)
+    assert (await store.get("d")).key == "d"  # applied on the primary all the same
+    if replicas:
+        durable = make_store(wait_replicas=replicas, wait_timeout=5)
+        assert await durable.append_message("d", Message(role="user", content="safe")) is True
+        child = await durable.fork_child("d", "a")
+        assert await durable.merge_child(child.key, "s") == 1
+        assert [m.content for m in await durable.get_history("d")] == ["safe", "s"]
+
+
+async def test_durability_options_are_validated(make_store: StoreFactory) -> None:
+    with pytest.raises(InvalidArgument, match="wait_replicas"):
+        make_store(wait_replicas=-1)
+    with pytest.raises(InvalidArgument, match="wait_timeout"):
+        make_store(wait_replicas=1, wait_timeout=0)
