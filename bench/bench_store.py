@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import functools
 import gc
 import io
 import math
@@ -560,12 +561,15 @@ class Bench:
         hist: dict[int, dict[str, Timings]] = {}
         ops: list[tuple[SyncOp, Timings]] = []
         for size, key, msgs in ((10_000, key_10k, msgs_10k), (1_000, key_1k, msgs_1k)):
-            req = _first_script(self.core.get_history(key, 20))
-            script = self.client.register_script(script_source(req.name))
+            req = _first_commands(self.core.get_history(key, 20))
+            (command,) = req.commands
+            meta = self.core.schema.session(key).meta
             parts = ("store", "floor", "script", "decode", "multi")
             h = {n: Timings(f"{n}@{size}") for n in parts}
             hist[size] = h
-            ops += _history_ops(store, raw, script, req, key, msgs, h)
+            ops += _history_ops(
+                store, raw, functools.partial(raw.execute_command, *command), meta, key, msgs, h
+            )
             assert len(store.get_history(key, last=20)) == 20
         orj20 = Timings("orjson20")
         items_20 = items_1k[-20:]
@@ -581,14 +585,14 @@ class Bench:
                     f"get_history(last=20) @{size:,}",
                     {
                         "floor: LRANGE -20 -1 + orjson.loads per item": h["floor"].median,
-                        "store's get_history script, bare EVALSHA": h["script"].median,
+                        "store's get_history request, bare redis-py": h["script"].median,
                         "store.get_history": h["store"].median,
                         "codec.decode_messages x20 alone (no I/O)": h["decode"].median,
                         "orjson.loads x20 alone (no I/O)": orj20.median,
-                        "-> server extra (script - floor + orjson)": h["script"].median
+                        "-> request extra (bare - floor + orjson)": h["script"].median
                         - (h["floor"].median - orj20.median),
                         "-> decode extra (decode - orjson)": h["decode"].median - orj20.median,
-                        "-> rest (store - script - decode)": h["store"].median
+                        "-> rest (store - bare - decode)": h["store"].median
                         - h["script"].median
                         - h["decode"].median,
                         "alternative read, no Lua: MULTI EXISTS+LRANGE (no parse)": h[
@@ -855,15 +859,14 @@ def _append_breakdown(results: Sequence[AppendTimings]) -> dict[str, float]:
 def _history_ops(
     store: RedisStore,
     raw: Any,
-    script: Any,
-    req: ScriptCall,
+    bare: Callable[[], Any],
+    meta: str,
     key: str,
     msgs: str,
     h: dict[str, Timings],
 ) -> list[tuple[SyncOp, Timings]]:
     loads = orjson.loads
-    keys, args = list(req.keys), list(req.args)
-    items: list[bytes] = list(script(keys=keys, args=args)[1])
+    items: list[bytes] = list(bare())
 
     def store_op(_: int) -> object:
         return store.get_history(key, last=20)
@@ -872,12 +875,10 @@ def _history_ops(
         return [loads(x) for x in raw.lrange(msgs, -20, -1)]
 
     def script_op(_: int) -> object:
-        return script(keys=keys, args=args)
+        return bare()
 
     def decode_op(_: int) -> object:
         return codec.decode_messages(key, items)
-
-    meta = req.keys[0]
 
     def multi_op(_: int) -> object:
         pipe = raw.pipeline(transaction=True)

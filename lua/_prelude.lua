@@ -37,18 +37,19 @@ end
 local function touch(data_keys, ids, ttl_ms, grace_ms)
   local ttl = tonumber(ttl_ms)
   if ttl <= 0 then return end
-  for _, k in ipairs(data_keys) do redis.call('PEXPIRE', k, ttl) end
+  for i = 1, #data_keys do redis.call('PEXPIRE', data_keys[i], ttl) end
   redis.call('PEXPIRE', ids, ttl + tonumber(grace_ms))
 end
 
--- Message-id digests (8 bytes each) packed in 64 buckets of the ids hash (a bucket stays
--- small: ~1.2 KB at 10,000 messages, so reading and rewriting it is cheap).
+-- Message-id digests (8 bytes each) packed in 128 buckets of the ids hash: a bucket stays
+-- small (~0.6 KB at 10,000 messages), so reading and rewriting it is cheap, and up to ~1,000
+-- messages the hash keeps Redis's compact encoding.
 local function bucket(d)
-  return string.format('%x', string.byte(d, 1) % 64)
+  return string.format('%x', string.byte(d, 1) % 128)
 end
 
 local function held_in(b, d)
-  if not b then return false end
+  if not b or b == '' then return false end
   local pos = 1
   while true do
     local s = string.find(b, d, pos, true)

@@ -9,6 +9,7 @@
 -- reply stores nothing twice and still answers OK. The hot path: every key's type is checked
 -- by the first command on it (redis.pcall), and the first write to each key that could fail
 -- comes before any write that could not, so a foreign key type leaves nothing half-written.
+-- Each id bucket is read once and written once.
 local v = redis.pcall('HGET', KEYS[1], 'v')
 if failed(v) then return {WRONG_TYPE, 1} end
 if not v then
@@ -18,13 +19,24 @@ if not v then
   return {NOT_FOUND}
 end
 
-local new = {}
+local buckets, dirty, new = {}, {}, {}
 for i = 5, #ARGV, 2 do
   local d = ARGV[i]
-  local b = redis.pcall('HGET', KEYS[3], bucket(d))
-  if failed(b) then return {WRONG_TYPE, 3} end
-  if not held_in(b, d) and not new[d] then
-    new[d] = true
+  local f = bucket(d)
+  local b = buckets[f]
+  if b == nil then
+    b = redis.pcall('HGET', KEYS[3], f)
+    if failed(b) then return {WRONG_TYPE, 3} end
+    b = b or ''
+  end
+  if held_in(b, d) then
+    buckets[f] = b
+  else
+    buckets[f] = b .. d
+    if not dirty[f] then
+      dirty[f] = true
+      dirty[#dirty + 1] = f
+    end
     new[#new + 1] = i
   end
 end
@@ -32,16 +44,17 @@ if #new == 0 then return {OK, 0} end
 
 local us, ms = clock()
 if failed(redis.pcall('ZADD', KEYS[4], ms, ARGV[4])) then return {WRONG_TYPE, 4} end
-for n, i in ipairs(new) do
-  if n == 1 then
-    if failed(redis.pcall('RPUSH', KEYS[2], ARGV[i + 1])) then return {WRONG_TYPE, 2} end
-  else
-    redis.call('RPUSH', KEYS[2], ARGV[i + 1])
-  end
-  add_digest(KEYS[3], ARGV[i])
-end
+local len = redis.pcall('RPUSH', KEYS[2], ARGV[new[1] + 1])
+if failed(len) then return {WRONG_TYPE, 2} end
+for n = 2, #new do len = redis.call('RPUSH', KEYS[2], ARGV[new[n] + 1]) end
 local max = tonumber(ARGV[3])
-if max > 0 then redis.call('LTRIM', KEYS[2], -max, -1) end
+if max > 0 and len > max then redis.call('LTRIM', KEYS[2], -max, -1) end
+local fields = {}
+for _, f in ipairs(dirty) do
+  fields[#fields + 1] = f
+  fields[#fields + 1] = buckets[f]
+end
+redis.call('HSET', KEYS[3], unpack(fields))
 redis.call('HSET', KEYS[1], 'updated_at', us)
 touch({KEYS[1], KEYS[2]}, KEYS[3], ARGV[1], ARGV[2])
 return {OK, #new}

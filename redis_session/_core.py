@@ -212,9 +212,28 @@ class Core:
         n = 0 if last is None else _non_negative_int(last, "last")
         if last is not None and n == 0:
             raise InvalidArgument("last", "must be > 0 (or None for the whole history)")
-        _, keys = self._keys(key)
-        reply = yield ScriptCall("get_history", keys[:3], (n,), write=False)
-        return codec.decode_messages(key, check(reply, lambda: Ctx(key, keys))[1])
+        sk, keys = self._keys(key)
+        # A read needs no script. One LRANGE answers a session with messages; only an empty
+        # answer needs the meta hash and the expiry marker to tell empty from missing/expired.
+        (items,) = yield Commands([("LRANGE", sk.msgs, -n if n else 0, -1)], errors_as_values=True)
+        if isinstance(items, Exception):
+            raise CorruptData(key, f"Redis key {sk.msgs!r} holds a foreign type")
+        if not items:
+            yield from self._require(key, sk, keys)
+        return codec.decode_messages(key, items)
+
+    def _require(self, key: str, sk: SessionKeys, keys: list[str]) -> Op[None]:
+        """Raise unless session ``key`` exists (expired and foreign data told apart)."""
+        meta, marker = yield Commands(
+            [("HGET", sk.meta, "v"), ("HEXISTS", sk.ids, "c")],
+            transaction=True,
+            errors_as_values=True,
+        )
+        for i, value in ((0, meta), (2, marker)):
+            if isinstance(value, Exception):
+                raise CorruptData(key, f"Redis key {keys[i]!r} holds a foreign type")
+        if meta is None:
+            raise SessionExpired(key) if marker else SessionNotFound(key)
 
     def update(self, session: Session) -> Op[None]:
         session = _session(session)
@@ -269,10 +288,17 @@ class Core:
         return (yield from self._append(key, codec.message_args(messages, "messages")))
 
     def append_message(self, key: str, msg: Message) -> Op[bool]:
+        # The hot path, written out: one generator, nothing built twice.
         if type(msg) is not Message:
             msg = _message(msg)
-        digest = codec.message_digest(msg.id)
-        return (yield from self._append(key, [digest, codec.encode_message(msg)])) == 1
+        key = check_key(key)
+        keys = self._keys(key)[1]
+        args = (
+            self.ttl_ms, self.grace_ms, self.max_history_turns, key,
+            codec.message_digest(msg.id), codec.encode_message(msg),
+        )  # fmt: skip
+        reply = yield ScriptCall("append_message", keys, args)
+        return int(check(reply, lambda: Ctx(key, keys))[1]) == 1
 
     def _append(self, key: str, pairs: list[bytes]) -> Op[int]:
         key = check_key(key)

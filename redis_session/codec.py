@@ -49,9 +49,12 @@ def message_digest(message_id: str) -> bytes:
     return hashlib.blake2b(message_id.encode(), digest_size=8).digest()
 
 
+_MESSAGE_SERIALIZER = Message.__pydantic_serializer__
+
+
 def encode_message(msg: Message) -> bytes:
-    """The stored form of ``msg``: its compact JSON."""
-    return _MESSAGE.dump_json(msg)
+    """The stored form of ``msg``: its compact JSON (the model's own serializer, directly)."""
+    return _MESSAGE_SERIALIZER.to_json(msg)
 
 
 def id_prefix(message_id: str) -> bytes:

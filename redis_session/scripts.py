@@ -21,7 +21,6 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "discard_child",
     "fork_child",
     "get_child",
-    "get_history",
     "merge_child",
     "migrate_secrets",
     "set_checksum",

@@ -123,12 +123,20 @@ class RedisStore:
         if isinstance(request, ScriptCall):
             if request.write and self._core.wait_replicas:
                 return self._durable(request)
+            # EVALSHA by hand rather than through Script.__call__: the same reload on NOSCRIPT,
+            # without its per-call copies (this is the append hot path).
             script = self._scripts[request.name]
-            return script(keys=list(request.keys), args=list(request.args))
+            client: Any = self._client
+            command = ("EVALSHA", script.sha, len(request.keys), *request.keys, *request.args)
+            try:
+                return client.execute_command(*command)
+            except redis.exceptions.NoScriptError:
+                client.script_load(script.script)
+                return client.execute_command(*command)
         if isinstance(request, Emit):
             pending = events.call_hook(self._hook, request.event)
             return events.finish_hook_sync(pending, request.event)
-        client: Any = self._client  # redis-py leaves execute_command untyped
+        client = self._client  # redis-py leaves execute_command untyped
         if len(request.commands) == 1 and not request.transaction:
             try:
                 return [client.execute_command(*request.commands[0])]

@@ -97,10 +97,10 @@ def test_digest_lookup_is_aligned(backend: Backend) -> None:
     """A digest found only across the boundary of two stored digests is not held."""
     raw = backend.sync_client()
     ids = backend.schema.session("al").ids
-    first, second = b"\x40\x80CCCCCC", b"\x00BBBBBBB"  # both in bucket 0 (first byte % 64)
+    first, second = b"\x00\x80CCCCCC", b"\x80BBBBBBB"  # both in bucket 0 (first byte % 128)
     raw.hset(ids, "0", first + second)
-    straddling = (first + second)[1:9]  # b"\x80CCCCCC\x00", also bucket 0
-    assert straddling[0] % 64 == 0
+    straddling = (first + second)[1:9]  # b"\x80CCCCCC\x80", also bucket 0
+    assert straddling[0] % 128 == 0
     probe = raw.register_script(
         (lua_dir() / f"{PRELUDE}.lua").read_text()
         + "\nlocal out = {}"
