@@ -327,11 +327,11 @@ async def test_create_after_expiry_is_fresh(make_store: StoreFactory) -> None:
 
 
 async def test_listing_drops_expired_but_keeps_live(make_store: StoreFactory) -> None:
-    store = make_store(ttl=0.3)
+    store = make_store(ttl=1.0)
     await store.create(Session(key="old"))
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.6)
     await store.create(Session(key="new"))
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.5)  # old: 1.1 s without a write (expired); new: 0.5 s (0.5 s to spare)
     assert [s.key for s in await store.list_sessions()] == ["new"]
 
 
