@@ -31,6 +31,7 @@ class Writer:
     acked: list[str] = field(default_factory=list)
     unconfirmed: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
     successes: list[float] = field(default_factory=list)
 
 
@@ -48,8 +49,9 @@ def run_writers(store: RedisStore, keys: list[str], stop_early: threading.Event)
                 w.successes.append(time.monotonic())
             except DurabilityNotReached:
                 w.unconfirmed.append(msg.id)
-            except (redis.RedisError, OSError):
+            except (redis.RedisError, OSError) as exc:
                 w.failed.append(msg.id)
+                w.errors.append(f"{time.monotonic():.2f} {type(exc).__name__}: {exc}")
             time.sleep(0.005)
 
     threads = [threading.Thread(target=work, args=(w,), daemon=True) for w in writers]
@@ -79,7 +81,10 @@ def check(store: RedisStore, writers: list[Writer], killed_at: float) -> float:
         after = [t for t in w.successes if t > killed_at]
         if before and after:
             window = max(window, after[0] - before[-1])
-        assert len(w.acked) > APPENDS // 2, f"{w.key}: only {len(w.acked)} acknowledged"
+        assert len(w.acked) > APPENDS // 2, (
+            f"{w.key}: only {len(w.acked)} acknowledged, {len(w.unconfirmed)} unconfirmed, "
+            f"{len(w.failed)} failed (killed at {killed_at:.2f}): {w.errors[:3]}"
+        )
     return window
 
 

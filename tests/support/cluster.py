@@ -67,9 +67,10 @@ class Cluster:
 
 
 def _free_cluster_port(taken: set[int]) -> int:
-    """A port whose cluster-bus twin (port + 10000) is free too; in 21000-29999."""
+    """A port whose cluster-bus twin (port + 10000) is free too; in 12000-19999, so both stay
+    below Linux's ephemeral range and a killed node's ports are still free when it restarts."""
     for _ in range(500):
-        port = random.randrange(21000, 30000)
+        port = random.randrange(12000, 20000)
         if port in taken:
             continue
         try:

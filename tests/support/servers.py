@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -14,11 +15,23 @@ from typing import Any
 
 import redis
 
+SERVER_PORTS = range(30000, 32700)
+"""Where test servers listen: below Linux's ephemeral range (32768-60999), so a port is not
+taken by some client's outgoing connection while a killed server is down, and above the
+cluster harness's ports (12000-19999, bus 22000-29999)."""
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port in :data:`SERVER_PORTS`."""
+    for _ in range(500):
+        port = random.choice(SERVER_PORTS)
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port for a test server")
 
 
 def wait_until(predicate: object, timeout: float, interval: float = 0.02) -> bool:
