@@ -197,6 +197,17 @@ def real_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     b.close()
 
 
+@pytest.fixture(
+    params=[pytest.param(b, marks=getattr(pytest.mark, b), id=b) for b in BACKENDS if b != "fake"]
+)
+def server_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """Each real server setup in turn (single, Valkey, cluster, Sentinel)."""
+    name: str = request.param
+    b = Backend(name, request.getfixturevalue(f"{name}_server"))
+    yield b
+    b.close()
+
+
 class AwaitableStore:
     """Presents a blocking ``RedisStore`` with awaitable methods, so that one ``async`` test
     body drives both flavours; attributes that are not methods pass through."""

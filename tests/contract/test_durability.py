@@ -2,19 +2,40 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from redis_session import DurabilityNotReached, InvalidArgument, Message, Session
-from tests.conftest import Backend, StoreFactory
+from tests.conftest import AwaitableStore, Backend, StoreFactory
 
 REPLICAS = {"redis": 0, "valkey": 0, "cluster": 1, "sentinel": 1}
 
 
+@pytest.mark.parametrize("flavour_name", ["sync", "async"])
 async def test_writes_wait_for_the_replicas_there_are(
-    backend: Backend, make_store: StoreFactory
+    server_backend: Backend, flavour_name: str
 ) -> None:
-    if backend.name == "fake":
-        pytest.skip("fakeredis has no replication (WAIT is a real-server behaviour)")
+    """On real servers only: fakeredis has no replication."""
+    backend = server_backend
+    stores: list[Any] = []
+
+    def make_store(**options: Any) -> Any:
+        made = backend.sync_store(**options)
+        store: Any = (
+            AwaitableStore(made) if flavour_name == "sync" else backend.async_store(**options)
+        )
+        stores.append(store)
+        return store
+
+    try:
+        await _durability_story(backend, make_store)
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def _durability_story(backend: Backend, make_store: StoreFactory) -> None:
     replicas = REPLICAS[backend.name]
     store = make_store(wait_replicas=replicas + 1, wait_timeout=1.5)
     with pytest.raises(DurabilityNotReached) as info:
