@@ -21,10 +21,11 @@ async def test_writes_wait_for_the_replicas_there_are(
     stores: list[Any] = []
 
     def make_store(**options: Any) -> Any:
-        made = backend.sync_store(**options)
-        store: Any = (
-            AwaitableStore(made) if flavour_name == "sync" else backend.async_store(**options)
-        )
+        store: Any
+        if flavour_name == "sync":
+            store = AwaitableStore(backend.sync_store(**options))
+        else:
+            store = backend.async_store(**options)
         stores.append(store)
         return store
 
