@@ -172,13 +172,11 @@ class Backend:
             close()
 
 
-def _backend_params() -> list[Any]:
-    return [pytest.param(b, marks=getattr(pytest.mark, b), id=b) for b in BACKENDS]
+def _params(names: tuple[str, ...]) -> list[Any]:
+    return [pytest.param(b, marks=getattr(pytest.mark, b), id=b) for b in names]
 
 
-@pytest.fixture(params=_backend_params())
-def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    """Each backend in turn, with a fresh key prefix."""
+def _backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     name: str = request.param
     server = None if name == "fake" else request.getfixturevalue(f"{name}_server")
     b = Backend(name, server)
@@ -186,26 +184,22 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     b.close()
 
 
-@pytest.fixture(
-    params=[pytest.param(b, marks=getattr(pytest.mark, b), id=b) for b in ("redis", "valkey")]
-)
+@pytest.fixture(params=_params(BACKENDS))
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """Each backend in turn, with a fresh key prefix."""
+    yield from _backend(request)
+
+
+@pytest.fixture(params=_params(("redis", "valkey")))
 def real_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     """Each single real server in turn (concurrency, fault tests), with a fresh key prefix."""
-    name: str = request.param
-    b = Backend(name, request.getfixturevalue(f"{name}_server"))
-    yield b
-    b.close()
+    yield from _backend(request)
 
 
-@pytest.fixture(
-    params=[pytest.param(b, marks=getattr(pytest.mark, b), id=b) for b in BACKENDS if b != "fake"]
-)
+@pytest.fixture(params=_params(tuple(b for b in BACKENDS if b != "fake")))
 def server_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     """Each real server setup in turn (single, Valkey, cluster, Sentinel)."""
-    name: str = request.param
-    b = Backend(name, request.getfixturevalue(f"{name}_server"))
-    yield b
-    b.close()
+    yield from _backend(request)
 
 
 class AwaitableStore:
