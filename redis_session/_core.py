@@ -127,6 +127,16 @@ def _message(msg: object, argument: str = "msg") -> Message:
     return msg
 
 
+def _no_foreign_types(key: str, *replies: tuple[str, object]) -> None:
+    """Raise ``CorruptData`` for the first ``(redis key, reply)`` whose reply is an error.
+
+    A command on a key that holds another type fails alone inside MULTI/EXEC or a pipeline.
+    """
+    for name, reply in replies:
+        if isinstance(reply, Exception):
+            raise CorruptData(key, f"Redis key {name!r} holds a foreign type")
+
+
 def _session(session: object) -> Session:
     if not isinstance(session, Session):
         raise InvalidArgument("session", f"must be a Session, not {type(session).__name__}")
@@ -192,7 +202,7 @@ class Core:
 
     def get(self, key: str) -> Op[Session]:
         key = check_key(key)
-        sk, keys = self._keys(key)
+        sk = self.schema.session(key)
         # A read needs no script: MULTI/EXEC gives one consistent snapshot without copying the
         # history through Lua.
         meta, items, marker = yield Commands(
@@ -200,9 +210,7 @@ class Core:
             transaction=True,
             errors_as_values=True,
         )
-        for i, value in enumerate((meta, items, marker)):
-            if isinstance(value, Exception):
-                raise CorruptData(key, f"Redis key {keys[i]!r} holds a foreign type")
+        _no_foreign_types(key, (sk.meta, meta), (sk.msgs, items), (sk.ids, marker))
         if not meta:
             raise SessionExpired(key) if marker else SessionNotFound(key)
         return codec.decode_session(key, meta, items)
@@ -212,26 +220,23 @@ class Core:
         n = 0 if last is None else _non_negative_int(last, "last")
         if last is not None and n == 0:
             raise InvalidArgument("last", "must be > 0 (or None for the whole history)")
-        sk, keys = self._keys(key)
+        sk = self.schema.session(key)
         # A read needs no script. One LRANGE answers a session with messages; only an empty
         # answer needs the meta hash and the expiry marker to tell empty from missing/expired.
         (items,) = yield Commands([("LRANGE", sk.msgs, -n if n else 0, -1)], errors_as_values=True)
-        if isinstance(items, Exception):
-            raise CorruptData(key, f"Redis key {sk.msgs!r} holds a foreign type")
+        _no_foreign_types(key, (sk.msgs, items))
         if not items:
-            yield from self._require(key, sk, keys)
+            yield from self._require(key, sk)
         return codec.decode_messages(key, items)
 
-    def _require(self, key: str, sk: SessionKeys, keys: list[str]) -> Op[None]:
+    def _require(self, key: str, sk: SessionKeys) -> Op[None]:
         """Raise unless session ``key`` exists (expired and foreign data told apart)."""
         meta, marker = yield Commands(
             [("HGET", sk.meta, "v"), ("HEXISTS", sk.ids, "c")],
             transaction=True,
             errors_as_values=True,
         )
-        for i, value in ((0, meta), (2, marker)):
-            if isinstance(value, Exception):
-                raise CorruptData(key, f"Redis key {keys[i]!r} holds a foreign type")
+        _no_foreign_types(key, (sk.meta, meta), (sk.ids, marker))
         if meta is None:
             raise SessionExpired(key) if marker else SessionNotFound(key)
 
