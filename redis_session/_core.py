@@ -44,6 +44,7 @@ TIMEOUT_NOTICE = "[This response was interrupted due to a timeout]"
 SECRET_PREFIX = "s:"
 DEFAULT_EXPIRED_GRACE = timedelta(days=1)
 DELETE_ATTEMPTS = 8
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 
 def _token() -> str:
@@ -112,6 +113,7 @@ def _non_negative_int(value: object, argument: str) -> int:
 def _name(value: object, argument: str = "name") -> str:
     if not isinstance(value, str) or not value:
         raise InvalidArgument(argument, "must be a non-empty str")
+    codec.text_arg(value, argument)
     return value
 
 
@@ -159,6 +161,7 @@ class Core:
         wait_replicas: int = 0,
         wait_timeout: float | timedelta = 1.0,
         failover_window: float | timedelta = 15.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         self.schema = KeySchema(prefix, cluster=cluster)
         self.channel = self.schema.events_channel if publish_events else ""
@@ -166,6 +169,7 @@ class Core:
         self.grace_ms = duration_ms(expired_grace, "expired_grace", allow_zero=True)
         self.max_history_turns = _non_negative_int(max_history_turns, "max_history_turns")
         self.wait_replicas = _non_negative_int(wait_replicas, "wait_replicas")
+        self.max_message_bytes = _non_negative_int(max_message_bytes, "max_message_bytes")
         self.wait_timeout_ms = duration_ms(wait_timeout, "wait_timeout")
         self.failover_window_ms = duration_ms(failover_window, "failover_window", allow_zero=True)
 
@@ -190,7 +194,7 @@ class Core:
         meta = codec.meta_args(session)
         event, payload = new_event(LifecycleEventType.CREATE, key)
         args = [*self._ttl_args(), key, _token(), self.channel, payload, len(meta) // 2, *meta]
-        args += codec.message_args(session.history, "session.history")
+        args += codec.message_args(session.history, "session.history", self.max_message_bytes)
         reply = check((yield ScriptCall("create", keys, args)), Ctx(key, keys))
         if self.schema.cluster and int(reply[2]):
             # Not atomic with the script (another slot): a crash right here leaves this index
@@ -244,12 +248,8 @@ class Core:
         session = _session(session)
         key = session.key
         _, keys = self._keys(key)
-        scalars: list[str] = []
-        for name in codec.SCALAR_FIELDS:
-            value = getattr(session, name)
-            if value:
-                scalars += (name, value)
-        meta = codec.metadata_args(session.metadata, "session.metadata")
+        scalars = codec.scalar_args(session, skip_empty=True)
+        meta = codec.metadata_args(session.metadata)
         args = [*self._ttl_args(), key, len(scalars) // 2, *scalars, *meta]
         check((yield ScriptCall("update", keys, args)), Ctx(key, keys))
 
@@ -259,8 +259,8 @@ class Core:
         key = check_key(key)
         if isinstance(delete, str):
             raise InvalidArgument("delete", "must be an iterable of names, not a single str")
-        gone = [codec.METADATA_PREFIX + _name(n, "delete") for n in delete]
-        put = codec.metadata_args(set or {}, "set")
+        gone = [codec.METADATA_PREFIX.encode() + codec.text_arg(n, "delete") for n in delete]
+        put = codec.metadata_args({} if set is None else set, "set")
         _, keys = self._keys(key)
         args = [*self._ttl_args(), key, len(gone), *gone, *put]
         check((yield ScriptCall("update_metadata", keys, args)), Ctx(key, keys))
@@ -290,7 +290,11 @@ class Core:
         if not messages:
             check_key(key)
             return 0
-        return (yield from self._append(key, codec.message_args(messages, "messages")))
+        return (
+            yield from self._append(
+                key, codec.message_args(messages, "messages", self.max_message_bytes)
+            )
+        )
 
     def append_message(self, key: str, msg: Message) -> Op[bool]:
         # The hot path, written out: one generator, nothing built twice.
@@ -300,7 +304,8 @@ class Core:
         keys = self._keys(key)[1]
         args = (
             self.ttl_ms, self.grace_ms, self.max_history_turns, key,
-            codec.message_digest(msg.id), codec.encode_message(msg),
+            codec.message_digest(msg.id),
+            codec.check_size(codec.encode_message(msg), self.max_message_bytes, "msg"),
         )  # fmt: skip
         reply = yield ScriptCall("append_message", keys, args)
         return int(check(reply, lambda: Ctx(key, keys))[1]) == 1
@@ -332,7 +337,13 @@ class Core:
         expect = codec.id_prefix(expect_id) if expect_id else b""
         _, keys = self._keys(key)
         event, payload = new_event(LifecycleEventType.COMPACT, key)
-        args = [*self._ttl_args(), key, index, *codec.message_args([msg], "summary"), expect]
+        args = [
+            *self._ttl_args(),
+            key,
+            index,
+            *codec.message_args([msg], "summary", self.max_message_bytes),
+            expect,
+        ]
         args += (self.channel, payload)
         ctx = Ctx(key, keys, index=index, expect_id=expect_id or "")
         reply = check((yield ScriptCall("compact_messages", keys, args)), ctx)
@@ -420,6 +431,7 @@ class Core:
         parent_key = check_key(parent_key, "parent_key")
         if not isinstance(agent_name, str) or not agent_name or ":" in agent_name:
             raise InvalidArgument("agent_name", "must be a non-empty str without ':'")
+        codec.text_arg(agent_name, "agent_name")
         config = ChildSessionConfig() if config is None else config
         if not isinstance(config, ChildSessionConfig):
             raise InvalidArgument("config", "must be a ChildSessionConfig or None")
@@ -445,7 +457,11 @@ class Core:
             raise InvalidArgument("messages", "must be a sequence of Message")
         if not messages:
             return 0
-        args = [*self._ttl_args(), parent, *codec.child_message_args(messages, "messages")]
+        args = [
+            *self._ttl_args(),
+            parent,
+            *codec.child_message_args(messages, "messages", self.max_message_bytes),
+        ]
         ctx = Ctx(child_key, keys, child=True, parent=parent)
         reply = check((yield ScriptCall("append_child_message", keys, args)), ctx)
         return int(reply[1])
@@ -461,7 +477,7 @@ class Core:
         if author is not None and not isinstance(author, str):
             raise InvalidArgument("author", f"must be a str, not {type(author).__name__}")
         msg = Message(role=MessageRole.ASSISTANT, content=summary, author=author or agent)
-        digest, body = codec.message_args([msg], "summary")
+        digest, body = codec.message_args([msg], "summary", self.max_message_bytes)
         event, payload = new_event(
             LifecycleEventType.MERGE, parent, child_key=child_key, agent_name=agent
         )

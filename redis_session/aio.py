@@ -12,7 +12,15 @@ from typing import Any, TypeVar
 import redis.asyncio
 
 from . import _url, events
-from ._core import DEFAULT_EXPIRED_GRACE, Core, Emit, Op, Request, ScriptCall
+from ._core import (
+    DEFAULT_EXPIRED_GRACE,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Core,
+    Emit,
+    Op,
+    Request,
+    ScriptCall,
+)
 from .errors import DurabilityNotReached
 from .events import AsyncEventListener, LifecycleHook
 from .models import ChildSession, ChildSessionConfig, Message, Session, SessionSummary
@@ -38,6 +46,9 @@ class AsyncRedisStore:
     ``WAIT N wait_timeout``; fewer acknowledgements raise ``DurabilityNotReached`` (the write
     is applied on the primary). Such writes are retried through connection errors, failovers
     and slot moves for up to ``failover_window`` (they are idempotent).
+
+    A message longer than ``max_message_bytes`` as stored (default 4 MiB; 0 = no limit) is
+    refused with ``InvalidArgument`` before anything is sent.
     """
 
     def __init__(
@@ -53,6 +64,7 @@ class AsyncRedisStore:
         wait_replicas: int = 0,
         wait_timeout: float | timedelta = 1.0,
         failover_window: float | timedelta = 15.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         self._core = Core(
             prefix=prefix,
@@ -64,6 +76,7 @@ class AsyncRedisStore:
             wait_replicas=wait_replicas,
             wait_timeout=wait_timeout,
             failover_window=failover_window,
+            max_message_bytes=max_message_bytes,
         )
         self._node_clients: dict[str, Any] = {}
         self.set_lifecycle_hook(lifecycle_hook)

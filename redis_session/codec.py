@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 from pydantic import AwareDatetime, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from .errors import CorruptData, InvalidArgument
 from .models import ChildSession, ChildSessionConfig, Message, Session, SessionSummary
@@ -52,9 +53,25 @@ def message_digest(message_id: str) -> bytes:
 _MESSAGE_SERIALIZER = Message.__pydantic_serializer__
 
 
-def encode_message(msg: Message) -> bytes:
-    """The stored form of ``msg``: its compact JSON (the model's own serializer, directly)."""
-    return _MESSAGE_SERIALIZER.to_json(msg)
+def encode_message(msg: Message, argument: str = "msg") -> bytes:
+    """The stored form of ``msg``: its compact JSON (the model's own serializer, directly).
+
+    Text that UTF-8 cannot encode (lone surrogates) is refused as ``InvalidArgument``.
+    """
+    try:
+        return _MESSAGE_SERIALIZER.to_json(msg)
+    except PydanticSerializationError as exc:
+        raise InvalidArgument(argument, f"cannot be stored as UTF-8 JSON: {exc}") from None
+
+
+def text_arg(value: object, argument: str) -> bytes:
+    """A str as the UTF-8 bytes a script receives; ``InvalidArgument`` for anything else."""
+    if not isinstance(value, str):
+        raise InvalidArgument(argument, f"must be a str, not {type(value).__name__}")
+    try:
+        return value.encode()
+    except UnicodeEncodeError:
+        raise InvalidArgument(argument, "must be encodable as UTF-8 (no lone surrogates)") from None
 
 
 def id_prefix(message_id: str) -> bytes:
@@ -62,8 +79,19 @@ def id_prefix(message_id: str) -> bytes:
     return b'{"id":' + orjson.dumps(message_id) + b","
 
 
-def message_args(messages: Sequence[Message], argument: str) -> list[bytes]:
-    """Digest/JSON pairs for a script's ARGV; duplicate ids in one call are refused."""
+def check_size(body: bytes, limit: int, argument: str) -> bytes:
+    """``body`` if ``limit`` is 0 or it is no longer than ``limit`` bytes."""
+    if limit and len(body) > limit:
+        raise InvalidArgument(
+            argument, f"is {len(body):,} bytes as stored, over max_message_bytes={limit:,}"
+        )
+    return body
+
+
+def message_args(messages: Sequence[Message], argument: str, limit: int = 0) -> list[bytes]:
+    """Digest/JSON pairs for a script's ARGV; duplicate ids in one call are refused, and so is
+    a message longer than ``limit`` bytes as stored (0 = no limit).
+    """
     out: list[bytes] = []
     seen: set[str] = set()
     for i, msg in enumerate(messages):
@@ -74,7 +102,8 @@ def message_args(messages: Sequence[Message], argument: str) -> list[bytes]:
         if msg.id in seen:
             raise InvalidArgument(f"{argument}[{i}]", f"message id {msg.id!r} appears twice")
         seen.add(msg.id)
-        out += (message_digest(msg.id), encode_message(msg))
+        where = f"{argument}[{i}]"
+        out += (message_digest(msg.id), check_size(encode_message(msg, where), limit, where))
     return out
 
 
@@ -126,23 +155,30 @@ def _micros(key: str, raw: bytes | None, what: str) -> int:
         raise CorruptData(key, f"{what} is missing or not a timestamp") from None
 
 
-def meta_args(session: Session) -> list[str]:
+def meta_args(session: Session) -> list[bytes]:
     """Field/value pairs of the meta hash for a new session (timestamps are the script's)."""
-    out = ["key", session.key, "v", SCHEMA_VERSION.decode()]
+    out = [b"key", text_arg(session.key, "session.key"), b"v", SCHEMA_VERSION]
+    return out + scalar_args(session, skip_empty=False) + metadata_args(session.metadata)
+
+
+def scalar_args(session: Session, *, skip_empty: bool) -> list[bytes]:
+    """Field/value pairs of the session's scalar fields (the empty ones too, or not)."""
+    out: list[bytes] = []
     for name in SCALAR_FIELDS:
-        out += (name, getattr(session, name))
-    return out + metadata_args(session.metadata)
+        value = getattr(session, name)
+        if value or not skip_empty:
+            out += (name.encode(), text_arg(value, f"session.{name}"))
+    return out
 
 
-def metadata_args(metadata: Mapping[str, str], argument: str = "metadata") -> list[str]:
+def metadata_args(metadata: Mapping[str, str], argument: str = "session.metadata") -> list[bytes]:
     """Field/value pairs of the meta hash for metadata entries."""
     if not isinstance(metadata, Mapping):
         raise InvalidArgument(argument, f"must be a mapping, not {type(metadata).__name__}")
-    out: list[str] = []
+    out: list[bytes] = []
     for name, value in metadata.items():
-        if not isinstance(name, str) or not isinstance(value, str):
-            raise InvalidArgument(argument, f"entries must be str → str, got {name!r}: {value!r}")
-        out += (METADATA_PREFIX + name, value)
+        where = f"{argument}[{name!r}]"
+        out += (METADATA_PREFIX.encode() + text_arg(name, where), text_arg(value, where))
     return out
 
 
@@ -201,9 +237,9 @@ def encode_config(config: ChildSessionConfig) -> bytes:
     return _CONFIG.dump_json(config)
 
 
-def child_message_args(messages: Sequence[Message], argument: str) -> list[bytes]:
+def child_message_args(messages: Sequence[Message], argument: str, limit: int) -> list[bytes]:
     """Digest/element pairs for a child script: a child's list element is digest + JSON."""
-    out = message_args(messages, argument)
+    out = message_args(messages, argument, limit)
     for i in range(0, len(out), 2):
         out[i + 1] = out[i] + out[i + 1]
     return out
