@@ -4,6 +4,7 @@ only the commands it needs (the README gives the same line), and two prefixes ne
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 import redis
@@ -31,7 +32,7 @@ def acl_line(user: str, password: str, prefix: str) -> str:
 def test_store_runs_as_a_confined_acl_user(redis_server: Server) -> None:
     prefix = f"acl{uuid.uuid4().hex[:6]}:"
     user, password = f"rs-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
-    admin = redis_server.client()
+    admin: Any = redis_server.client()
     admin.execute_command("ACL", "SETUSER", *acl_line(user, password, prefix).split())
     try:
         client = redis.Redis.from_url(redis_server.url, username=user, password=password)

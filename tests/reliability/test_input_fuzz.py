@@ -4,6 +4,7 @@ SessionError subclass naming the problem; never a crash, a hang or a damaged ses
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
@@ -86,7 +87,7 @@ def test_wrong_types_are_value_errors(fuzz_store: RedisStore, bad: object) -> No
     store = fuzz_store
     key = f"t{uuid.uuid4().hex[:6]}"
     store.create(Session(key=key, history=[Message(role="user", content="kept")]))
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: store.get(bad),  # type: ignore[arg-type]
         lambda: store.append_message(key, bad),  # type: ignore[arg-type]
         lambda: store.compact_messages(key, 0, bad),  # type: ignore[arg-type]
@@ -117,7 +118,7 @@ def test_huge_messages_are_refused_above_the_limit() -> None:
 def test_lone_surrogates_are_refused_naming_the_field(text: str) -> None:
     store = RedisStore.from_url("memory://")
     store.create(Session(key="s"))
-    cases = [
+    cases: list[tuple[Callable[[], object], str]] = [
         (lambda: store.append_message("s", Message(role="user", content=text)), "msg"),
         (lambda: store.update_metadata("s", set={"k": text}), "set"),
         (lambda: store.update_metadata("s", set={text: "v"}), "set"),

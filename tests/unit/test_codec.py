@@ -72,7 +72,7 @@ def test_microsecond_timestamps_are_exact() -> None:
 
 
 def test_decode_session_reports_the_key() -> None:
-    meta = [x.encode() for x in meta_args(Session(key="k", metadata={"a": "b"}))]
+    meta = meta_args(Session(key="k", metadata={"a": "b"}))
     meta += [b"created_at", b"1", b"updated_at", b"2"]
     s = decode_session("k", meta, [])
     assert s.metadata == {"a": "b"} and s.created_at == to_datetime(1)
