@@ -1,0 +1,65 @@
+"""Every mutating operation, retried by redis-py after its reply was lost, applies once and
+reports the caller's own success (a TCP proxy drops the reply after the server applied it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from redis_session import Message, RedisStore, Session
+from tests.conftest import Backend
+from tests.support.proxy import LossyProxy
+
+pytestmark = pytest.mark.slow
+
+
+def _ops() -> list[tuple[str, Callable[[RedisStore, dict[str, Any]], object]]]:
+    return [
+        ("create", lambda s, ctx: s.create(Session(key="new", agent_id="x"))),
+        ("append", lambda s, ctx: s.append_message("p", Message(role="user", content="once"))),
+        ("compact", lambda s, ctx: s.compact_messages("p", 1, "sum")),
+        ("update_metadata", lambda s, ctx: s.update_metadata("p", set={"k": "v"})),
+        ("fork", lambda s, ctx: ctx.setdefault("fork", s.fork_child("p", "forked"))),
+        ("merge", lambda s, ctx: s.merge_child(ctx["child"], "merged")),
+        ("discard", lambda s, ctx: s.discard_child(ctx["child"])),
+        ("delete", lambda s, ctx: s.delete("p")),
+    ]
+
+
+@pytest.mark.parametrize(("name", "op"), _ops(), ids=[n for n, _ in _ops()])
+def test_retried_after_a_lost_reply_applies_once(
+    real_backend: Backend, name: str, op: Callable[[RedisStore, dict[str, Any]], object]
+) -> None:
+    assert real_backend.server is not None
+    setup = real_backend.sync_store()
+    setup.create(Session(key="p", history=[Message(role="user", content=str(i)) for i in range(3)]))
+    ctx: dict[str, Any] = {"child": setup.fork_child("p", "helper").key}
+    with LossyProxy(real_backend.server.port) as proxy:
+        client = redis.Redis(port=proxy.port, socket_timeout=5)
+        store = RedisStore(client, prefix=real_backend.prefix)
+        store.get_history("p")  # connect, and learn nothing that the fault could hide
+        proxy.drop_replies_to(b"EVALSHA", 1)
+        op(store, ctx)  # no exception: the retry found this call's own success
+        assert proxy.dropped == 1
+        client.close()
+    history = [m.content for m in setup.get_history("p")] if name != "delete" else []
+    if name == "create":
+        assert setup.get("new").agent_id == "x"
+    elif name == "append":
+        assert history == ["0", "1", "2", "once"]
+    elif name == "compact":
+        assert history == ["[Compacted Summary]\nsum", "2"]
+    elif name == "update_metadata":
+        assert setup.get("p").metadata == {"k": "v"}
+    elif name == "fork":
+        assert [c.agent_name for c in setup.children_of("p")] == ["helper", "forked"]
+    elif name == "merge":
+        assert history == ["0", "1", "2", "merged"]
+        assert setup.get_child(ctx["child"]).is_merged()
+    elif name == "discard":
+        assert [c.agent_name for c in setup.children_of("p")] == []
+    elif name == "delete":
+        assert setup.list_sessions() == []
