@@ -59,6 +59,13 @@ def decode_event(data: object) -> SessionLifecycleEvent | None:
         return None
 
 
+def _event_of(message: Any) -> SessionLifecycleEvent | None:
+    """The event a pub/sub message carries, if it is a published message that parses."""
+    if message is None or message.get("type") != "message":
+        return None
+    return decode_event(message.get("data"))
+
+
 def call_hook(hook: LifecycleHook | None, event: SessionLifecycleEvent) -> Awaitable[None] | None:
     """Run ``hook(event)``; errors are logged, never raised (the change already happened)."""
     if hook is None:
@@ -140,10 +147,9 @@ class EventListener:
             except _TRANSPORT_ERRORS:
                 self._reconnect()
                 continue
-            if message is not None and message.get("type") == "message":
-                event = decode_event(message.get("data"))
-                if event is not None:
-                    return event
+            event = _event_of(message)
+            if event is not None:
+                return event
             if deadline is not None and time.monotonic() >= deadline:
                 return None
         return None
@@ -222,10 +228,9 @@ class AsyncEventListener:
             except _TRANSPORT_ERRORS:
                 await self._reconnect()
                 continue
-            if message is not None and message.get("type") == "message":
-                event = decode_event(message.get("data"))
-                if event is not None:
-                    return event
+            event = _event_of(message)
+            if event is not None:
+                return event
             if deadline is not None and time.monotonic() >= deadline:
                 return None
         return None

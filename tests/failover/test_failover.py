@@ -133,7 +133,7 @@ def test_sentinel_failover_loses_no_acknowledged_append(sentinel_setup: Sentinel
     promoted_after = time.monotonic() - killed_at
     # The old primary comes back empty, as the new primary's replica (as an operator would
     # bring it back); until then no write can be acknowledged by a replica.
-    sentinel_setup.restart(old, replica_of=sentinel_setup.primary_port_now())
+    sentinel_setup.restart_as_replica(old, sentinel_setup.primary_port_now())
     wait_writers(90)
     window = check(store, writers, killed_at)
     acked = sum(len(w.acked) for w in writers)

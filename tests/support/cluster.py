@@ -11,19 +11,19 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
 
-from tests.support.servers import wait_until
+from tests.support.servers import NodeProcesses, wait_until
 
 NODE_TIMEOUT_MS = 2000
 
 
 @dataclass
-class Cluster:
-    """Six nodes; ``ports[0]`` is a seed for clients."""
+class Cluster(NodeProcesses):
+    """Six nodes; ``ports[0]`` is a seed for clients. A killed node keeps its nodes.conf, so
+    ``restart`` rejoins it to the cluster."""
 
     ports: list[int]
     processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -37,33 +37,6 @@ class Cluster:
 
     def client(self, **kwargs: object) -> RedisCluster:
         return RedisCluster(host="127.0.0.1", port=self.ports[0], **kwargs)  # type: ignore[arg-type]
-
-    def primary_ports(self) -> list[int]:
-        client: Any = self.client(socket_timeout=1)
-        try:
-            return sorted(n.port for n in client.get_primaries())
-        finally:
-            client.close()
-
-    def kill(self, port: int) -> None:
-        """SIGKILL one node (its nodes.conf stays, so :meth:`restart` rejoins it)."""
-        proc = self.processes.pop(port)
-        proc.kill()
-        proc.wait(timeout=10)
-
-    def restart(self, port: int) -> None:
-        self.processes[port] = subprocess.Popen(
-            self.args[port], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
-        )
-
-    def stop(self) -> None:
-        for proc in self.processes.values():
-            proc.kill()
-        for proc in self.processes.values():
-            proc.wait(timeout=10)
-        self.processes.clear()
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def _free_cluster_port(taken: set[int]) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -12,14 +11,14 @@ from typing import Any
 import redis
 import redis.sentinel
 
-from tests.support.servers import free_port, wait_until
+from tests.support.servers import NodeProcesses, free_port, wait_until
 
 SERVICE = "rs"
 DOWN_AFTER_MS = 2000
 
 
 @dataclass
-class SentinelSetup:
+class SentinelSetup(NodeProcesses):
     primary_port: int
     replica_port: int
     sentinel_ports: list[int]
@@ -45,27 +44,10 @@ class SentinelSetup:
     def primary_port_now(self) -> int:
         return int(self.sentinel().discover_master(SERVICE)[1])
 
-    def kill(self, port: int) -> None:
-        proc = self.processes.pop(port)
-        proc.kill()
-        proc.wait(timeout=10)
-
-    def restart(self, port: int, replica_of: int | None = None) -> None:
-        """Start a killed data node again (empty: no persistence), as a replica of
-        ``replica_of`` when given (else Sentinel converts it when it notices, up to ~10 s)."""
-        extra = ["--replicaof", "127.0.0.1", str(replica_of)] if replica_of else []
-        self.processes[port] = subprocess.Popen(
-            [*self.args[port], *extra], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
-        )
-
-    def stop(self) -> None:
-        for proc in self.processes.values():
-            proc.kill()
-        for proc in self.processes.values():
-            proc.wait(timeout=10)
-        self.processes.clear()
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+    def restart_as_replica(self, port: int, primary_port: int) -> None:
+        """Start a killed data node again (empty: no persistence) as a replica of
+        ``primary_port`` (left alone, Sentinel converts it only when it notices, up to ~10 s)."""
+        self.restart(port, "--replicaof", "127.0.0.1", str(primary_port))
 
 
 def start_sentinel(binary: str, timeout: float = 30.0) -> SentinelSetup:

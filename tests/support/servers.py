@@ -74,6 +74,40 @@ class Server:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+class NodeProcesses:
+    """Kill, restart and stop the server processes of a multi-node setup, by PID.
+
+    The setups (cluster, Sentinel) are dataclasses holding ``processes`` (port → process),
+    ``args`` (port → command line) and ``workdir``.
+    """
+
+    processes: dict[int, subprocess.Popen[bytes]]
+    args: dict[int, list[str]]
+    workdir: Path | None
+
+    def kill(self, port: int) -> None:
+        """SIGKILL one node."""
+        proc = self.processes.pop(port)
+        proc.kill()
+        proc.wait(timeout=10)
+
+    def restart(self, port: int, *extra: str) -> None:
+        """Start node ``port`` (again) with its command line plus ``extra``."""
+        self.processes[port] = subprocess.Popen(
+            [*self.args[port], *extra], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+        )
+
+    def stop(self) -> None:
+        """Kill every node and remove the working directory."""
+        for proc in self.processes.values():
+            proc.kill()
+        for proc in self.processes.values():
+            proc.wait(timeout=10)
+        self.processes.clear()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
 def start(binary: str, name: str, *extra: str, timeout: float = 10.0) -> Server:
     """Start ``binary`` on a free loopback port with no persistence; wait for PING."""
     port = free_port()
