@@ -1,0 +1,240 @@
+"""An OpenAI Agents SDK ``Session`` backed by :class:`~redis_session.AsyncRedisStore`.
+
+``RedisAgentSession(session_id, store)`` satisfies the SDK's ``Session`` protocol
+(``get_items``, ``add_items``, ``pop_item``, ``clear_session``), so ``Runner.run(agent, input,
+session=...)`` keeps its conversation in Redis, shared by every worker that builds a session
+with the same ``session_id`` over the same store prefix.
+
+Mapping (one store session per agent session, key ``key_prefix + session_id``):
+
+- Each input item is one store :class:`~redis_session.Message`: ``content`` is the item's JSON
+  text (``json.dumps``, ASCII-escaped, so any item round-trips exactly), ``author`` is
+  ``"openai-agents"``, and ``role`` is what fits for readers of the store: ``user``,
+  ``assistant``, ``system`` (``system`` and ``developer`` items), ``tool`` (``*_output``
+  items, e.g. ``function_call_output``), ``assistant`` for everything else the model produced
+  (function calls, reasoning). The item is read back from ``content`` alone.
+- ``pop_item`` appends a *tombstone*: a ``system`` message authored ``"openai-agents:pop"``
+  whose content is the removed message's id and whose own id is derived from it
+  (``"pop." + id``). Readers skip tombstoned messages. Because the store stores a message id
+  once, two workers popping the same newest item race on that one id: exactly one append
+  succeeds and returns the item, the other retries on the next item, so every item is popped
+  at most once and nothing else is lost. (The store has no "remove the last message"
+  script; see Limits.)
+- Messages in the session that this module did not write (for instance the ``system`` summary
+  of ``store.compact_messages``) are presented as ``{"role": ..., "content": ...}`` messages.
+
+Costs: ``add_items`` is one round trip (``append_messages``: one atomic script, all items
+contiguous, idempotent by message id, cluster-safe because a session's keys share one slot);
+the first ``add_items`` of a session adds a ``create``. ``get_items(limit=N)`` reads the newest
+N messages (``get_history(last=N)``), more only when tombstones sit among them. ``get_items()``
+reads the whole history.
+
+Limits: tombstones stay in the history until ``clear_session`` (they count towards the store's
+``max_history_turns``); a ``pop_item`` racing an ``add_items`` removes the item that was newest
+when it read, which may no longer be the newest when its tombstone lands.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+try:
+    from agents.items import TResponseInputItem
+    from agents.memory.session_settings import (
+        SessionSettings,
+        coerce_session_settings,
+        resolve_session_limit,
+    )
+except ImportError as exc:  # pragma: no cover - exercised without the extra installed
+    raise ImportError(
+        "redis_session.integrations.openai_agents needs the OpenAI Agents SDK: "
+        "pip install 'redis-session[openai-agents]'"
+    ) from exc
+
+from ..aio import AsyncRedisStore
+from ..errors import DuplicateSession, SessionNotFound
+from ..models import Message, MessageRole, Session
+
+__all__ = ["ITEM_AUTHOR", "POP_AUTHOR", "RedisAgentSession"]
+
+ITEM_AUTHOR = "openai-agents"
+"""``Message.author`` of a message holding one input item."""
+POP_AUTHOR = "openai-agents:pop"
+"""``Message.author`` of a tombstone written by ``pop_item``."""
+_POP_ID = "pop."
+_FIRST_POP_WINDOW = 8
+_ROLES = {
+    "user": MessageRole.USER,
+    "assistant": MessageRole.ASSISTANT,
+    "system": MessageRole.SYSTEM,
+    "developer": MessageRole.SYSTEM,
+}
+
+
+def _role_of(item: Any) -> MessageRole:
+    role = item.get("role") if isinstance(item, dict) else None
+    if isinstance(role, str) and role in _ROLES:
+        return _ROLES[role]
+    kind = item.get("type") if isinstance(item, dict) else None
+    if isinstance(kind, str) and kind.endswith("_output"):
+        return MessageRole.TOOL
+    return MessageRole.ASSISTANT
+
+
+def _tombstone_id(target_id: str) -> str:
+    # Message ids hold at most 128 characters; a long foreign id is replaced by its digest.
+    if len(target_id) <= 128 - len(_POP_ID):
+        return _POP_ID + target_id
+    return _POP_ID + "h" + hashlib.sha256(target_id.encode()).hexdigest()
+
+
+def _live(messages: Sequence[Message]) -> list[Message]:
+    """The messages that are items and not tombstoned, in order.
+
+    A tombstone is always newer than its target, so folding any newest-first suffix of the
+    history is exact for the messages in that suffix.
+    """
+    popped: set[str] = set()
+    live: list[Message] = []
+    for msg in reversed(messages):
+        if msg.author == POP_AUTHOR:
+            popped.add(msg.content)
+        elif msg.id not in popped:
+            live.append(msg)
+    live.reverse()
+    return live
+
+
+def _item(msg: Message) -> TResponseInputItem:
+    if msg.author == ITEM_AUTHOR:
+        item: TResponseInputItem = json.loads(msg.content)
+        return item
+    role = msg.role.normalize()
+    shown = role.value if role in (MessageRole.USER, MessageRole.SYSTEM) else "assistant"
+    foreign: Any = {"role": shown, "content": msg.content}
+    return foreign  # type: ignore[no-any-return]
+
+
+class RedisAgentSession:
+    """An OpenAI Agents SDK session kept in a Redis session store.
+
+    ``session_id`` names the conversation; its store key is ``key_prefix + session_id``
+    (:attr:`key`). ``store`` is an :class:`~redis_session.AsyncRedisStore` (its ``ttl``,
+    ``max_history_turns`` and durability options apply). ``session_settings`` is the SDK's
+    ``SessionSettings`` or its dict form (its ``limit`` is the default of :meth:`get_items`).
+    Any number of workers may use the same session at once; no method holds a lock.
+    """
+
+    session_settings: SessionSettings | None
+
+    def __init__(
+        self,
+        session_id: str,
+        store: AsyncRedisStore,
+        *,
+        key_prefix: str = "openai-agents:",
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError("session_id: must be a non-empty str")
+        self.session_id = session_id
+        self.store = store
+        self.session_settings = (
+            SessionSettings()
+            if session_settings is None
+            else coerce_session_settings(session_settings)
+        )
+        self._key = key_prefix + session_id
+
+    @property
+    def key(self) -> str:
+        """The store key of this session: ``key_prefix + session_id``."""
+        return self._key
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The conversation's items in order; with ``limit=N`` (or ``session_settings.limit``)
+        the newest N, read with ``get_history(last=...)`` so the cost follows N, not the
+        history's length. ``limit=0`` gives ``[]``, a negative limit everything (as the SDK's
+        SQLite session). A session never written, cleared or expired has no items.
+        """
+        resolved = resolve_session_limit(limit, self.session_settings)
+        if resolved == 0:
+            return []
+        if resolved is None or resolved < 0:
+            return [_item(m) for m in _live(await self._history(None))]
+        return [_item(m) for m in await self._newest(resolved)]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` in order in one round trip: one atomic script (all or nothing,
+        contiguous even when other workers append at the same time), refreshing the session's
+        TTL. A retried call (redis-py after a lost reply) stores them once. The first call on a
+        session that does not exist (or expired, or was cleared) creates it with the items.
+        """
+        if not items:
+            return
+        messages = [
+            Message(role=_role_of(item), content=json.dumps(item), author=ITEM_AUTHOR)
+            for item in items
+        ]
+        try:
+            await self.store.append_messages(self._key, messages)
+        except SessionNotFound:
+            session = Session(key=self._key, history=messages)
+            try:
+                await self.store.create(session)
+            except DuplicateSession:  # another worker created it first
+                await self.store.append_messages(self._key, messages)
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the newest item, or None when there is none.
+
+        Atomic under concurrency: two workers popping at once never get the same item (each
+        removal is an idempotent append of a tombstone whose id is derived from the item's).
+        """
+        window = _FIRST_POP_WINDOW
+        while True:
+            history = await self._history(window)
+            live = _live(history)
+            if not live:
+                if len(history) < window:
+                    return None
+                window *= 2
+                continue
+            target = live[-1]
+            tombstone = Message(
+                id=_tombstone_id(target.id),
+                role=MessageRole.SYSTEM,
+                content=target.id,
+                author=POP_AUTHOR,
+            )
+            try:
+                if await self.store.append_message(self._key, tombstone):
+                    return _item(target)
+            except SessionNotFound:  # cleared meanwhile
+                return None
+            # Another worker popped this item first: look again.
+
+    async def clear_session(self) -> None:
+        """Remove every item (the whole store session); idempotent."""
+        await self.store.delete(self._key)
+
+    async def _history(self, last: int | None) -> list[Message]:
+        try:
+            return await self.store.get_history(self._key, last)
+        except SessionNotFound:
+            return []
+
+    async def _newest(self, count: int) -> list[Message]:
+        """The newest ``count`` live items: pages of the newest messages, doubled until enough
+        items survive the tombstones or the history is exhausted.
+        """
+        window = count
+        while True:
+            history = await self._history(window)
+            live = _live(history)
+            if len(live) >= count or len(history) < window:
+                return live[-count:]
+            window *= 2
