@@ -6,8 +6,17 @@
 --   0 OK, 1 NOT_FOUND, 2 EXPIRED, 3 EXISTS, 4 OUT_OF_RANGE, 5 STALE, 6 MERGED,
 --   7 CONFLICT, 8 MISSING, 9 WRONG_TYPE (reply {9, i}: KEYS[i] holds a foreign type),
 --   10 PARENT_GONE (reply {10, NOT_FOUND or EXPIRED}: a child's parent session is gone)
+--   11 KEY_CHANGED (reply {11, k}: the session is sealed with key id k, '' = cleartext)
 local OK, NOT_FOUND, EXPIRED, EXISTS, OUT_OF_RANGE, STALE, MERGED, CONFLICT, MISSING, WRONG_TYPE,
-  PARENT_GONE = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+  PARENT_GONE, KEY_CHANGED = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
+
+-- Writers seal what they add with the session's own data key, whose id is the meta field 'k'
+-- ('' or absent: cleartext). The session's key id when it is not kid, else nil.
+local function other_key(meta, kid)
+  local k = redis.call('HGET', meta, 'k') or ''
+  if k ~= kid then return k end
+  return nil
+end
 
 -- Server clock: microseconds and milliseconds since the epoch, as decimal strings.
 local function clock()

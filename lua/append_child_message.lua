@@ -3,17 +3,20 @@
 -- KEYS[4] parent meta hash  KEYS[5] parent msgs list  KEYS[6] parent ids hash
 -- KEYS[7] parent's kids zset   KEYS[8] index zset
 -- ARGV[1] ttl ms (0 = none)   ARGV[2] expiry-marker grace ms   ARGV[3] parent key
--- ARGV[4 ..] message pairs: 8-byte id digest, stored element (digest .. JSON)
--- Reply: {OK, number appended} | {NOT_FOUND} | {MERGED} | {WRONG_TYPE, i}
+-- ARGV[4] key id the elements are sealed with ('' = cleartext); it must be the parent's
+-- ARGV[5 ..] message pairs: 8-byte id digest, stored element (digest .. JSON or sealed)
+-- Reply: {OK, number appended} | {NOT_FOUND} | {MERGED} | {KEY_CHANGED, k} | {WRONG_TYPE, i}
 -- Events: none. The parent's messages are untouched; its TTL and updated_at are refreshed,
 -- so a sub-agent at work keeps its parent alive. Ids the child holds are skipped.
 local bad = wrong_type({'hash', 'list', 'hash', 'hash', 'list', 'hash', 'zset', 'zset'})
 if bad then return {WRONG_TYPE, bad} end
 local st = child_state(KEYS[1], ARGV[3])
 if st ~= OK then return {st} end
+local k = other_key(KEYS[4], ARGV[4])
+if k then return {KEY_CHANGED, k} end
 
 local added = 0
-for i = 4, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   if not has_digest(KEYS[3], ARGV[i]) then
     redis.call('RPUSH', KEYS[2], ARGV[i + 1])
     add_digest(KEYS[3], ARGV[i])

@@ -2,25 +2,27 @@
 -- KEYS[1] meta hash   KEYS[2] msgs list   KEYS[3] ids hash   KEYS[4] index zset
 -- ARGV[1] ttl ms (0 = none)   ARGV[2] expiry-marker grace ms   ARGV[3] max messages (0 = all)
 -- ARGV[4] session key (index member)
--- ARGV[5 ..] message pairs: 8-byte id digest, message JSON
--- Reply: {OK, number appended} | {NOT_FOUND} | {EXPIRED} | {WRONG_TYPE, i}
+-- ARGV[5] key id the elements are sealed with ('' = cleartext)
+-- ARGV[6 ..] message pairs: 8-byte id digest, stored element (JSON, or id prefix + sealed)
+-- Reply: {OK, number appended} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k} | {WRONG_TYPE, i}
 -- Events: none.
 -- A message whose id digest the session holds is skipped, so a call retried after a lost
 -- reply stores nothing twice and still answers OK. The hot path: every key's type is checked
 -- by the first command on it (redis.pcall), and the first write to each key that could fail
 -- comes before any write that could not, so a foreign key type leaves nothing half-written.
 -- Each id bucket is read once and written once.
-local v = redis.pcall('HGET', KEYS[1], 'v')
-if failed(v) then return {WRONG_TYPE, 1} end
-if not v then
+local f = redis.pcall('HMGET', KEYS[1], 'v', 'k')
+if failed(f) then return {WRONG_TYPE, 1} end
+if not f[1] then
   local marker = redis.pcall('HEXISTS', KEYS[3], 'c')
   if failed(marker) then return {WRONG_TYPE, 3} end
   if marker == 1 then return {EXPIRED} end
   return {NOT_FOUND}
 end
+if (f[2] or '') ~= ARGV[5] then return {KEY_CHANGED, f[2] or ''} end
 
 local buckets, dirty, new = {}, {}, {}
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   local d = ARGV[i]
   local f = bucket(d)
   local b = buckets[f]

@@ -4,8 +4,9 @@
 -- ARGV[4] up_to (0-based, inclusive)   ARGV[5] summary id digest   ARGV[6] summary JSON
 -- ARGV[7] expected prefix of message up_to ('{"id":"<id>",'), or '' for no check
 -- ARGV[8] events channel ('' = none)   ARGV[9] 'compact' event JSON
+-- ARGV[10] key id the summary is sealed with ('' = cleartext)
 -- Reply: {OK, messages removed} | {OUT_OF_RANGE, length} | {STALE} | {NOT_FOUND} | {EXPIRED}
---        | {WRONG_TYPE, i}
+--        | {KEY_CHANGED, k} | {WRONG_TYPE, i}
 -- Events: 'compact', only when this call compacted.
 -- Messages appended after the caller read the history stay after the summary. A retried call
 -- (the summary's digest already held) changes nothing and answers {OK, 0}.
@@ -13,6 +14,8 @@ local bad = wrong_type({'hash', 'list', 'hash', 'zset'})
 if bad then return {WRONG_TYPE, bad} end
 local st = session_state(KEYS[1], KEYS[3])
 if st ~= OK then return {st} end
+local k = other_key(KEYS[1], ARGV[10])
+if k then return {KEY_CHANGED, k} end
 if has_digest(KEYS[3], ARGV[5]) then return {OK, 0} end
 local up_to = tonumber(ARGV[4])
 local len = redis.call('LLEN', KEYS[2])

@@ -5,8 +5,9 @@
 -- ARGV[1] ttl ms (0 = none)   ARGV[2] expiry-marker grace ms   ARGV[3] parent key
 -- ARGV[4] child key   ARGV[5] agent name   ARGV[6] config JSON   ARGV[7] max messages (0 = all)
 -- ARGV[8] N messages to inherit   ARGV[9] call token   ARGV[10] events channel ('' = none)
--- ARGV[11] 'fork' event JSON
--- Reply: {OK, created_at_us, the child's stored elements} | {PARENT_GONE, NOT_FOUND or EXPIRED} | {EXISTS} | {WRONG_TYPE, i}
+-- ARGV[11] 'fork' event JSON   ARGV[12] the caller's key id for the parent ('' = cleartext)
+-- Reply: {OK, created_at_us, the child's stored elements} | {PARENT_GONE, NOT_FOUND or EXPIRED}
+--        | {EXISTS} | {KEY_CHANGED, k} | {WRONG_TYPE, i}
 -- Events: 'fork', only when this call created the child (a retry answers OK silently).
 -- Inherited messages are stored with an all-zero digest: they are never merged back.
 local bad = wrong_type({'hash', 'list', 'hash', 'hash', 'list', 'hash', 'zset', 'zset'})
@@ -19,6 +20,8 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 local st = session_state(KEYS[4], KEYS[6])
 if st ~= OK then return {PARENT_GONE, st} end
+local k = other_key(KEYS[4], ARGV[12])
+if k then return {KEY_CHANGED, k} end
 
 redis.call('DEL', KEYS[2], KEYS[3])
 local n = tonumber(ARGV[8])

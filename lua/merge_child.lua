@@ -7,8 +7,9 @@
 -- ARGV[3] parent max messages (0 = all)   ARGV[4] parent key   ARGV[5] call token
 -- ARGV[6] 'summary' or 'history'   ARGV[7] summary id digest   ARGV[8] summary JSON
 -- ARGV[9] events channel ('' = none)   ARGV[10] 'merge' event JSON
+-- ARGV[11] key id the summary is sealed with ('' = cleartext); it must be the parent's
 -- Reply: {OK, merged_at_us, messages appended to the parent} | {NOT_FOUND} (child)
---        | {MERGED} | {PARENT_GONE, NOT_FOUND or EXPIRED} | {WRONG_TYPE, i}
+--        | {MERGED} | {PARENT_GONE, NOT_FOUND or EXPIRED} | {KEY_CHANGED, k} | {WRONG_TYPE, i}
 -- Events: 'merge', only when this call merged. A retry of this very call (same token) finds
 -- its own merge and answers OK again; any other second merge gets MERGED. Inherited messages
 -- and messages the parent already holds are not appended again.
@@ -23,6 +24,8 @@ end
 if st ~= OK then return {st} end
 local pst = session_state(KEYS[4], KEYS[6])
 if pst ~= OK then return {PARENT_GONE, pst} end
+local k = other_key(KEYS[4], ARGV[11])
+if k then return {KEY_CHANGED, k} end
 
 local added = 0
 if ARGV[6] == 'summary' then

@@ -9,18 +9,21 @@ so the two cannot drift in behaviour.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from . import codec
+from ._keyring import KeyringOps, RekeyProgress, RekeyReport
+from ._requests import Commands, Emit, Op, Request, ScriptCall
+from .crypto import DEFAULT_WORK, Keyring, Sealer
 from .errors import (
     ChildNotFound,
     ConcurrentChange,
     CorruptData,
     InvalidArgument,
     ItemNotFound,
+    PassphraseRequired,
     SessionExpired,
     SessionNotFound,
 )
@@ -33,10 +36,20 @@ from .models import (
     Message,
     MessageRole,
     Session,
-    SessionLifecycleEvent,
     SessionSummary,
 )
 from .status import Ctx, Status, check
+
+__all__ = [
+    "Commands",
+    "Core",
+    "Emit",
+    "Op",
+    "RekeyProgress",
+    "RekeyReport",
+    "Request",
+    "ScriptCall",
+]
 
 T = TypeVar("T")
 
@@ -49,41 +62,6 @@ DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 def _token() -> str:
     return secrets.token_hex(8)
-
-
-@dataclass(frozen=True, slots=True)
-class ScriptCall:
-    """Run script ``name`` (EVALSHA, reloaded on NOSCRIPT) with these KEYS and ARGV."""
-
-    name: str
-    keys: Sequence[str]
-    args: Sequence[bytes | str | int]
-    write: bool = True
-    """Whether the script may write (only writes wait for replicas)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Commands:
-    """Send plain commands in one pipeline; the reply is their replies.
-
-    With ``transaction``, as one MULTI/EXEC (all keys must then share a slot).
-    """
-
-    commands: Sequence[tuple[Any, ...]]
-    transaction: bool = False
-    errors_as_values: bool = False
-    """Reply with a failed command's exception in its place instead of raising it."""
-
-
-@dataclass(frozen=True, slots=True)
-class Emit:
-    """Hand a lifecycle event to the in-process hook; the reply is None."""
-
-    event: SessionLifecycleEvent
-
-
-Request = ScriptCall | Commands | Emit
-Op = Generator[Request, Any, T]
 
 
 def duration_ms(value: object, argument: str, *, allow_zero: bool = False) -> int:
@@ -146,7 +124,7 @@ def _session(session: object) -> Session:
     return session
 
 
-class Core:
+class Core(KeyringOps):
     """Options and operations shared by the sync and async stores."""
 
     def __init__(
@@ -162,8 +140,11 @@ class Core:
         wait_timeout: float | timedelta = 1.0,
         failover_window: float | timedelta = 15.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        passphrase: str | bytes | None = None,
+        kdf_work: int = DEFAULT_WORK,
     ) -> None:
         self.schema = KeySchema(prefix, cluster=cluster)
+        self._init_crypto(passphrase, kdf_work)
         self.channel = self.schema.events_channel if publish_events else ""
         self.ttl_ms = 0 if ttl is None else duration_ms(ttl, "ttl")
         self.grace_ms = duration_ms(expired_grace, "expired_grace", allow_zero=True)
@@ -191,10 +172,13 @@ class Core:
         session = _session(session)
         key = session.key
         _, keys = self._keys(key)
-        meta = codec.meta_args(session)
+        sealer = self._sealer(key)
+        meta = codec.meta_args(session, sealer)
         event, payload = new_event(LifecycleEventType.CREATE, key)
         args = [*self._ttl_args(), key, _token(), self.channel, payload, len(meta) // 2, *meta]
-        args += codec.message_args(session.history, "session.history", self.max_message_bytes)
+        args += codec.message_args(
+            session.history, "session.history", self.max_message_bytes, sealer
+        )
         reply = check((yield ScriptCall("create", keys, args)), Ctx(key, keys))
         if self.schema.cluster and int(reply[2]):
             # Not atomic with the script (another slot): a crash right here leaves this index
@@ -217,7 +201,10 @@ class Core:
         _no_foreign_types(key, (sk.meta, meta), (sk.msgs, items), (sk.ids, marker))
         if not meta:
             raise SessionExpired(key) if marker else SessionNotFound(key)
-        return codec.decode_session(key, meta, items)
+        session: Session = yield from self._opened(
+            lambda ring: codec.decode_session(key, meta, items, ring)
+        )
+        return session
 
     def get_history(self, key: str, last: int | None = None) -> Op[list[Message]]:
         key = check_key(key)
@@ -231,7 +218,10 @@ class Core:
         _no_foreign_types(key, (sk.msgs, items))
         if not items:
             yield from self._require(key, sk)
-        return codec.decode_messages(key, items)
+        history: list[Message] = yield from self._opened(
+            lambda ring: codec.decode_messages(key, items, ring)
+        )
+        return history
 
     def _require(self, key: str, sk: SessionKeys) -> Op[None]:
         """Raise unless session ``key`` exists (expired and foreign data told apart)."""
@@ -249,9 +239,15 @@ class Core:
         key = session.key
         _, keys = self._keys(key)
         scalars = codec.scalar_args(session, skip_empty=True)
-        meta = codec.metadata_args(session.metadata)
-        args = [*self._ttl_args(), key, len(scalars) // 2, *scalars, *meta]
-        check((yield ScriptCall("update", keys, args)), Ctx(key, keys))
+        codec.metadata_args(session.metadata)  # validates before anything is sealed
+
+        def build(sealer: Sealer | None) -> ScriptCall:
+            meta = codec.metadata_args(session.metadata, sealer=sealer)
+            kid = b"" if sealer is None else sealer.kid
+            args = [*self._ttl_args(), key, kid, len(scalars) // 2, *scalars, *meta]
+            return ScriptCall("update", keys, args)
+
+        yield from self._sealed_write(key, build, Ctx(key, keys))
 
     def update_metadata(
         self, key: str, set: Mapping[str, str] | None = None, delete: Iterable[str] = ()
@@ -259,11 +255,18 @@ class Core:
         key = check_key(key)
         if isinstance(delete, str):
             raise InvalidArgument("delete", "must be an iterable of names, not a single str")
-        gone = [codec.METADATA_PREFIX.encode() + codec.text_arg(n, "delete") for n in delete]
-        put = codec.metadata_args({} if set is None else set, "set")
+        gone = codec.metadata_fields(delete)
+        entries = {} if set is None else set
+        codec.metadata_args(entries, "set")  # validates before anything is sealed
         _, keys = self._keys(key)
-        args = [*self._ttl_args(), key, len(gone), *gone, *put]
-        check((yield ScriptCall("update_metadata", keys, args)), Ctx(key, keys))
+
+        def build(sealer: Sealer | None) -> ScriptCall:
+            put = codec.metadata_args(entries, "set", sealer)
+            kid = b"" if sealer is None else sealer.kid
+            args = [*self._ttl_args(), key, kid, len(gone), *gone, *put]
+            return ScriptCall("update_metadata", keys, args)
+
+        yield from self._sealed_write(key, build, Ctx(key, keys))
 
     def delete(self, key: str) -> Op[bool]:
         key = check_key(key)
@@ -290,33 +293,41 @@ class Core:
         if not messages:
             check_key(key)
             return 0
-        return (
-            yield from self._append(
-                key, codec.message_args(messages, "messages", self.max_message_bytes)
-            )
-        )
+        codec.message_args(messages, "messages", self.max_message_bytes)  # validates first
+        return (yield from self._append(key, messages, "messages"))
 
     def append_message(self, key: str, msg: Message) -> Op[bool]:
         # The hot path, written out: one generator, nothing built twice.
         if type(msg) is not Message:
             msg = _message(msg)
         key = check_key(key)
+        if self.passphrase is not None:
+            return (yield from self._append(key, [msg], "msg")) == 1
         keys = self._keys(key)[1]
         args = (
-            self.ttl_ms, self.grace_ms, self.max_history_turns, key,
+            self.ttl_ms, self.grace_ms, self.max_history_turns, key, b"",
             codec.message_digest(msg.id),
             codec.check_size(codec.encode_message(msg), self.max_message_bytes, "msg"),
         )  # fmt: skip
         reply = yield ScriptCall("append_message", keys, args)
+        if type(reply) is list and reply[0] == Status.KEY_CHANGED:
+            raise PassphraseRequired(key)
         return int(check(reply, lambda: Ctx(key, keys))[1]) == 1
 
-    def _append(self, key: str, pairs: list[bytes]) -> Op[int]:
+    def _append(self, key: str, messages: Sequence[Message], argument: str) -> Op[int]:
         key = check_key(key)
         keys = self._keys(key)[1]
-        args: list[bytes | str | int] = [self.ttl_ms, self.grace_ms, self.max_history_turns, key]
-        args += pairs
-        reply = yield ScriptCall("append_message", keys, args)
-        return int(check(reply, lambda: Ctx(key, keys))[1])
+
+        def build(sealer: Sealer | None) -> ScriptCall:
+            kid = b"" if sealer is None else sealer.kid
+            args: list[bytes | str | int] = [
+                self.ttl_ms, self.grace_ms, self.max_history_turns, key, kid,
+            ]  # fmt: skip
+            args += codec.message_args(messages, argument, self.max_message_bytes, sealer)
+            return ScriptCall("append_message", keys, args)
+
+        reply = yield from self._sealed_write(key, build, lambda: Ctx(key, keys))
+        return int(reply[1])
 
     def annotate_timeout(self, key: str, partial: str) -> Op[bool]:
         if not isinstance(partial, str):
@@ -337,16 +348,23 @@ class Core:
         expect = codec.id_prefix(expect_id) if expect_id else b""
         _, keys = self._keys(key)
         event, payload = new_event(LifecycleEventType.COMPACT, key)
-        args = [
-            *self._ttl_args(),
-            key,
-            index,
-            *codec.message_args([msg], "summary", self.max_message_bytes),
-            expect,
-        ]
-        args += (self.channel, payload)
+        codec.message_args([msg], "summary", self.max_message_bytes)  # validates first
+
+        def build(sealer: Sealer | None) -> ScriptCall:
+            args = [
+                *self._ttl_args(),
+                key,
+                index,
+                *codec.message_args([msg], "summary", self.max_message_bytes, sealer),
+                expect,
+                self.channel,
+                payload,
+                b"" if sealer is None else sealer.kid,
+            ]
+            return ScriptCall("compact_messages", keys, args)
+
         ctx = Ctx(key, keys, index=index, expect_id=expect_id or "")
-        reply = check((yield ScriptCall("compact_messages", keys, args)), ctx)
+        reply = yield from self._sealed_write(key, build, ctx)
         if int(reply[1]):
             yield Emit(event)
         return int(reply[1])
@@ -444,10 +462,17 @@ class Core:
             *self._ttl_args(), parent_key, child.key, agent_name, codec.encode_config(config),
             config.max_messages, config.inherit_history, _token(), self.channel, payload,
         ]  # fmt: skip
+
+        def build(sealer: Sealer | None) -> ScriptCall:
+            return ScriptCall("fork_child", keys, [*args, b"" if sealer is None else sealer.kid])
+
         ctx = Ctx(child.key, keys, child=True, parent=parent_key)
-        reply = check((yield ScriptCall("fork_child", keys, args)), ctx)
+        reply = yield from self._sealed_write(parent_key, build, ctx)
         yield Emit(event)
-        history = codec.decode_messages(child.key, [bytes(item[8:]) for item in reply[2]])
+        items = [bytes(item[8:]) for item in reply[2]]
+        history: list[Message] = yield from self._opened(
+            lambda ring: codec.decode_messages(child.key, items, ring, parent_key)
+        )
         created = codec.to_datetime(int(reply[1]))
         return child.model_copy(update={"created_at": created, "history": history})
 
@@ -457,13 +482,19 @@ class Core:
             raise InvalidArgument("messages", "must be a sequence of Message")
         if not messages:
             return 0
-        args = [
-            *self._ttl_args(),
-            parent,
-            *codec.child_message_args(messages, "messages", self.max_message_bytes),
-        ]
+        codec.message_args(messages, "messages", self.max_message_bytes)  # validates first
+
+        def build(sealer: Sealer | None) -> ScriptCall:
+            args = [
+                *self._ttl_args(),
+                parent,
+                b"" if sealer is None else sealer.kid,
+                *codec.child_message_args(messages, "messages", self.max_message_bytes, sealer),
+            ]
+            return ScriptCall("append_child_message", keys, args)
+
         ctx = Ctx(child_key, keys, child=True, parent=parent)
-        reply = check((yield ScriptCall("append_child_message", keys, args)), ctx)
+        reply = yield from self._sealed_write(parent, build, ctx)
         return int(reply[1])
 
     def append_child_message(self, child_key: str, msg: Message) -> Op[bool]:
@@ -477,16 +508,23 @@ class Core:
         if author is not None and not isinstance(author, str):
             raise InvalidArgument("author", f"must be a str, not {type(author).__name__}")
         msg = Message(role=MessageRole.ASSISTANT, content=summary, author=author or agent)
-        digest, body = codec.message_args([msg], "summary", self.max_message_bytes)
+        codec.message_args([msg], "summary", self.max_message_bytes)  # validates first
         event, payload = new_event(
             LifecycleEventType.MERGE, parent, child_key=child_key, agent_name=agent
         )
-        args = [
-            *self._ttl_args(), self.max_history_turns, parent, _token(),
-            "summary" if summary else "history", digest, body, self.channel, payload,
-        ]  # fmt: skip
+        token = _token()
+
+        def build(sealer: Sealer | None) -> ScriptCall:
+            digest, body = codec.message_args([msg], "summary", self.max_message_bytes, sealer)
+            args = [
+                *self._ttl_args(), self.max_history_turns, parent, token,
+                "summary" if summary else "history", digest, body, self.channel, payload,
+                b"" if sealer is None else sealer.kid,
+            ]  # fmt: skip
+            return ScriptCall("merge_child", keys, args)
+
         ctx = Ctx(child_key, keys, child=True, parent=parent)
-        reply = check((yield ScriptCall("merge_child", keys, args)), ctx)
+        reply = yield from self._sealed_write(parent, build, ctx)
         yield Emit(event)
         return int(reply[2])
 
@@ -505,7 +543,10 @@ class Core:
         keys = keys[:2]
         reply = yield ScriptCall("get_child", keys, (), write=False)
         check(reply, Ctx(child_key, keys, child=True))
-        return codec.decode_child(child_key, reply[1], reply[2])
+        child: ChildSession = yield from self._opened(
+            lambda ring: codec.decode_child(child_key, reply[1], reply[2], ring)
+        )
+        return child
 
     def children_of(self, parent_key: str) -> Op[list[ChildSession]]:
         parent_key = check_key(parent_key, "parent_key")
@@ -519,12 +560,17 @@ class Core:
         for ck in names:
             commands += (("HGETALL", ck.meta), ("LRANGE", ck.msgs, 0, -1))
         replies = yield Commands(commands, transaction=True)
-        out = []
-        for i, child in enumerate(children):
-            meta, items = replies[2 * i], replies[2 * i + 1]
-            if meta and b"discarded" not in meta:
-                out.append(codec.decode_child(child, meta, items))
-        return out
+
+        def decode(ring: Keyring | None) -> list[ChildSession]:
+            out = []
+            for i, child in enumerate(children):
+                meta, items = replies[2 * i], replies[2 * i + 1]
+                if meta and b"discarded" not in meta:
+                    out.append(codec.decode_child(child, meta, items, ring))
+            return out
+
+        found: list[ChildSession] = yield from self._opened(decode)
+        return found
 
     # -- salts, checksums, secrets ---------------------------------------------------------
 

@@ -18,9 +18,12 @@ from ._core import (
     Core,
     Emit,
     Op,
+    RekeyProgress,
+    RekeyReport,
     Request,
     ScriptCall,
 )
+from .crypto import DEFAULT_WORK
 from .errors import DurabilityNotReached
 from .events import AsyncEventListener, LifecycleHook
 from .models import ChildSession, ChildSessionConfig, Message, Session, SessionSummary
@@ -49,6 +52,14 @@ class AsyncRedisStore:
 
     A message longer than ``max_message_bytes`` as stored (default 4 MiB; 0 = no limit) is
     refused with ``InvalidArgument`` before anything is sent.
+
+    Encryption at rest: with ``passphrase``, message content, tool calls, metadata values,
+    child histories and summaries are sealed with AES-256-GCM under data keys that a scrypt key
+    (``kdf_work``: log2 of scrypt's n, default 15) of the passphrase wraps. The first operation
+    opens the keyring under the prefix (creating it on first use) and raises
+    ``WrongPassphrase`` before anything else when the passphrase does not fit; scrypt runs once
+    per store. Reading sealed data without a passphrase raises ``PassphraseRequired``; altered
+    or moved ciphertext raises ``DecryptionFailed``. See :meth:`rekey` for rotation.
     """
 
     def __init__(
@@ -65,6 +76,8 @@ class AsyncRedisStore:
         wait_timeout: float | timedelta = 1.0,
         failover_window: float | timedelta = 15.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        passphrase: str | bytes | None = None,
+        kdf_work: int = DEFAULT_WORK,
     ) -> None:
         self._core = Core(
             prefix=prefix,
@@ -77,6 +90,8 @@ class AsyncRedisStore:
             wait_timeout=wait_timeout,
             failover_window=failover_window,
             max_message_bytes=max_message_bytes,
+            passphrase=passphrase,
+            kdf_work=kdf_work,
         )
         self._node_clients: dict[str, Any] = {}
         self.set_lifecycle_hook(lifecycle_hook)
@@ -111,6 +126,11 @@ class AsyncRedisStore:
     def max_history_turns(self) -> int:
         """How many messages a session keeps (the newest); 0 = all."""
         return self._core.max_history_turns
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether the store seals what it writes (it was given a passphrase)."""
+        return self._core.passphrase is not None
 
     @property
     def events_channel(self) -> str:
@@ -211,6 +231,11 @@ class AsyncRedisStore:
             await _url.async_refresh(self._client)
 
     async def _run(self, op: Op[T]) -> T:
+        if self._core.locked:
+            await self._drive(self._core.unlock())
+        return await self._drive(op)
+
+    async def _drive(self, op: Op[T]) -> T:
         reply: Any = None
         try:
             while True:
@@ -294,6 +319,26 @@ class AsyncRedisStore:
         them; returns how many. Probes all 16384 slots; a no-op on a single server.
         """
         return await self._run(self._core.repair_index())
+
+    async def rekey(
+        self,
+        new_passphrase: str | bytes,
+        *,
+        batch_size: int = 100,
+        progress: Callable[[RekeyProgress], object] | None = None,
+    ) -> RekeyReport:
+        """Rotate to ``new_passphrase`` and a new data key, re-sealing every session online.
+
+        Other workers keep reading and writing meanwhile: during the rotation every data key
+        opens with the old and with the new passphrase, and a session switches to the new key
+        (writers follow it) before its values are re-sealed in batches of ``batch_size``
+        sessions, each value swapped only if unchanged since read. ``progress`` is called
+        after each batch with a :class:`RekeyProgress`. Cleartext sessions are sealed too.
+        A crash leaves everything readable; calling ``rekey`` again with the same new
+        passphrase resumes (``WrongPassphrase`` if a rotation to another one is under way).
+        When it returns, the old passphrase opens nothing and this store uses the new one.
+        """
+        return await self._run(self._core.rekey(new_passphrase, batch_size, progress))
 
     async def get_salt(self, name: str) -> bytes:
         return await self._run(self._core.get_salt(name))

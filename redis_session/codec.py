@@ -12,19 +12,22 @@ the meta hash; timestamps are microseconds since the epoch from the Redis server
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 import orjson
 from pydantic import AwareDatetime, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from .errors import CorruptData, InvalidArgument
+from . import crypto
+from .crypto import Keyring, Sealer
+from .errors import CorruptData, InvalidArgument, PassphraseRequired
 from .models import ChildSession, ChildSessionConfig, Message, Session, SessionSummary
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 SCALAR_FIELDS = ("agent_id", "channel_type", "channel_id", "model")
 METADATA_PREFIX = "m:"
+SEALED_METADATA_PREFIX = "e:"
 SCHEMA_VERSION = b"1"
 
 
@@ -88,9 +91,12 @@ def check_size(body: bytes, limit: int, argument: str) -> bytes:
     return body
 
 
-def message_args(messages: Sequence[Message], argument: str, limit: int = 0) -> list[bytes]:
-    """Digest/JSON pairs for a script's ARGV; duplicate ids in one call are refused, and so is
-    a message longer than ``limit`` bytes as stored (0 = no limit).
+def message_args(
+    messages: Sequence[Message], argument: str, limit: int = 0, sealer: Sealer | None = None
+) -> list[bytes]:
+    """Digest/element pairs for a script's ARGV (the element sealed when ``sealer`` is given);
+    duplicate ids in one call are refused, and so is a message longer than ``limit`` bytes as
+    stored (0 = no limit).
     """
     out: list[bytes] = []
     seen: set[str] = set()
@@ -103,14 +109,26 @@ def message_args(messages: Sequence[Message], argument: str, limit: int = 0) -> 
             raise InvalidArgument(f"{argument}[{i}]", f"message id {msg.id!r} appears twice")
         seen.add(msg.id)
         where = f"{argument}[{i}]"
-        out += (message_digest(msg.id), check_size(encode_message(msg, where), limit, where))
+        body = encode_message(msg, where)
+        if sealer is not None:
+            body = sealer.message(msg.id, body)
+        out += (message_digest(msg.id), check_size(body, limit, where))
     return out
 
 
-def decode_messages(key: str, items: Sequence[bytes]) -> list[Message]:
-    """Stored messages back into models, in order; :class:`CorruptData` on anything foreign."""
+def decode_messages(
+    key: str, items: Sequence[bytes], keyring: Keyring | None = None, owner: str = ""
+) -> list[Message]:
+    """Stored messages back into models, in order; :class:`CorruptData` on anything foreign.
+
+    With ``keyring``, sealed elements are opened (bound to session ``owner``, default ``key``);
+    without, a sealed element raises :class:`PassphraseRequired`.
+    """
     if not items:
         return []
+    if keyring is not None:
+        owner = owner or key
+        items = [crypto.open_message(keyring, owner, m, key, i) for i, m in enumerate(items)]
     try:
         stored = _STORED.validate_json(b"[" + b",".join(items) + b"]")
     except (ValidationError, ValueError, TypeError):
@@ -121,6 +139,8 @@ def decode_messages(key: str, items: Sequence[bytes]) -> list[Message]:
             object.__setattr__(msg, "__class__", Message)
         return messages
     for i, raw in enumerate(items):
+        if crypto.split_element(raw) is not None:
+            raise PassphraseRequired(key)
         try:
             _MESSAGE.validate_json(raw)
         except (ValidationError, ValueError, TypeError) as exc:
@@ -155,10 +175,19 @@ def _micros(key: str, raw: bytes | None, what: str) -> int:
         raise CorruptData(key, f"{what} is missing or not a timestamp") from None
 
 
-def meta_args(session: Session) -> list[bytes]:
-    """Field/value pairs of the meta hash for a new session (timestamps are the script's)."""
+def meta_args(session: Session, sealer: Sealer | None = None) -> list[bytes]:
+    """Field/value pairs of the meta hash for a new session (timestamps are the script's).
+
+    A sealed session records its key id in field ``k``.
+    """
     out = [b"key", text_arg(session.key, "session.key"), b"v", SCHEMA_VERSION]
-    return out + scalar_args(session, skip_empty=False) + metadata_args(session.metadata)
+    if sealer is not None:
+        out += (b"k", sealer.kid)
+    return (
+        out
+        + scalar_args(session, skip_empty=False)
+        + metadata_args(session.metadata, sealer=sealer)
+    )
 
 
 def scalar_args(session: Session, *, skip_empty: bool) -> list[bytes]:
@@ -171,14 +200,31 @@ def scalar_args(session: Session, *, skip_empty: bool) -> list[bytes]:
     return out
 
 
-def metadata_args(metadata: Mapping[str, str], argument: str = "session.metadata") -> list[bytes]:
-    """Field/value pairs of the meta hash for metadata entries."""
+def metadata_args(
+    metadata: Mapping[str, str], argument: str = "session.metadata", sealer: Sealer | None = None
+) -> list[bytes]:
+    """Field/value pairs of the meta hash for metadata entries: ``m:<name>`` in cleartext,
+    ``e:<name>`` sealed when ``sealer`` is given.
+    """
     if not isinstance(metadata, Mapping):
         raise InvalidArgument(argument, f"must be a mapping, not {type(metadata).__name__}")
     out: list[bytes] = []
     for name, value in metadata.items():
         where = f"{argument}[{name!r}]"
-        out += (METADATA_PREFIX.encode() + text_arg(name, where), text_arg(value, where))
+        field, text = text_arg(name, where), text_arg(value, where)
+        if sealer is None:
+            out += (METADATA_PREFIX.encode() + field, text)
+        else:
+            out += (SEALED_METADATA_PREFIX.encode() + field, sealer.meta(name, text))
+    return out
+
+
+def metadata_fields(names: Iterable[str], argument: str = "delete") -> list[bytes]:
+    """The meta-hash fields that may hold each named entry (cleartext and sealed)."""
+    out: list[bytes] = []
+    for name in names:
+        field = text_arg(name, argument)
+        out += (METADATA_PREFIX.encode() + field, SEALED_METADATA_PREFIX.encode() + field)
     return out
 
 
@@ -189,9 +235,14 @@ def _fields(key: str, meta: Mapping[bytes, bytes] | Sequence[bytes]) -> dict[str
 
 
 def decode_session(
-    key: str, meta: Mapping[bytes, bytes] | Sequence[bytes], items: Sequence[bytes]
+    key: str,
+    meta: Mapping[bytes, bytes] | Sequence[bytes],
+    items: Sequence[bytes],
+    keyring: Keyring | None = None,
 ) -> Session:
-    """A session from its meta hash and its stored messages."""
+    """A session from its meta hash and its stored messages (sealed parts opened with
+    ``keyring``; :class:`PassphraseRequired` when there are some and no keyring).
+    """
     fields = _fields(key, meta)
     version = fields.get("v")
     if version != SCHEMA_VERSION:
@@ -202,13 +253,19 @@ def decode_session(
         for f, v in fields.items()
         if f.startswith(METADATA_PREFIX)
     }
+    for f, v in fields.items():
+        if f.startswith(SEALED_METADATA_PREFIX):
+            if keyring is None:
+                raise PassphraseRequired(key)
+            name = f[len(SEALED_METADATA_PREFIX) :]
+            metadata[name] = _text(key, crypto.open_meta(keyring, key, name, v), f"metadata {f!r}")
     return Session.model_construct(
         key=key,
         agent_id=scalars["agent_id"],
         channel_type=scalars["channel_type"],
         channel_id=scalars["channel_id"],
         model=scalars["model"],
-        history=decode_messages(key, items),
+        history=decode_messages(key, items, keyring),
         metadata=metadata,
         created_at=to_datetime(_micros(key, fields.get("created_at"), "created_at")),
         updated_at=to_datetime(_micros(key, fields.get("updated_at"), "updated_at")),
@@ -237,18 +294,25 @@ def encode_config(config: ChildSessionConfig) -> bytes:
     return _CONFIG.dump_json(config)
 
 
-def child_message_args(messages: Sequence[Message], argument: str, limit: int) -> list[bytes]:
-    """Digest/element pairs for a child script: a child's list element is digest + JSON."""
-    out = message_args(messages, argument, limit)
+def child_message_args(
+    messages: Sequence[Message], argument: str, limit: int, sealer: Sealer | None = None
+) -> list[bytes]:
+    """Digest/element pairs for a child script: a child's list element is digest + element."""
+    out = message_args(messages, argument, limit, sealer)
     for i in range(0, len(out), 2):
         out[i + 1] = out[i] + out[i + 1]
     return out
 
 
 def decode_child(
-    key: str, meta: Mapping[bytes, bytes] | Sequence[bytes], items: Sequence[bytes]
+    key: str,
+    meta: Mapping[bytes, bytes] | Sequence[bytes],
+    items: Sequence[bytes],
+    keyring: Keyring | None = None,
 ) -> ChildSession:
-    """A child session from its hash and its stored elements (digest + JSON)."""
+    """A child session from its hash and its stored elements (digest + element); sealed
+    elements are bound to the parent session.
+    """
     fields = _fields(key, meta)
     if fields.get("v") != SCHEMA_VERSION:
         raise CorruptData(key, f"unknown child schema version {fields.get('v')!r}")
@@ -257,11 +321,12 @@ def decode_child(
     except ValidationError as exc:
         raise CorruptData(key, f"child config: {_brief(exc)}") from None
     merged = fields.get("merged_at")
+    parent = _text(key, fields.get("parent", b""), "parent")
     return ChildSession.model_construct(
         key=key,
-        parent_key=_text(key, fields.get("parent", b""), "parent"),
+        parent_key=parent,
         agent_name=_text(key, fields.get("agent", b""), "agent"),
-        history=decode_messages(key, [bytes(item[8:]) for item in items]),
+        history=decode_messages(key, [bytes(item[8:]) for item in items], keyring, parent),
         config=config,
         created_at=to_datetime(_micros(key, fields.get("created_at"), "created_at")),
         merged_at=None if merged is None else to_datetime(_micros(key, merged, "merged_at")),

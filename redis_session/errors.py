@@ -15,7 +15,13 @@ Subclasses also inherit the builtin a caller would reach for::
     ├── ConcurrentChange                     key           (gave up after repeated interference)
     ├── DurabilityNotReached                 redis_key, acked, wanted  (wait_replicas not met)
     ├── InvalidArgument (ValueError)         argument
-    └── CorruptData                          key           (foreign or damaged data in Redis)
+    ├── CorruptData                          key           (foreign or damaged data in Redis)
+    │   └── DecryptionFailed (+EncryptionError) key        (tampered, moved or foreign ciphertext)
+    └── EncryptionError
+        ├── WrongPassphrase                                (the keyring does not open with it)
+        ├── PassphraseRequired                key          (sealed data, no passphrase)
+        ├── SessionNotEncrypted               key          (cleartext session, passphrase)
+        └── KeyUnavailable                    kid          (a key id the keyring does not hold)
 
 Transport errors of redis-py (``ConnectionError``, ``TimeoutError``, cluster errors) are not
 wrapped: retries are configured on the client.
@@ -129,3 +135,55 @@ class CorruptData(SessionError):
     def __init__(self, key: str, problem: str) -> None:
         self.key = key
         super().__init__(f"corrupt data for session {key!r}: {problem}")
+
+
+class EncryptionError(SessionError):
+    """Encrypted data and the store's passphrase do not fit together. Messages never contain
+    a passphrase or key material.
+    """
+
+
+class WrongPassphrase(EncryptionError):
+    """The store's passphrase does not open the keyring stored under its prefix."""
+
+    def __init__(self, problem: str = "") -> None:
+        super().__init__(
+            problem
+            or "wrong passphrase: it does not open the keyring of the data under this prefix"
+        )
+
+
+class PassphraseRequired(EncryptionError):
+    """Session ``key`` holds encrypted data and the store has no passphrase."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"session {key!r} is encrypted; open the store with its passphrase")
+
+
+class SessionNotEncrypted(EncryptionError):
+    """Session ``key`` is stored in cleartext; a store with a passphrase does not write to it."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(
+            f"session {key!r} is stored in cleartext; a store with a passphrase never adds "
+            "cleartext to it (write it with a store without passphrase, or copy it)"
+        )
+
+
+class KeyUnavailable(EncryptionError):
+    """Data is sealed with key id ``kid``, which the keyring the passphrase opens lacks."""
+
+    def __init__(self, kid: str) -> None:
+        self.kid = kid
+        super().__init__(f"data key {kid} is not in the keyring this passphrase opens")
+
+
+class DecryptionFailed(EncryptionError, CorruptData):
+    """A ciphertext of session ``key`` failed authentication: altered, moved from another
+    session or field, or sealed by another keyring.
+    """
+
+    def __init__(self, key: str, problem: str) -> None:
+        CorruptData.__init__(self, key, f"decryption failed: {problem}")

@@ -191,6 +191,11 @@ class KeySchema:
         return f"{self.prefix}secrets:{GLOBAL_TAG}"
 
     @property
+    def keyring(self) -> str:
+        """Hash of the encryption keyring: the current key id and the wrapped data keys."""
+        return f"{self.prefix}keyring:{GLOBAL_TAG}"
+
+    @property
     def migration_lock(self) -> str:
         """The lock that keeps two secret migrations from interleaving."""
         return f"{self.prefix}secrets-lock:{GLOBAL_TAG}"

@@ -36,6 +36,7 @@ class Status(IntEnum):
     MISSING = 8
     WRONG_TYPE = 9
     PARENT_GONE = 10
+    KEY_CHANGED = 11
 
 
 @dataclass(frozen=True, slots=True)

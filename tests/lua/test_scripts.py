@@ -75,7 +75,7 @@ def test_a_retried_append_script_stores_nothing_twice(backend: Backend) -> None:
     store.create(Session(key="r"))
     k = backend.schema.session("r")
     keys = [k.meta, k.msgs, k.ids, backend.schema.index_of("r")]
-    args = [0, 0, 0, "r", *message_args([Message(role="user", content="x")], "m")]
+    args = [0, 0, 0, "r", b"", *message_args([Message(role="user", content="x")], "m")]
     append = _script(backend, "append_message")
     assert append(keys=keys, args=args) == [0, 1]
     assert append(keys=keys, args=args) == [0, 0]
@@ -88,8 +88,8 @@ def test_a_retried_compaction_script_changes_nothing(backend: Backend) -> None:
     keys = [k.meta, k.msgs, k.ids, backend.schema.index_of("c")]
     summary = message_args([Message(role="system", content="S")], "s")
     compact = _script(backend, "compact_messages")
-    assert compact(keys=keys, args=[0, 0, "c", 1, *summary, b"", "", ""]) == [0, 2]
-    assert compact(keys=keys, args=[0, 0, "c", 1, *summary, b"", "", ""]) == [0, 0]
+    assert compact(keys=keys, args=[0, 0, "c", 1, *summary, b"", "", "", b""]) == [0, 2]
+    assert compact(keys=keys, args=[0, 0, "c", 1, *summary, b"", "", "", b""]) == [0, 0]
     assert [m.content for m in store.get_history("c")] == ["S", "2", "3"]
 
 

@@ -1,0 +1,16 @@
+-- init_keyring: create the encryption keyring of a prefix, once: the passphrase's salt and key
+-- check, and the first data key wrapped under the passphrase's key.
+-- KEYS[1] salts hash   KEYS[2] checksums hash   KEYS[3] keyring hash
+-- ARGV[1] record name ('passphrase')   ARGV[2] salt   ARGV[3] key check   ARGV[4] key id
+-- ARGV[5] wrapped data key field   ARGV[6] wrapped data key
+-- Reply: {OK} | {EXISTS} (a keyring exists: another store made it first) | {WRONG_TYPE, i}
+-- Events: none.
+local bad = wrong_type({'hash', 'hash', 'hash'})
+if bad then return {WRONG_TYPE, bad} end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 or redis.call('EXISTS', KEYS[3]) == 1 then
+  return {EXISTS}
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+redis.call('HSET', KEYS[3], 'current', ARGV[4], ARGV[5], ARGV[6])
+return {OK}

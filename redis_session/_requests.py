@@ -1,0 +1,46 @@
+"""The requests an operation yields to the store that drives it (see ``_core``)."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .models import SessionLifecycleEvent
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptCall:
+    """Run script ``name`` (EVALSHA, reloaded on NOSCRIPT) with these KEYS and ARGV."""
+
+    name: str
+    keys: Sequence[str]
+    args: Sequence[bytes | str | int]
+    write: bool = True
+    """Whether the script may write (only writes wait for replicas)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Commands:
+    """Send plain commands in one pipeline; the reply is their replies.
+
+    With ``transaction``, as one MULTI/EXEC (all keys must then share a slot).
+    """
+
+    commands: Sequence[tuple[Any, ...]]
+    transaction: bool = False
+    errors_as_values: bool = False
+    """Reply with a failed command's exception in its place instead of raising it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """Hand a lifecycle event to the in-process hook; the reply is None."""
+
+    event: SessionLifecycleEvent
+
+
+Request = ScriptCall | Commands | Emit
+Op = Generator[Request, Any, T]
