@@ -704,6 +704,7 @@ class Bench:
             floor_usec = (after[1] - before[1]) / max(1, floor_calls)
         finally:
             client.close()
+            pool.disconnect()  # a pool passed in is not closed with its client
         async_writes = asyncio.run(self._async_round_trips(n))
         self.extra["round_trips"] = {
             "appends": n,
@@ -736,6 +737,7 @@ class Bench:
             return Wire.writes
         finally:
             await client.aclose()
+            await pool.disconnect()  # a pool passed in is not closed with its client
 
     def micro(self, n: int = 3000) -> None:
         """Pieces of an append's preparation, no I/O, interleaved among themselves."""
