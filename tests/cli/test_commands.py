@@ -1,0 +1,349 @@
+"""Every operator command, in-process (click's CliRunner), on a real Redis and on memory://."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import click
+import pytest
+from click.testing import Result
+
+from redis_session import ChildSessionConfig, Message, Session, SessionNotFound
+from redis_session.cli import passphrase_option
+
+from .conftest import Place, invoke, seed
+
+# -- ls ---------------------------------------------------------------------------------------
+
+
+def test_ls_pages_most_recent_first(place: Place) -> None:
+    seed(place, 5)
+    first = json.loads(invoke("ls", *place.args(), "--limit", "2", "--json").stdout)
+    assert [s["key"] for s in first["sessions"]] == ["s4", "s3"]
+    assert first["more"] is True
+    assert all(s["messages"] == 3 for s in first["sessions"])
+    last = json.loads(invoke("ls", *place.args(), "--limit", "2", "--page", "3", "--json").stdout)
+    assert [s["key"] for s in last["sessions"]] == ["s0"]
+    assert last["more"] is False
+
+    human = invoke("ls", *place.args(), "--limit", "2")
+    assert human.exit_code == 0
+    out = human.stdout
+    assert "s4" in out and "s3" in out and "s2" not in out
+    assert out.index("s4") < out.index("s3")
+    assert "more: redis-session ls --page 2 --limit 2" in out
+
+
+def test_ls_without_sessions(place: Place) -> None:
+    result = invoke("ls", *place.args())
+    assert result.exit_code == 0
+    assert f"no sessions under prefix {place.prefix!r}" in result.stdout
+    assert json.loads(invoke("ls", *place.args(), "--json").stdout)["sessions"] == []
+
+
+@pytest.mark.redis
+def test_ls_reads_url_and_prefix_from_the_environment(real: Place) -> None:
+    seed(real, 2)
+    env = {"REDIS_URL": real.url, "REDIS_SESSION_PREFIX": real.prefix}
+    result = invoke("ls", "--json", env=env)
+    assert [s["key"] for s in json.loads(result.stdout)["sessions"]] == ["s1", "s0"]
+
+
+# -- show -------------------------------------------------------------------------------------
+
+
+def test_show_session_human_and_json(place: Place) -> None:
+    seed(place, 2, messages=5)
+    data = json.loads(invoke("show", "s1", *place.args(), "--json").stdout)
+    assert data["key"] == "s1"
+    assert data["agent_id"] == "agent"
+    assert data["metadata"] == {"lang": "en"}
+    assert data["message_count"] == 5
+    assert [m["content"] for m in data["history"]] == [f"s1 message {n}" for n in range(5)]
+    assert data["history"][1]["tool_calls"][0]["name"] == "lookup"
+
+    last = json.loads(invoke("show", "s1", *place.args(), "--last", "2", "--json").stdout)
+    assert last["message_count"] == 5
+    assert [m["content"] for m in last["history"]] == ["s1 message 3", "s1 message 4"]
+
+    human = invoke("show", "s1", *place.args(), "--last", "2")
+    assert human.exit_code == 0
+    out = human.stdout
+    assert "s1 message 4" in out and "s1 message 3" in out and "s1 message 2" not in out
+    assert "5 (showing the last 2)" in out
+    assert "lookup({}) = 42" in out
+    assert "metadata lang" in out
+
+
+def test_show_child_session_and_children_of_a_parent(place: Place) -> None:
+    seed(place, 1)
+    with place.store() as store:
+        child = store.fork_child("s0", "researcher", ChildSessionConfig(inherit_history=1))
+        store.append_child_message(child.key, Message(role="assistant", content="found it"))
+    data = json.loads(invoke("show", child.key, *place.args(), "--json").stdout)
+    assert data["parent_key"] == "s0"
+    assert data["agent_name"] == "researcher"
+    assert [m["content"] for m in data["history"]] == ["s0 message 2", "found it"]
+    assert data["merged_at"] is None
+
+    parent = json.loads(invoke("show", "s0", *place.args(), "--json").stdout)
+    assert [c["key"] for c in parent["children"]] == [child.key]
+    human = invoke("show", "s0", *place.args()).stdout
+    assert child.key in human and "(researcher, open)" in human
+
+
+def test_show_missing_session_is_one_error_line(place: Place) -> None:
+    result = invoke("show", "nope", *place.args())
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines() == ["Error: session 'nope' not found"]
+
+
+# -- events -----------------------------------------------------------------------------------
+
+
+def _while_running(args: list[str], produce: Callable[[int], None]) -> Result:
+    """Run the CLI in a thread and call ``produce(n)`` until it returns (bounded)."""
+    box: dict[str, Result] = {}
+    thread = threading.Thread(target=lambda: box.setdefault("result", invoke(*args)))
+    thread.start()
+    deadline = time.monotonic() + 20
+    n = 0
+    while thread.is_alive() and time.monotonic() < deadline:
+        produce(n)
+        n += 1
+        time.sleep(0.05)
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "the events command did not stop"
+    return box["result"]
+
+
+def test_events_prints_lifecycle_events(place: Place) -> None:
+    tag = uuid.uuid4().hex[:6]
+    with place.store() as store:
+
+        def produce(n: int) -> None:
+            store.create(Session(key=f"ev-{tag}-{n}"))
+
+        result = _while_running(
+            ["events", *place.args(), "--count", "3", "--timeout", "20", "--json"], produce
+        )
+    assert result.exit_code == 0
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(lines) == 3
+    assert {e["type"] for e in lines} == {"create"}
+    assert all(e["key"].startswith(f"ev-{tag}-") for e in lines)
+    assert "3 events" in result.stderr
+
+
+def test_events_human_lines_and_type_filter(place: Place) -> None:
+    with place.store() as store:
+
+        def produce(n: int) -> None:
+            store.create(Session(key=f"f{n}"))
+            store.delete(f"f{n}")
+
+        result = _while_running(
+            ["events", *place.args(), "--count", "2", "--timeout", "20", "--type", "delete"],
+            produce,
+        )
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2
+    assert all(" delete " in line for line in lines)
+    assert "create" not in result.stdout
+
+
+def test_events_stops_at_the_timeout(place: Place) -> None:
+    started = time.monotonic()
+    result = invoke("events", *place.args(), "--timeout", "0.3")
+    assert result.exit_code == 0
+    assert time.monotonic() - started < 5
+    assert result.stdout == ""
+    assert "0 events" in result.stderr
+
+
+# -- compact ----------------------------------------------------------------------------------
+
+
+def test_compact_keeps_the_newest_messages(place: Place) -> None:
+    seed(place, 1, messages=12)
+    data = json.loads(invoke("compact", "s0", *place.args(), "--keep", "4", "--json").stdout)
+    assert data == {"key": "s0", "before": 12, "removed": data["removed"], "after": 5}
+    with place.store() as store:
+        history = store.get_history("s0")
+    assert history[0].role.value == "system"
+    assert history[0].content.startswith("[Compacted Summary]\n8 earlier messages")
+    assert [m.content for m in history[1:]] == [f"s0 message {n}" for n in range(8, 12)]
+
+    human = invoke("compact", "s0", *place.args(), "--keep", "1", "--summary", "short")
+    assert human.exit_code == 0
+    assert "s0: compacted messages 0..3 into one summary (5 → 2 messages)" in human.stdout
+    with place.store() as store:
+        assert store.get_history("s0")[0].content == "[Compacted Summary]\nshort"
+
+
+def test_compact_with_nothing_to_do(place: Place) -> None:
+    seed(place, 1, messages=3)
+    result = invoke("compact", "s0", *place.args())
+    assert result.exit_code == 0
+    assert "s0: nothing to compact (3 messages, keeping 10)" in result.stdout
+    with place.store() as store:
+        assert len(store.get_history("s0")) == 3
+
+
+def test_compact_missing_session(place: Place) -> None:
+    result = invoke("compact", "nope", *place.args())
+    assert result.exit_code == 1
+    assert result.stderr.strip() == "Error: session 'nope' not found"
+
+
+# -- delete -----------------------------------------------------------------------------------
+
+
+def test_delete_sessions(place: Place) -> None:
+    seed(place, 3)
+    result = invoke("delete", "s0", "s1", *place.args())
+    assert result.exit_code == 0
+    assert result.stdout.splitlines() == ["deleted s0", "deleted s1"]
+    with place.store() as store:
+        for key in ("s0", "s1"):
+            with pytest.raises(SessionNotFound):
+                store.get(key)
+        assert [s.key for s in store.list_sessions()] == ["s2"]
+
+
+def test_delete_missing_session(place: Place) -> None:
+    seed(place, 1)
+    result = invoke("delete", "s0", "nope", *place.args())
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == ["deleted s0"]
+    assert result.stderr.strip() == f"Error: no session 'nope' under prefix {place.prefix!r}"
+    ok = invoke("delete", "nope", *place.args(), "--missing-ok", "--json")
+    assert ok.exit_code == 0
+    assert json.loads(ok.stdout) == {"deleted": [], "missing": ["nope"]}
+
+
+# -- stats ------------------------------------------------------------------------------------
+
+
+def _stats_sessions(place: Place) -> None:
+    with place.store() as store:
+        for key, n in (("small", 1), ("big", 40), ("mid", 10)):
+            store.create(Session(key=key))
+            store.append_messages(
+                key, [Message(role="user", content=f"{key} {i} " + "x" * 200) for i in range(n)]
+            )
+
+
+@pytest.mark.redis
+def test_stats_measures_memory_per_session(real: Place) -> None:
+    _stats_sessions(real)
+    data = json.loads(invoke("stats", *real.args(), "--json").stdout)
+    assert data["sessions"] == 3
+    assert data["messages"] == 51
+    assert data["messages_per_session_max"] == 40
+    assert data["memory_bytes"] > 51 * 200
+    assert data["memory_per_session_max"] > data["memory_per_session_median"] > 0
+    assert data["memory_per_message"] == pytest.approx(data["memory_bytes"] / 51)
+    assert [row["key"] for row in data["largest"]] == ["big", "mid", "small"]
+    assert data["largest"][0]["memory_bytes"] == data["memory_per_session_max"]
+
+    human = invoke("stats", *real.args(), "--top", "1")
+    assert human.exit_code == 0
+    out = human.stdout
+    assert "memory per session (mean)" in out and "KiB" in out
+    assert "big" in out and "small" not in out
+
+
+def test_stats_on_memory_has_no_memory_usage(memory: Place) -> None:
+    _stats_sessions(memory)
+    data = json.loads(invoke("stats", *memory.args(), "--json").stdout)
+    assert (data["sessions"], data["messages"]) == (3, 51)
+    assert data["memory_bytes"] is None
+    assert data["largest"][0]["key"] == "big"
+    human = invoke("stats", *memory.args()).stdout
+    assert "n/a" in human
+    recent = json.loads(invoke("stats", *memory.args(), "--limit", "1", "--json").stdout)
+    assert (recent["sessions"], recent["messages"]) == (1, 10)  # "mid" was written last
+
+
+def test_stats_of_an_empty_prefix(place: Place) -> None:
+    data = json.loads(invoke("stats", *place.args(), "--json").stdout)
+    assert (data["sessions"], data["messages"], data["largest"]) == (0, 0, [])
+
+
+# -- bench ------------------------------------------------------------------------------------
+
+
+@pytest.mark.redis
+def test_bench_measures_against_the_floors(real: Place) -> None:
+    import redis
+
+    result = invoke("bench", "--url", real.url, "--rounds", "5", "--get-rounds", "5", "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    cases = [row["case"] for row in data["rows"]]
+    assert "append_message sync @10,000" in cases and "get_history(last=20) @1,000" in cases
+    assert all(row["store_median"] > 0 and row["floor_median"] > 0 for row in data["rows"])
+    assert data["round_trips"]["sync_client_writes_per_append"] == 1
+    assert data["rounds"] == 5
+    prefix = next(w for w in result.stderr.split() if w.startswith("bench:"))
+    client = redis.Redis.from_url(real.url)
+    try:
+        assert list(client.scan_iter(match=f"{prefix}*")) == []  # cleaned up
+    finally:
+        client.close()
+
+
+def test_bench_refuses_memory() -> None:
+    result = invoke("bench", "--url", "memory://")
+    assert result.exit_code == 2
+    assert "bench needs a real Redis server" in result.stderr
+
+
+# -- errors and shared options ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["ls", "--url", "redis://127.0.0.1:1/0"], "Error: ConnectionError: "),
+        (["ls", "--url", "nonsense"], "Error: url: must be a URL"),
+        (["ls", "--url", "memory://x", "--prefix", "a{b"], "Error: prefix: must not contain"),
+        (["show", "", "--url", "memory://x"], "Error: key: must not be empty"),
+    ],
+)
+def test_errors_are_one_line_and_status_1(args: list[str], message: str) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), lines
+
+
+def test_usage_errors_are_status_2() -> None:
+    assert invoke("ls", "--bogus").exit_code == 2
+    assert invoke("nope").exit_code == 2
+    assert invoke("ls", "--limit", "0").exit_code == 2
+
+
+def test_passphrase_option_for_commands_to_come() -> None:
+    seen: dict[str, Any] = {}
+
+    @click.command()
+    @passphrase_option
+    def probe(passphrase: str) -> None:
+        seen["passphrase"] = passphrase
+
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(probe, [], env={"REDIS_SESSION_PASSPHRASE": "s3cret"})
+    assert result.exit_code == 0
+    assert seen == {"passphrase": "s3cret"}
+    CliRunner().invoke(probe, [], input="typed\n")
+    assert seen == {"passphrase": "typed"}
