@@ -1,0 +1,483 @@
+"""A Google ADK ``BaseSessionService`` backed by :class:`~redis_session.AsyncRedisStore`.
+
+``RedisSessionService(store)`` is a drop-in for ADK's ``InMemorySessionService`` /
+``DatabaseSessionService``: give it to a ``Runner`` (``session_service=...``) and every worker
+sharing the store's Redis (and prefix) sees the same sessions, events and state.
+
+Mapping. Everything lives in ordinary store sessions whose keys :class:`AdkKeys` makes (the one
+place that names them; each part is percent-encoded, so ``/`` and ``:`` in names are safe and
+two names never collide):
+
+================================  =========================================================
+``adk/session/<app>/<user>/<id>``  the ADK session's record: metadata ``adk:app_name``,
+                                   ``adk:user_id``, ``adk:session_id``,
+                                   ``adk:last_update_time`` (``repr`` of the float) and one
+                                   ``state:<key>`` entry per session-state key (JSON text);
+                                   no messages
+``adk/events/<app>/<user>/<id>``   its events, one message each: ``content`` is the event's
+                                   JSON (``Event.model_dump_json(exclude_defaults=True)``,
+                                   read back with ``Event.model_validate_json``: lossless),
+                                   ``id`` the event id, ``author`` the event's author,
+                                   ``timestamp`` the event's, ``role`` ``user`` for the
+                                   user's events, ``tool`` for function responses,
+                                   ``assistant`` otherwise
+``adk/user/<app>/<user>``          ``user:`` state shared by all sessions of that user:
+                                   ``state:<key>`` entries, key without the prefix
+``adk/app/<app>``                  ``app:`` state shared by all sessions of the app
+================================  =========================================================
+
+``temp:`` state is applied to the in-memory session during the invocation and never stored.
+State values are stored as JSON; values JSON cannot hold are stored as their ``repr`` with a
+warning (as ADK's own persistent services do).
+
+The record and the events are separate store sessions so that ``get_session`` with
+``GetSessionConfig(num_recent_events=N)`` reads the state (a session without history) and
+only the newest N events (``get_history(last=N)``), never the whole history. With
+``after_timestamp`` it reads newest-first pages that double in size until it meets an older
+event, so the cost follows the number of events returned (at most twice it), not the history.
+
+Consistency. Every step is one atomic store script, but ``append_event`` is two steps: first
+the session record (it must exist, else ADK's ``SessionNotFoundError``; state delta and
+``last_update_time`` in one ``update_metadata``), then, concurrently, the event append and the
+``app:`` / ``user:`` deltas. Each step is idempotent (the event by its id, state by value), so
+retrying a failed ``append_event`` is safe; a crash between the two leaves the state applied
+and the event missing. Concurrent writers never lose each other's events or state keys (state
+is last-writer-wins per key). An event whose id is already stored is not stored again.
+
+TTL. With a store ``ttl``, all four records expire ``ttl`` after their last write;
+``append_event`` also refreshes the user and app records (in the same concurrent step), so
+shared state outlives every session that uses it.
+
+Listing. ``list_sessions`` filters the store's ``list_sessions()`` (every session under the
+store's prefix) by key, then reads each matching record: its cost grows with the number of
+store sessions under the prefix, not just the app's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+try:
+    from google.adk.errors.already_exists_error import AlreadyExistsError
+    from google.adk.errors.session_not_found_error import SessionNotFoundError
+    from google.adk.events.event import Event
+    from google.adk.sessions.base_session_service import (
+        BaseSessionService,
+        GetSessionConfig,
+        ListSessionsResponse,
+    )
+    from google.adk.sessions.session import Session as AdkSession
+    from google.adk.sessions.state import State
+except ImportError as exc:  # pragma: no cover - exercised without the extra installed
+    raise ImportError(
+        "redis_session.integrations.adk needs Google ADK: pip install 'redis-session[adk]'"
+    ) from exc
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError, to_json
+
+from ..aio import AsyncRedisStore
+from ..errors import CorruptData, DuplicateSession, SessionNotFound
+from ..models import MESSAGE_ID_PATTERN, Message, MessageRole
+from ..models import Session as StoreSession
+
+__all__ = ["AdkKeys", "RedisSessionService"]
+
+logger = logging.getLogger(__name__)
+
+STATE = "state:"
+"""Metadata name prefix of a state entry."""
+APP_NAME = "adk:app_name"
+USER_ID = "adk:user_id"
+SESSION_ID = "adk:session_id"
+LAST_UPDATE = "adk:last_update_time"
+_FIRST_PAGE = 16
+_EVENT_ID = re.compile(MESSAGE_ID_PATTERN)
+
+
+def _part(name: str) -> str:
+    return quote(name, safe="")
+
+
+@dataclass(frozen=True, slots=True)
+class AdkKeys:
+    """The store keys of ADK's apps, users and sessions: the one place that names them.
+
+    Every name is percent-encoded (``urllib.parse.quote(name, safe="")``), so the ``/``
+    separators are unambiguous and distinct names give distinct keys.
+    """
+
+    namespace: str = "adk"
+
+    def app(self, app_name: str) -> str:
+        """The record of ``app:`` state."""
+        return f"{self.namespace}/app/{_part(app_name)}"
+
+    def user(self, app_name: str, user_id: str) -> str:
+        """The record of ``user:`` state."""
+        return f"{self.namespace}/user/{_part(app_name)}/{_part(user_id)}"
+
+    def session(self, app_name: str, user_id: str, session_id: str) -> str:
+        """The session's record: identity, session state, last update time."""
+        return f"{self.sessions_of(app_name, user_id)}{_part(session_id)}"
+
+    def events(self, app_name: str, user_id: str, session_id: str) -> str:
+        """The session's events, one message each."""
+        return f"{self.namespace}/events/{_part(app_name)}/{_part(user_id)}/{_part(session_id)}"
+
+    def sessions_of(self, app_name: str, user_id: str | None = None) -> str:
+        """The common beginning of the session records of an app, or of one user of it."""
+        head = f"{self.namespace}/session/{_part(app_name)}/"
+        return head if user_id is None else f"{head}{_part(user_id)}/"
+
+
+def _dump(value: Any, key: str) -> str:
+    try:
+        return to_json(value).decode()
+    except PydanticSerializationError:
+        logger.warning("state %r is not JSON-serializable; storing its repr", key)
+        return to_json(value, fallback=repr).decode()
+
+
+def _state_entries(values: Mapping[str, Any]) -> dict[str, str]:
+    return {STATE + k: _dump(v, k) for k, v in values.items()}
+
+
+def _state_of(key: str, metadata: Mapping[str, str]) -> dict[str, Any]:
+    state: dict[str, Any] = {}
+    for name, text in metadata.items():
+        if name.startswith(STATE):
+            try:
+                state[name[len(STATE) :]] = json.loads(text)
+            except ValueError as exc:
+                raise CorruptData(key, f"state entry {name!r} is not JSON") from exc
+    return state
+
+
+def _split(
+    delta: Mapping[str, Any] | None,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """``(app, user, session)`` parts of a state delta, scope prefixes removed; temp dropped."""
+    app: dict[str, Any] = {}
+    user: dict[str, Any] = {}
+    session: dict[str, Any] = {}
+    for key, value in (delta or {}).items():
+        if key.startswith(State.APP_PREFIX):
+            app[key.removeprefix(State.APP_PREFIX)] = value
+        elif key.startswith(State.USER_PREFIX):
+            user[key.removeprefix(State.USER_PREFIX)] = value
+        elif not key.startswith(State.TEMP_PREFIX):
+            session[key] = value
+    return app, user, session
+
+
+def _merged(
+    session: Mapping[str, Any], app: Mapping[str, Any], user: Mapping[str, Any]
+) -> dict[str, Any]:
+    state = dict(session)
+    state.update({State.APP_PREFIX + k: v for k, v in app.items()})
+    state.update({State.USER_PREFIX + k: v for k, v in user.items()})
+    return state
+
+
+def _message_id(event_id: str) -> str:
+    if _EVENT_ID.match(event_id):
+        return event_id
+    return "adk." + uuid.uuid5(uuid.NAMESPACE_URL, event_id).hex
+
+
+def _to_message(event: Event) -> Message:
+    if event.author == "user":
+        role = MessageRole.USER
+    elif event.get_function_responses():
+        role = MessageRole.TOOL
+    else:
+        role = MessageRole.ASSISTANT
+    return Message(
+        id=_message_id(event.id),
+        role=role,
+        content=event.model_dump_json(exclude_defaults=True),
+        author=event.author,
+        timestamp=datetime.fromtimestamp(event.timestamp, UTC),
+    )
+
+
+def _to_event(key: str, msg: Message) -> Event:
+    try:
+        return Event.model_validate_json(msg.content)
+    except ValidationError as exc:
+        raise CorruptData(key, f"message {msg.id!r} is not an ADK event") from exc
+
+
+class RedisSessionService(BaseSessionService):
+    """ADK sessions, events and ``app:`` / ``user:`` / session state in a Redis session store.
+
+    ``store`` is an :class:`~redis_session.AsyncRedisStore`; its prefix, ``ttl``,
+    ``max_history_turns`` (which trims old events) and durability options apply. ``namespace``
+    begins every key this service uses (see :class:`AdkKeys`). The service holds no state of
+    its own: any number of processes may serve the same sessions at once.
+    """
+
+    def __init__(self, store: AsyncRedisStore, *, namespace: str = "adk") -> None:
+        self.store = store
+        self.keys = AdkKeys(namespace)
+
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> AdkSession:
+        """Create a session (a fresh UUID when ``session_id`` is None or blank).
+
+        ``app:`` and ``user:`` entries of ``state`` go to the shared app and user state,
+        ``temp:`` entries are dropped, the rest is the session's state. Returns the session
+        with the merged state and no events.
+
+        Raises:
+            AlreadyExistsError: a session with this id exists for this app and user (two
+                creators at once: exactly one wins).
+        """
+        session_id = (session_id or "").strip() or str(uuid.uuid4())
+        app_delta, user_delta, session_state = _split(state)
+        now = time.time()
+        record = self.keys.session(app_name, user_id, session_id)
+        metadata = {
+            APP_NAME: app_name,
+            USER_ID: user_id,
+            SESSION_ID: session_id,
+            LAST_UPDATE: repr(now),
+            **_state_entries(session_state),
+        }
+        try:
+            await self.store.create(StoreSession(key=record, metadata=metadata))
+        except DuplicateSession:
+            raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
+        await asyncio.gather(
+            self._fresh_events(self.keys.events(app_name, user_id, session_id)),
+            self._upsert(self.keys.app(app_name), _state_entries(app_delta)),
+            self._upsert(self.keys.user(app_name, user_id), _state_entries(user_delta)),
+        )
+        app_state, user_state = await asyncio.gather(
+            self._shared_state(self.keys.app(app_name)),
+            self._shared_state(self.keys.user(app_name, user_id)),
+        )
+        return AdkSession(
+            id=session_id,
+            app_name=app_name,
+            user_id=user_id,
+            state=_merged(session_state, app_state, user_state),
+            last_update_time=now,
+        )
+
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> AdkSession | None:
+        """The session with its merged state and its events (all, or as ``config`` selects:
+        the newest ``num_recent_events``, those with ``timestamp >= after_timestamp``), or None.
+
+        One concurrent batch of reads: the session record, the app and user state, and the
+        selected events only (see the module docstring for the cost).
+        """
+        session_id = session_id.strip()
+        record, (app_state, user_state), events = await asyncio.gather(
+            self._record(self.keys.session(app_name, user_id, session_id)),
+            self._shared_states(app_name, user_id),
+            self._events(self.keys.events(app_name, user_id, session_id), config),
+        )
+        if record is None:
+            return None
+        session = self._session_from(record, app_state, user_state)
+        session.events = events
+        return session
+
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        """The app's sessions (or one user's), without events, with merged state, ordered by
+        ``last_update_time`` (oldest first), then user id and session id.
+        """
+        head = self.keys.sessions_of(app_name, user_id)
+        keys = [s.key for s in await self.store.list_sessions() if s.key.startswith(head)]
+        records = await asyncio.gather(*(self._record(k) for k in keys))
+        found = [r for r in records if r is not None]
+        users = sorted({r.metadata.get(USER_ID, "") for r in found})
+        app_state, *user_states = await asyncio.gather(
+            self._shared_state(self.keys.app(app_name)),
+            *(self._shared_state(self.keys.user(app_name, u)) for u in users),
+        )
+        by_user = dict(zip(users, user_states, strict=True))
+        sessions = [
+            self._session_from(r, app_state, by_user[r.metadata.get(USER_ID, "")]) for r in found
+        ]
+        sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
+        return ListSessionsResponse(sessions=sessions)
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """Delete the session and its events; idempotent. Shared state is kept."""
+        session_id = session_id.strip()
+        await asyncio.gather(
+            self.store.delete(self.keys.session(app_name, user_id, session_id)),
+            self.store.delete(self.keys.events(app_name, user_id, session_id)),
+        )
+
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        """The ``user:`` state of this app and user, keys without the prefix (``{}`` if none)."""
+        return await self._shared_state(self.keys.user(app_name, user_id))
+
+    async def append_event(self, session: AdkSession, event: Event) -> Event:
+        """Store ``event`` and its state delta, then apply both to ``session`` in memory.
+
+        Partial (streaming) events are returned untouched. ``temp:`` keys reach the in-memory
+        session only. The session record gets the session-state delta and
+        ``last_update_time = event.timestamp``; then the event is appended and the ``app:`` /
+        ``user:`` deltas applied concurrently (see the module docstring). Idempotent by event id.
+
+        Raises:
+            SessionNotFoundError: the session does not exist (deleted, expired, never made).
+        """
+        if event.partial:
+            return event
+        delta = event.actions.state_delta
+        temp = {k: v for k, v in delta.items() if k.startswith(State.TEMP_PREFIX)}
+        if temp:  # visible to later agents of this invocation, never stored
+            session.state.update(temp)
+            event.actions.state_delta = {k: v for k, v in delta.items() if k not in temp}
+        app_delta, user_delta, session_delta = _split(event.actions.state_delta)
+        keys = self.keys
+        record = keys.session(session.app_name, session.user_id, session.id)
+        entries = {LAST_UPDATE: repr(event.timestamp), **_state_entries(session_delta)}
+        try:
+            await self.store.update_metadata(record, set=entries)
+        except SessionNotFound:
+            raise SessionNotFoundError(f"Session {session.id} not found.") from None
+        events_key = keys.events(session.app_name, session.user_id, session.id)
+        steps: list[Awaitable[None]] = [self._append(events_key, _to_message(event))]
+        for key, delta in (
+            (keys.app(session.app_name), app_delta),
+            (keys.user(session.app_name, session.user_id), user_delta),
+        ):
+            if delta:
+                steps.append(self._upsert(key, _state_entries(delta)))
+            elif self.store.ttl is not None:
+                steps.append(self._touch(key))
+        await asyncio.gather(*steps)
+        session.state.update(event.actions.state_delta)
+        session.events.append(event)
+        session.last_update_time = event.timestamp
+        return event
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _session_from(
+        self, record: StoreSession, app_state: Mapping[str, Any], user_state: Mapping[str, Any]
+    ) -> AdkSession:
+        meta = record.metadata
+        try:
+            last_update = float(meta.get(LAST_UPDATE, "0"))
+        except ValueError as exc:
+            raise CorruptData(record.key, f"{LAST_UPDATE} is not a number") from exc
+        return AdkSession(
+            id=meta.get(SESSION_ID, ""),
+            app_name=meta.get(APP_NAME, ""),
+            user_id=meta.get(USER_ID, ""),
+            state=_merged(_state_of(record.key, meta), app_state, user_state),
+            last_update_time=last_update,
+        )
+
+    async def _record(self, key: str) -> StoreSession | None:
+        try:
+            return await self.store.get(key)
+        except SessionNotFound:
+            return None
+
+    async def _shared_state(self, key: str) -> dict[str, Any]:
+        record = await self._record(key)
+        return {} if record is None else _state_of(key, record.metadata)
+
+    async def _shared_states(
+        self, app_name: str, user_id: str
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        app_state, user_state = await asyncio.gather(
+            self._shared_state(self.keys.app(app_name)),
+            self._shared_state(self.keys.user(app_name, user_id)),
+        )
+        return app_state, user_state
+
+    async def _upsert(self, key: str, entries: dict[str, str]) -> None:
+        """Set metadata entries of record ``key``, creating the record when it is missing."""
+        if not entries:
+            return
+        try:
+            await self.store.update_metadata(key, set=entries)
+        except SessionNotFound:
+            try:
+                await self.store.create(StoreSession(key=key, metadata=entries))
+            except DuplicateSession:  # created meanwhile by another worker
+                await self.store.update_metadata(key, set=entries)
+
+    async def _touch(self, key: str) -> None:
+        """Refresh the TTL of record ``key`` if it exists."""
+        with contextlib.suppress(SessionNotFound):
+            await self.store.update_metadata(key)
+
+    async def _fresh_events(self, key: str) -> None:
+        """Create an empty event log; one left behind by an interrupted delete is replaced
+        (the caller just won the creation of the session record, so none can be in use).
+        """
+        try:
+            await self.store.create(StoreSession(key=key))
+        except DuplicateSession:
+            await self.store.delete(key)
+            await self.store.create(StoreSession(key=key))
+
+    async def _append(self, key: str, msg: Message) -> None:
+        try:
+            await self.store.append_message(key, msg)
+        except SessionNotFound:  # the log was lost (an interrupted create): start it again
+            try:
+                await self.store.create(StoreSession(key=key, history=[msg]))
+            except DuplicateSession:
+                await self.store.append_message(key, msg)
+
+    async def _events(self, key: str, config: GetSessionConfig | None) -> list[Event]:
+        recent = None if config is None else config.num_recent_events
+        after = None if config is None else config.after_timestamp
+        if recent == 0:
+            return []
+        if after is None:
+            return [_to_event(key, m) for m in await self._history(key, recent)]
+        window = recent or _FIRST_PAGE
+        while True:
+            page = await self._history(key, window)
+            events = [_to_event(key, m) for m in page]
+            start = len(events)
+            while start > 0 and events[start - 1].timestamp >= after:
+                start -= 1
+            chosen = events[start:]
+            if start > 0 or len(page) < window or (recent and len(chosen) >= recent):
+                return chosen[-recent:] if recent else chosen
+            window *= 2
+
+    async def _history(self, key: str, last: int | None) -> Sequence[Message]:
+        try:
+            return await self.store.get_history(key, last)
+        except SessionNotFound:
+            return []
