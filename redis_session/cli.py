@@ -241,8 +241,8 @@ def _demo_json(result: _demo.DemoResult, url: str, prefix: str) -> dict[str, Any
 def _verdict(result: _demo.DemoResult) -> Text:
     if result.ok:
         return Text(
-            f"consistency OK: nothing lost or duplicated ({result.messages:,} messages checked, "
-            f"every child merged, every event seen)",
+            f"consistency OK: nothing lost or duplicated ({result.messages:,} messages, "
+            f"all children merged, all events seen)",
             style="bold green",
         )
     problems = [
@@ -449,9 +449,14 @@ def _show_session(
     for name, value in sorted(session.metadata.items()):
         head.add_row(f"metadata {name}", Text(value))
     head.add_row("messages", f"{total}" + (f" (showing the last {len(shown)})" if last else ""))
+    if children:
+        merged = sum(1 for c in children if c.is_merged())
+        head.add_row(
+            "children", f"{len(children)} ({merged} merged, {len(children) - merged} open)"
+        )
     for child in children:
-        state = f"merged {_when(child.merged_at)}" if child.is_merged() else "open"
-        head.add_row("child", Text(f"{child.key}  ({child.agent_name}, {state})"))
+        if not child.is_merged():  # the merged ones are in --json
+            head.add_row("open child", Text(f"{child.key}  ({child.agent_name})"))
     console.print(head)
     if shown:
         console.print(_message_table(shown, first))

@@ -94,7 +94,14 @@ def test_show_child_session_and_children_of_a_parent(place: Place) -> None:
     parent = json.loads(invoke("show", "s0", *place.args(), "--json").stdout)
     assert [c["key"] for c in parent["children"]] == [child.key]
     human = invoke("show", "s0", *place.args()).stdout
-    assert child.key in human and "(researcher, open)" in human
+    assert "children" in human and "1 (0 merged, 1 open)" in human
+    line = next(line for line in human.splitlines() if line.startswith("open child"))
+    assert f"{child.key}  (researcher)" in line
+    with place.store() as store:
+        store.merge_child(child.key, "done")
+    merged = invoke("show", child.key, *place.args(), "--json")
+    assert json.loads(merged.stdout)["merged_at"] is not None
+    assert "1 (1 merged, 0 open)" in invoke("show", "s0", *place.args()).stdout
 
 
 def test_show_missing_session_is_one_error_line(place: Place) -> None:
