@@ -24,7 +24,9 @@ from openai.types.responses import (
 
 from redis_session import AsyncRedisStore, Message, MessageRole
 from redis_session.integrations.openai_agents import ITEM_AUTHOR, POP_AUTHOR, RedisAgentSession
+from tests.conftest import Backend
 from tests.integrations.conftest import RoundTrips
+from tests.support.servers import Server
 
 MakeStore = Callable[..., AsyncRedisStore]
 
@@ -309,3 +311,39 @@ async def test_runner_keeps_the_conversation_in_redis(make_astore: MakeStore) ->
     assert stored[-1]["id"] == "msg_2"  # type: ignore[typeddict-item]
     output = stored[2]
     assert output["output"] == "sunny in Paris"  # type: ignore[typeddict-item]
+
+
+def _script_calls(server: Server) -> int:
+    """How many scripts clients ran (EVALSHA and EVAL: top-level commands only, a script
+    cannot call them; the commands scripts run are counted elsewhere)."""
+    client = server.client()
+    try:
+        stats: dict[str, Any] = client.info("commandstats")
+    finally:
+        client.close()
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+
+
+@pytest.mark.valkey
+async def test_server_runs_one_script_per_add_items(
+    valkey_server: Server, round_trips: RoundTrips
+) -> None:
+    """Cross-check on the private Valkey server (nothing else talks to it during the test):
+    10 add_items are 10 requests written by the client and 10 scripts run by the server."""
+    backend = Backend("valkey", valkey_server)
+    store = backend.async_store()
+    try:
+        session = RedisAgentSession("conv", store)
+        await session.add_items([user("warm-up")])
+        before = _script_calls(valkey_server)
+        round_trips.reset()
+        for n in range(10):
+            await session.add_items([user(f"{n}:{i}") for i in range(5)])
+        written = round_trips.count
+        scripts = _script_calls(valkey_server) - before
+        print(f"\n10 add_items of 5 items: {written} requests written, {scripts} scripts run")
+        assert (written, scripts) == (10, 10)
+        assert len(await session.get_items()) == 51
+    finally:
+        await store.close()
+        backend.close()
