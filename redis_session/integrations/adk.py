@@ -42,7 +42,9 @@ the session record (it must exist, else ADK's ``SessionNotFoundError``; state de
 ``app:`` / ``user:`` deltas. Each step is idempotent (the event by its id, state by value), so
 retrying a failed ``append_event`` is safe; a crash between the two leaves the state applied
 and the event missing. Concurrent writers never lose each other's events or state keys (state
-is last-writer-wins per key). An event whose id is already stored is not stored again.
+is last-writer-wins per key), and there is no stale-session check (ADK's SQL services raise
+``StaleSessionError`` for an outdated ``Session`` object): every worker's events land, in
+arrival order. An event whose id is already stored is not stored again.
 
 TTL. With a store ``ttl``, all four records expire ``ttl`` after their last write;
 ``append_event`` also refreshes the user and app records (in the same concurrent step), so
