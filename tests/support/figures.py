@@ -1,0 +1,89 @@
+"""Figures reported by the reliability tests, written as JSON at the end of the run.
+
+Each fault or soak test calls ``FIGURES.record(...)`` with what it injected and what it saw;
+``tests/reliability/conftest.py`` adds the outcome of related tests (lost-reply, fuzz example
+counts, the listener's ``CLIENT KILL`` tests) and writes everything to ``$RS_FIGURES`` or
+``build/reliability.json``; ``tools/reliability_report.py`` renders that as ``RELIABILITY.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "build" / "reliability.json"
+
+
+class Recorder:
+    """Collects rows (one per fault case, soak run, or related test) during a pytest session."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.faults: list[dict[str, Any]] = []
+        self.soaks: list[dict[str, Any]] = []
+        self.fuzz: list[dict[str, Any]] = []
+        self.related: list[dict[str, Any]] = []
+        self.server: dict[str, str] = {}
+
+    def record(
+        self,
+        fault: str,
+        *,
+        injections: int,
+        outcome: str,
+        acknowledged: int,
+        lost: int,
+        duplicated: int,
+        **extra: Any,
+    ) -> None:
+        """One fault case: what was injected, how often, what callers saw, what the data says."""
+        row = {
+            "fault": fault, "injections": injections, "outcome": outcome,
+            "acknowledged": acknowledged, "lost": lost, "duplicated": duplicated, **extra,
+        }  # fmt: skip
+        with self._lock:
+            self.faults.append(row)
+
+    def record_soak(self, **row: Any) -> None:
+        with self._lock:
+            self.soaks.append(row)
+
+    def record_fuzz(self, test: str, passing: int, failing: int, invalid: int) -> None:
+        with self._lock:
+            self.fuzz.append(
+                {"test": test, "passing": passing, "failing": failing, "invalid": invalid}
+            )
+
+    def record_related(self, test: str, outcome: str, seconds: float) -> None:
+        with self._lock:
+            self.related.append({"test": test, "outcome": outcome, "seconds": round(seconds, 2)})
+
+    def empty(self) -> bool:
+        return not (self.faults or self.soaks or self.fuzz)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "generated": datetime.now(UTC).isoformat(timespec="seconds"),
+            "python": platform.python_version(),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "server": self.server,
+            "faults": self.faults,
+            "soak": self.soaks,
+            "fuzz": self.fuzz,
+            "related_tests": self.related,
+        }
+
+    def write(self, path: Path | None = None) -> Path:
+        target = path or Path(os.environ.get("RS_FIGURES") or DEFAULT_PATH)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(self.as_json(), indent=2, sort_keys=False) + "\n")
+        return target
+
+
+FIGURES = Recorder()
+"""The recorder of this pytest session."""
