@@ -73,3 +73,33 @@ def test_version_and_help(command: list[str]) -> None:
     helped = run(command, "--help")
     for name in ("demo", "ls", "show", "events", "compact", "delete", "stats", "bench"):
         assert f"  {name} " in helped.stdout
+
+
+@pytest.mark.redis
+def test_operator_commands_through_the_entry_point(real: Place) -> None:
+    seed(real, 2, messages=12)
+    tool = [str(ENTRY_POINT)]
+    compacted = run(tool, "compact", "s0", "--keep", "2", *real.args())
+    assert compacted.returncode == 0, compacted.stderr
+    assert "s0: compacted messages 0..9 into one summary (12 → 3 messages)" in compacted.stdout
+    stats = run(tool, "stats", "--json", *real.args())
+    data = json.loads(stats.stdout)
+    assert (data["sessions"], data["messages"]) == (2, 15)
+    assert data["memory_bytes"] > 0
+    events = run(tool, "events", "--timeout", "0.5", *real.args())
+    assert events.returncode == 0 and "0 events" in events.stderr
+    deleted = run(tool, "delete", "s0", "s1", *real.args())
+    assert deleted.stdout.splitlines() == ["deleted s0", "deleted s1"]
+    listed = run(tool, "ls", "--json", *real.args())
+    assert json.loads(listed.stdout)["sessions"] == []
+
+
+@pytest.mark.redis
+def test_bench_through_the_entry_point(real: Place) -> None:
+    result = run(
+        [str(ENTRY_POINT)], "bench", "--url", real.url, "--rounds", "3", "--get-rounds", "3"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "store vs raw redis-py floors" in result.stdout
+    assert "append_message sync @10,000" in result.stdout
+    assert "round trips per append: 1.00 (sync), 1.00 (async)" in result.stdout
