@@ -30,8 +30,11 @@ N messages (``get_history(last=N)``), more only when tombstones sit among them. 
 reads the whole history.
 
 Limits: tombstones stay in the history until ``clear_session`` (they count towards the store's
-``max_history_turns``); a ``pop_item`` racing an ``add_items`` removes the item that was newest
-when it read, which may no longer be the newest when its tombstone lands.
+``max_history_turns``), and reads skip them: after k pops in a row the next ``pop_item`` (or
+``get_items(limit=...)``) reads about 2k messages, so draining a whole session one pop at a
+time is quadratic (the SDK pops to undo a turn, a few items). A ``pop_item`` racing an
+``add_items`` removes the item that was newest when it read, which may no longer be the newest
+when its tombstone lands.
 """
 
 from __future__ import annotations
