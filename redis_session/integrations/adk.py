@@ -371,7 +371,8 @@ class RedisSessionService(BaseSessionService):
         except SessionNotFound:
             raise SessionNotFoundError(f"Session {session.id} not found.") from None
         events_key = keys.events(session.app_name, session.user_id, session.id)
-        steps: list[Awaitable[None]] = [self._append(events_key, _to_message(event))]
+        message = _to_message(event)
+        steps: list[Awaitable[None]] = [self._append(events_key, record, session.id, message)]
         for key, delta in (
             (keys.app(session.app_name), app_delta),
             (keys.user(session.app_name, session.user_id), user_delta),
@@ -450,10 +451,16 @@ class RedisSessionService(BaseSessionService):
             await self.store.delete(key)
             await self.store.create(StoreSession(key=key))
 
-    async def _append(self, key: str, msg: Message) -> None:
+    async def _append(self, key: str, record: str, session_id: str, msg: Message) -> None:
+        """Append ``msg`` to event log ``key``. A log missing while its session ``record``
+        exists (a create interrupted between the two) is started again; a log missing because
+        the session was deleted meanwhile is not.
+        """
         try:
             await self.store.append_message(key, msg)
-        except SessionNotFound:  # the log was lost (an interrupted create): start it again
+        except SessionNotFound:
+            if await self._record(record) is None:
+                raise SessionNotFoundError(f"Session {session_id} not found.") from None
             try:
                 await self.store.create(StoreSession(key=key, history=[msg]))
             except DuplicateSession:

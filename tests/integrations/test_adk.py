@@ -367,6 +367,53 @@ async def test_a_stale_event_log_is_replaced_on_create(
     assert got.events == []
 
 
+async def test_a_lost_event_log_is_started_again(
+    service: RedisSessionService, astore: AsyncRedisStore
+) -> None:
+    """A create interrupted after the record (no event log) still takes events."""
+    session = await service.create_session(app_name=APP, user_id=USER, session_id="s1")
+    await astore.delete(service.keys.events(APP, USER, "s1"))
+    got = await service.get_session(app_name=APP, user_id=USER, session_id="s1")
+    assert got is not None
+    assert got.events == []
+    ev = event(1)
+    await service.append_event(session, ev)
+    got = await service.get_session(app_name=APP, user_id=USER, session_id="s1")
+    assert got is not None
+    assert got.events == [ev]
+
+
+async def test_any_event_id_is_kept(service: RedisSessionService) -> None:
+    """Ids a store message id cannot hold (spaces, quotes, 200 chars) map to a stable one."""
+    session = await service.create_session(app_name=APP, user_id=USER, session_id="s1")
+    odd = [event(n) for n in range(3)]
+    for ev, new_id in zip(odd, ['with space "quoted"', "x" * 200, "ünïcode"], strict=True):
+        ev.id = new_id
+        await service.append_event(session, ev)
+        await service.append_event(session, ev.model_copy(deep=True))  # a retry: stored once
+    got = await service.get_session(app_name=APP, user_id=USER, session_id="s1")
+    assert got is not None
+    assert got.events == odd
+
+
+async def test_state_values_are_stored_as_json(
+    service: RedisSessionService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """JSON values round-trip; others are stored as their repr, with a warning (as ADK's own
+    persistent services do)."""
+    values = {"int": 1, "float": 2.5, "list": [1, "a", None], "dict": {"k": {"n": True}}}
+    unserializable = object()
+    session = await service.create_session(
+        app_name=APP, user_id=USER, session_id="s1", state=values
+    )
+    with caplog.at_level("WARNING"):
+        await service.append_event(session, event(1, state={"odd": unserializable}))
+    assert "odd" in caplog.text
+    got = await service.get_session(app_name=APP, user_id=USER, session_id="s1")
+    assert got is not None
+    assert got.state == {**values, "odd": repr(unserializable)}
+
+
 @pytest.mark.timeout(60)
 async def test_concurrent_appends_keep_every_event_and_state_key(make_astore: MakeStore) -> None:
     services = [RedisSessionService(make_astore()) for _ in range(6)]
