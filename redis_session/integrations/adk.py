@@ -8,23 +8,19 @@ Mapping. Everything lives in ordinary store sessions whose keys :class:`AdkKeys`
 place that names them; each part is percent-encoded, so ``/`` and ``:`` in names are safe and
 two names never collide):
 
-================================  =========================================================
-``adk/session/<app>/<user>/<id>``  the ADK session's record: metadata ``adk:app_name``,
-                                   ``adk:user_id``, ``adk:session_id``,
-                                   ``adk:last_update_time`` (``repr`` of the float) and one
-                                   ``state:<key>`` entry per session-state key (JSON text);
-                                   no messages
-``adk/events/<app>/<user>/<id>``   its events, one message each: ``content`` is the event's
-                                   JSON (``Event.model_dump_json(exclude_defaults=True)``,
-                                   read back with ``Event.model_validate_json``: lossless),
-                                   ``id`` the event id, ``author`` the event's author,
-                                   ``timestamp`` the event's, ``role`` ``user`` for the
-                                   user's events, ``tool`` for function responses,
-                                   ``assistant`` otherwise
-``adk/user/<app>/<user>``          ``user:`` state shared by all sessions of that user:
-                                   ``state:<key>`` entries, key without the prefix
-``adk/app/<app>``                  ``app:`` state shared by all sessions of the app
-================================  =========================================================
+- ``adk/session/<app>/<user>/<id>``: the ADK session's record, a store session without
+  messages: metadata ``adk:app_name``, ``adk:user_id``, ``adk:session_id``,
+  ``adk:last_update_time`` (``repr`` of the float) and one ``state:<key>`` entry (JSON text)
+  per session-state key.
+- ``adk/events/<app>/<user>/<id>``: its events, one message each. ``content`` is the event's
+  JSON (``Event.model_dump_json(exclude_defaults=True)``, read back with
+  ``Event.model_validate_json``: lossless), ``id`` the event id (a stable digest of it when it
+  is not a valid message id), ``author`` the event's author, ``timestamp`` the event's,
+  ``role`` ``user`` for the user's events, ``tool`` for function responses, ``assistant``
+  otherwise.
+- ``adk/user/<app>/<user>``: ``user:`` state shared by all sessions of that user, as
+  ``state:<key>`` entries (key without the prefix).
+- ``adk/app/<app>``: ``app:`` state shared by all sessions of the app, likewise.
 
 ``temp:`` state is applied to the in-memory session during the invocation and never stored.
 State values are stored as JSON; values JSON cannot hold are stored as their ``repr`` with a
@@ -33,8 +29,10 @@ warning (as ADK's own persistent services do).
 The record and the events are separate store sessions so that ``get_session`` with
 ``GetSessionConfig(num_recent_events=N)`` reads the state (a session without history) and
 only the newest N events (``get_history(last=N)``), never the whole history. With
-``after_timestamp`` it reads newest-first pages that double in size until it meets an older
-event, so the cost follows the number of events returned (at most twice it), not the history.
+``after_timestamp`` it reads the newest 16, 32, 64… events until a page reaches an older
+event: the cost follows the number of events returned (``get_history(last=N)`` can only read
+the newest N, so the pages overlap: at most about four times the events returned, plus 16),
+not the history's length.
 
 Consistency. Every step is one atomic store script, but ``append_event`` is two steps: first
 the session record (it must exist, else ADK's ``SessionNotFoundError``; state delta and
