@@ -69,8 +69,6 @@ from typing import Any
 from urllib.parse import quote
 
 try:
-    from google.adk.errors.already_exists_error import AlreadyExistsError
-    from google.adk.errors.session_not_found_error import SessionNotFoundError
     from google.adk.events.event import Event
     from google.adk.sessions.base_session_service import (
         BaseSessionService,
@@ -83,6 +81,18 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
     raise ImportError(
         "redis_session.integrations.adk needs Google ADK: pip install 'redis-session[adk]'"
     ) from exc
+try:
+    from google.adk.errors.already_exists_error import AlreadyExistsError
+    from google.adk.errors.session_not_found_error import SessionNotFoundError
+except ImportError:  # ADK releases before google.adk.errors (1.0 raised ValueError)
+
+    class AlreadyExistsError(ValueError):  # type: ignore[no-redef]
+        """A session with this id already exists (ADK releases without their own class)."""
+
+    class SessionNotFoundError(ValueError):  # type: ignore[no-redef]
+        """The session does not exist (ADK releases without their own class)."""
+
+
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 

@@ -42,20 +42,19 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     from agents.items import TResponseInputItem
-    from agents.memory.session_settings import (
-        SessionSettings,
-        coerce_session_settings,
-        resolve_session_limit,
-    )
+    from agents.memory import Session as _SdkSession  # noqa: F401 - the SDK has sessions
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
     raise ImportError(
         "redis_session.integrations.openai_agents needs the OpenAI Agents SDK: "
         "pip install 'redis-session[openai-agents]'"
     ) from exc
+
+if TYPE_CHECKING:
+    from agents.memory.session_settings import SessionSettings
 
 from ..aio import AsyncRedisStore
 from ..errors import DuplicateSession, SessionNotFound
@@ -111,6 +110,14 @@ def _live(messages: Sequence[Message]) -> list[Message]:
     return live
 
 
+def _default_settings() -> SessionSettings | None:
+    try:
+        from agents.memory.session_settings import SessionSettings
+    except ImportError:  # an SDK from before session settings
+        return None
+    return SessionSettings()
+
+
 def _item(msg: Message) -> TResponseInputItem:
     if msg.author == ITEM_AUTHOR:
         item: TResponseInputItem = json.loads(msg.content)
@@ -127,7 +134,7 @@ class RedisAgentSession:
     ``session_id`` names the conversation; its store key is ``key_prefix + session_id``
     (:attr:`key`). ``store`` is an :class:`~redis_session.AsyncRedisStore` (its ``ttl``,
     ``max_history_turns`` and durability options apply). ``session_settings`` is the SDK's
-    ``SessionSettings`` or its dict form (its ``limit`` is the default of :meth:`get_items`).
+    ``SessionSettings`` (its ``limit`` is the default of :meth:`get_items`).
     Any number of workers may use the same session at once; no method holds a lock.
     """
 
@@ -139,17 +146,13 @@ class RedisAgentSession:
         store: AsyncRedisStore,
         *,
         key_prefix: str = "openai-agents:",
-        session_settings: SessionSettings | dict[str, Any] | None = None,
+        session_settings: SessionSettings | None = None,
     ) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise ValueError("session_id: must be a non-empty str")
         self.session_id = session_id
         self.store = store
-        self.session_settings = (
-            SessionSettings()
-            if session_settings is None
-            else coerce_session_settings(session_settings)
-        )
+        self.session_settings = session_settings or _default_settings()
         self._key = key_prefix + session_id
 
     @property
@@ -163,7 +166,8 @@ class RedisAgentSession:
         history's length. ``limit=0`` gives ``[]``, a negative limit everything (as the SDK's
         SQLite session). A session never written, cleared or expired has no items.
         """
-        resolved = resolve_session_limit(limit, self.session_settings)
+        settings = self.session_settings
+        resolved = limit if limit is not None or settings is None else settings.limit
         if resolved == 0:
             return []
         if resolved is None or resolved < 0:

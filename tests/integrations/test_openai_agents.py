@@ -104,8 +104,6 @@ async def test_session_settings_limit_is_the_default(astore: AsyncRedisStore) ->
     await session.add_items([user(str(i)) for i in range(5)])
     assert await session.get_items() == [user("3"), user("4")]
     assert await session.get_items(limit=3) == [user("2"), user("3"), user("4")]
-    as_dict = RedisAgentSession("conv", astore, session_settings={"limit": 1})
-    assert await as_dict.get_items() == [user("4")]
 
 
 async def test_pop_item_removes_the_newest(astore: AsyncRedisStore) -> None:
