@@ -27,7 +27,7 @@ from tests.support.soak import Plan, run_worker
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
 WORKERS = 4
-OPS_PER_WORKER = 6000
+OPS_PER_WORKER = 15000
 SECONDS = 30.0
 KILL_EVERY = 0.25
 TTL = 600.0
@@ -74,6 +74,8 @@ def test_four_processes_soak_then_everything_checks_out(
     errors: Counter[str] = Counter()
     anomalies: list[str] = []
     winners: Counter[str] = Counter()
+    metadata: dict[str, dict[str, str]] = {k: {} for k in shared}
+    unsure: set[str] = set()
     for w in range(WORKERS):
         data: dict[str, Any] = json.loads((tmp_path / f"w{w}.json").read_text())
         report = data["report"]
@@ -83,6 +85,9 @@ def test_four_processes_soak_then_everything_checks_out(
         errors.update(report["errors"])
         anomalies += report["anomalies"]
         winners.update(report["created_shared"])
+        for key, value in report["metadata"].items():
+            metadata[key][f"w{w}"] = value
+        unsure |= {f"{key} w{w}" for key in report["metadata_unsure"]}
 
     found_stored = ops.pop("append answered False (retried)", 0)
     compact_zero = ops.pop("compact answered 0 (retried)", 0)
@@ -96,9 +101,16 @@ def test_four_processes_soak_then_everything_checks_out(
             except SessionNotFound:
                 histories[key] = None
         audit = audit_keys(checker.client, prefix, ttl=True, deleted=ledger.deleted)
+        stored_metadata = {k: checker.get(k).metadata for k in shared}
     finally:
         checker.close()
     verdict = check_histories(ledger, histories)
+    metadata_lost = [
+        f"{key} {name}"
+        for key, entries in metadata.items()
+        for name, value in entries.items()
+        if stored_metadata[key].get(name) != value and f"{key} {name}" not in unsure
+    ]
     gone_but_deleted = [k for k in ledger.deleted if histories.get(k) is not None]
     summary = verdict.summary()
     figures.record_soak(
@@ -121,6 +133,7 @@ def test_four_processes_soak_then_everything_checks_out(
         keys_without_ttl=len(audit.without_ttl),
         stale_index_entries=len(audit.stale_index),
         anomalies=len(anomalies),
+        metadata_entries_lost=len(metadata_lost),
     )
     figures.record(
         f"soak: {WORKERS} processes, CLIENT KILL TYPE normal every {KILL_EVERY} s",
@@ -137,6 +150,7 @@ def test_four_processes_soak_then_everything_checks_out(
     assert summary["lost"] == 0 and summary["duplicated"] == 0
     assert audit.ok, audit
     assert not anomalies, anomalies
+    assert not metadata_lost, (metadata_lost, stored_metadata, metadata)
     assert not gone_but_deleted, gone_but_deleted
     assert sorted(winners) == shared and set(winners.values()) == {1}  # one creator each
     assert sum(ops.values()) >= WORKERS * 200  # the workload really ran

@@ -54,6 +54,9 @@ class WorkerReport:
     errors: Counter[str] = field(default_factory=Counter)
     anomalies: list[str] = field(default_factory=list)
     created_shared: list[str] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
+    """shared session → the value of this worker's own metadata entry last acknowledged."""
+    metadata_unsure: list[str] = field(default_factory=list)
     elapsed: float = 0.0
     crashed: str = ""
 
@@ -130,6 +133,17 @@ class Worker:
             contents = [m.content for m in got]
             if len(set(contents)) != len(contents):
                 self.report.anomalies.append(f"a read of {key} held a message twice")
+
+    def set_metadata(self, key: str) -> None:
+        """Each worker writes its own entry; concurrent partial updates must keep them all."""
+        value = self.content("meta")
+        ok, _ = self.call(
+            "update_metadata", lambda: self.store.update_metadata(key, set={f"w{self.p}": value})
+        )
+        if ok:
+            self.report.metadata[key] = value
+        else:
+            self.report.metadata_unsure.append(key)
 
     def compact(self, key: str) -> None:
         ok, history = self.call("get_history", lambda: self.store.get_history(key))
@@ -253,6 +267,8 @@ class Worker:
                 self.child_round(shared)
             elif roll < 0.65 and self.owned:
                 self.compact(self.rng.choice(self.owned))
+            elif roll < 0.68:
+                self.set_metadata(shared)
             else:
                 self.private_step()
             done += sum(self.report.ops.values()) - before
