@@ -139,7 +139,7 @@ def test_four_processes_soak_then_everything_checks_out(
         f"soak: {WORKERS} processes, CLIENT KILL TYPE normal every {KILL_EVERY} s",
         client="redis-py default retry (10x)",
         injections=kills,
-        outcome=f"{sum(ops.values())} operations, {sum(errors.values())} raised to the caller; "
+        outcome=f"{sum(ops.values()):,} operations, {sum(errors.values())} raised to the caller; "
         f"{killed_connections} connections killed; {found_stored} appends answered False and "
         f"{compact_zero} compactions 0 (redis-py's retry found the first attempt applied)",
         acknowledged=summary["acknowledged"],
