@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import re
@@ -201,9 +202,10 @@ def _merged(
 
 
 def _message_id(event_id: str) -> str:
-    if _EVENT_ID.match(event_id):
+    if _EVENT_ID.fullmatch(event_id):
         return event_id
-    return "adk." + uuid.uuid5(uuid.NAMESPACE_URL, event_id).hex
+    digest = hashlib.sha256(event_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return "adk." + digest[:40]
 
 
 def _to_message(event: Event) -> Message:
