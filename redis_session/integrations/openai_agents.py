@@ -14,12 +14,14 @@ Mapping (one store session per agent session, key ``key_prefix + session_id``):
   items, e.g. ``function_call_output``), ``assistant`` for everything else the model produced
   (function calls, reasoning). The item is read back from ``content`` alone.
 - ``pop_item`` appends a *tombstone*: a ``system`` message authored ``"openai-agents:pop"``
-  whose content is the removed message's id and whose own id is derived from it
-  (``"pop." + id``). Readers skip tombstoned messages. Because the store stores a message id
-  once, two workers popping the same newest item race on that one id: exactly one append
-  succeeds and returns the item, the other retries on the next item, so every item is popped
-  at most once and nothing else is lost. (The store has no "remove the last message"
-  script; see Limits.)
+  whose content is the removed message's id and a per-call token, and whose own id is derived
+  from the removed one (``"pop." + id``). Readers skip tombstoned messages. Because the store
+  stores a message id once, two workers popping the same newest item race on that one id:
+  exactly one append succeeds and returns the item, the other retries on the next item, so
+  every item is popped at most once and nothing else is lost. An append that redis-py retried
+  after a lost reply reports "already stored"; the token tells that the tombstone is this
+  call's own, so the call still returns its item and pops nothing more. (The store has no
+  "remove the last message" script; see Limits.)
 - Messages in the session that this module did not write (for instance the ``system`` summary
   of ``store.compact_messages``) are presented as ``{"role": ..., "content": ...}`` messages.
 
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -103,7 +106,7 @@ def _live(messages: Sequence[Message]) -> list[Message]:
     live: list[Message] = []
     for msg in reversed(messages):
         if msg.author == POP_AUTHOR:
-            popped.add(msg.content)
+            popped.add(msg.content.split(" ", 1)[0])
         elif msg.id not in popped:
             live.append(msg)
     live.reverse()
@@ -214,11 +217,13 @@ class RedisAgentSession:
             tombstone = Message(
                 id=_tombstone_id(target.id),
                 role=MessageRole.SYSTEM,
-                content=target.id,
+                content=f"{target.id} {secrets.token_hex(8)}",
                 author=POP_AUTHOR,
             )
             try:
                 if await self.store.append_message(self._key, tombstone):
+                    return _item(target)
+                if await self._holds(tombstone):  # our own write, retried after a lost reply
                     return _item(target)
             except SessionNotFound:  # cleared meanwhile
                 return None
@@ -233,6 +238,20 @@ class RedisAgentSession:
             return await self.store.get_history(self._key, last)
         except SessionNotFound:
             return []
+
+    async def _holds(self, tombstone: Message) -> bool:
+        """Whether the session holds this very tombstone (same id and call token), searching
+        newest first.
+        """
+        window = _FIRST_POP_WINDOW
+        while True:
+            history = await self._history(window)
+            for msg in reversed(history):
+                if msg.id == tombstone.id:
+                    return msg.content == tombstone.content
+            if len(history) < window:
+                return False
+            window *= 2
 
     async def _newest(self, count: int) -> list[Message]:
         """The newest ``count`` live items: pages of the newest messages, doubled until enough

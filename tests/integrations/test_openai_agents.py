@@ -132,6 +132,24 @@ async def test_limit_reads_past_tombstones(astore: AsyncRedisStore) -> None:
     assert sum(m.author == POP_AUTHOR for m in history) == 20
 
 
+async def test_a_pop_retried_after_a_lost_reply_pops_once(
+    astore: AsyncRedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py resends a script whose reply was lost; the resent tombstone append then
+    reports "already stored". The pop still returns its item and removes nothing else."""
+    session = RedisAgentSession("conv", astore)
+    await session.add_items([user("a"), user("b")])
+    real = astore.append_message
+
+    async def reply_lost_then_retried(key: str, msg: Message) -> bool:
+        await real(key, msg)  # applied, reply lost
+        return await real(key, msg)  # the retry: False, the id is already there
+
+    monkeypatch.setattr(astore, "append_message", reply_lost_then_retried)
+    assert await session.pop_item() == user("b")
+    assert await session.get_items() == [user("a")]
+
+
 async def test_clear_session(astore: AsyncRedisStore) -> None:
     session = RedisAgentSession("conv", astore)
     await session.add_items([user("a"), user("b")])
