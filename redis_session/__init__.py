@@ -5,6 +5,7 @@ session (and of its child sessions) live in one cluster slot. Start with :class:
 (or :class:`AsyncRedisStore`) and ``RedisStore.from_url("memory://")`` for an embedded store.
 """
 
+from ._keyring import RekeyProgress, RekeyReport
 from .aio import AsyncRedisStore
 from .children import InMemoryChildStore
 from .context import (
@@ -20,15 +21,21 @@ from .errors import (
     ChildNotFound,
     ConcurrentChange,
     CorruptData,
+    DecryptionFailed,
     DuplicateSession,
     DurabilityNotReached,
+    EncryptionError,
     InvalidArgument,
     ItemNotFound,
+    KeyUnavailable,
     MigrationConflict,
+    PassphraseRequired,
     SessionError,
     SessionExpired,
+    SessionNotEncrypted,
     SessionNotFound,
     StaleCompaction,
+    WrongPassphrase,
 )
 from .events import AsyncEventListener, EventListener, LifecycleHook
 from .models import (
@@ -58,28 +65,36 @@ __all__ = [
     "ChildSessionStore",
     "ConcurrentChange",
     "CorruptData",
+    "DecryptionFailed",
     "DuplicateSession",
     "DurabilityNotReached",
+    "EncryptionError",
     "EventListener",
     "InMemoryChildStore",
     "InvalidArgument",
     "ItemNotFound",
+    "KeyUnavailable",
     "LifecycleEventType",
     "LifecycleHook",
     "Message",
     "MessageRole",
     "MigrationConflict",
+    "PassphraseRequired",
     "RedisStore",
+    "RekeyProgress",
+    "RekeyReport",
     "RunContext",
     "Session",
     "SessionError",
     "SessionExpired",
     "SessionLifecycleEvent",
+    "SessionNotEncrypted",
     "SessionNotFound",
     "SessionSummary",
     "StaleCompaction",
     "Store",
     "ToolCall",
+    "WrongPassphrase",
     "run_context_from_context",
     "session_key_from_context",
     "turn_id_from_context",
