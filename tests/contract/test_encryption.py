@@ -231,7 +231,8 @@ async def test_ciphertexts_are_bound_to_their_session_and_place(
 async def test_secrets_never_show_in_repr_or_errors(make_store: StoreFactory) -> None:
     store = make_store(passphrase=OLD, kdf_work=WORK)
     await store.create(Session(key="r"))
-    core: Any = getattr(store, "sync", store)._core
+    holder: Any = store.sync if hasattr(store, "sync") else store
+    core: Any = holder._core
     texts = [repr(store), repr(core.passphrase), str(core.passphrase), repr(core.keyring)]
     dek = next(iter(core.keyring.raw.values()))
     for text in texts:
