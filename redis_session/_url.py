@@ -2,9 +2,11 @@
 ``redis+cluster://`` / ``rediss+cluster://`` for a Redis Cluster (or ``cluster=True``) and
 ``redis+sentinel://host:port[,host:port…]/service[/db]`` for a primary found through Sentinel.
 
-Retry policy, chosen here explicitly: plain and cluster clients keep redis-py's default (10
-retries of connection errors and timeouts with jittered backoff); a Sentinel client, which has
-none by default, gets ``SENTINEL_RETRY`` (about 12 s of retries), enough to ride through a
+Retry policy, chosen here explicitly: plain clients get ``DEFAULT_RETRY_ATTEMPTS`` (10)
+retries of connection errors and timeouts with jittered backoff (base 10 ms, cap 1 s), the
+policy redis-py's ``Redis(...)`` constructor has by default but its ``from_url`` does not give
+(redis-py 8.1: no retry at all); cluster clients keep redis-py's cluster retries; a Sentinel
+client gets ``SENTINEL_RETRY_ATTEMPTS`` (about 12 s of retries), enough to ride through a
 failover. Every store operation is idempotent, so a retried call never applies twice.
 
 ``memory://`` is the embedded default: an in-process fakeredis server with Lua. ``memory://``
@@ -24,7 +26,7 @@ import redis.asyncio
 import redis.asyncio.retry
 import redis.asyncio.sentinel
 import redis.sentinel
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, ExponentialWithJitterBackoff
 from redis.retry import Retry
 
 from .errors import InvalidArgument
@@ -32,6 +34,17 @@ from .errors import InvalidArgument
 MEMORY_SCHEME = "memory"
 SENTINEL_SCHEME = "redis+sentinel"
 SENTINEL_RETRY_ATTEMPTS = 24
+DEFAULT_RETRY_ATTEMPTS = 10
+
+
+def _default_retry() -> Retry:
+    return Retry(ExponentialWithJitterBackoff(base=0.01, cap=1.0), DEFAULT_RETRY_ATTEMPTS)
+
+
+def _default_async_retry() -> redis.asyncio.retry.Retry:
+    return redis.asyncio.retry.Retry(
+        ExponentialWithJitterBackoff(base=0.01, cap=1.0), DEFAULT_RETRY_ATTEMPTS
+    )
 
 
 def _sentinel_retry() -> Retry:
@@ -103,7 +116,7 @@ def sync_client(url: str, *, cluster: bool = False) -> redis.Redis | redis.Redis
         return client
     if cluster:
         return redis.RedisCluster.from_url(url)
-    return redis.Redis.from_url(url)
+    return redis.Redis.from_url(url, retry=_default_retry())
 
 
 def async_client(
@@ -123,7 +136,7 @@ def async_client(
         return aclient
     if cluster:
         return redis.asyncio.RedisCluster.from_url(url)
-    return redis.asyncio.Redis.from_url(url)
+    return redis.asyncio.Redis.from_url(url, retry=_default_async_retry())
 
 
 def check_client(client: object) -> bool:
@@ -149,6 +162,16 @@ FAILOVER_ERRORS: tuple[type[Exception], ...] = (
     redis.exceptions.MasterDownError,
 )
 """Errors after which a write may succeed again once the topology settled."""
+
+
+def is_failover_error(exc: BaseException) -> bool:
+    """Whether a write may succeed again once the topology settled: a ``FAILOVER_ERRORS``
+    error, or WAIT refused because the connection reached a primary that was demoted to a
+    replica meanwhile (its script may have answered from the stale replica: send it again).
+    """
+    if isinstance(exc, FAILOVER_ERRORS):
+        return True
+    return isinstance(exc, redis.ResponseError) and "WAIT cannot be used with replica" in str(exc)
 
 
 def sync_node_client(node: Any, cache: dict[str, Any]) -> Any:

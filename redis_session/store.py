@@ -222,7 +222,7 @@ class RedisStore:
                         request.keys[0], acked, core.wait_replicas, core.wait_timeout_ms
                     )
                 return reply
-            if not isinstance(error, _url.FAILOVER_ERRORS) or time.monotonic() > deadline:
+            if not _url.is_failover_error(error) or time.monotonic() > deadline:
                 raise error
             time.sleep(delay)
             delay = min(delay * 2, 1.0)

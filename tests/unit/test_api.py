@@ -103,3 +103,17 @@ def test_sync_store_is_generated_from_the_async_one() -> None:
     tool = Path(__file__).resolve().parents[2] / "tools" / "unasync.py"
     done = subprocess.run([sys.executable, str(tool), "--check"], capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
+
+
+async def test_url_clients_retry_connection_errors_as_documented() -> None:
+    """``from_url`` gives plain clients 10 retries (redis-py's ``from_url`` alone gives none)."""
+    sync = RedisStore.from_url("redis://127.0.0.1:1/0")
+    aio = AsyncRedisStore.from_url("redis://127.0.0.1:1/0")
+    try:
+        for store in (sync, aio):
+            client: Any = store.client
+            retry = client.connection_pool.connection_kwargs["retry"]
+            assert retry.get_retries() == 10
+    finally:
+        sync.close()
+        await aio.close()
