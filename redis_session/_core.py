@@ -369,6 +369,28 @@ class Core(KeyringOps):
             yield Emit(event)
         return int(reply[1])
 
+    def pop_message(self, key: str, *, expect_id: str | None = None) -> Op[Message | None]:
+        key = check_key(key)
+        if expect_id is not None and not isinstance(expect_id, str):
+            raise InvalidArgument("expect_id", "must be a str or None")
+        expect = codec.id_prefix(expect_id) if expect_id else b""
+        _, keys = self._keys(key)
+        token = _token()
+
+        def build(sealer: Sealer | None) -> ScriptCall:
+            kid = b"" if sealer is None else sealer.kid
+            return ScriptCall("pop_message", keys, (*self._ttl_args(), key, token, expect, kid))
+
+        ctx = Ctx(key, keys, index=-1, expect_id=expect_id or "")
+        reply = yield from self._sealed_write(key, build, ctx)
+        if len(reply) < 2:
+            return None
+        (msg,) = yield from self._opened(
+            lambda ring: codec.decode_messages(key, [bytes(reply[1])], ring)
+        )
+        popped: Message = msg
+        return popped
+
     def list_sessions(self, limit: int | None = None, offset: int = 0) -> Op[list[SessionSummary]]:
         count = -1 if limit is None else _non_negative_int(limit, "limit")
         first = _non_negative_int(offset, "offset")

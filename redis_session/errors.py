@@ -73,7 +73,9 @@ class ChildAlreadyMerged(SessionError):
 
 
 class StaleCompaction(SessionError):
-    """``compact_messages`` was asked to cut at a message that is no longer at that index."""
+    """``compact_messages`` was asked to cut at a message that is no longer at that index (or
+    ``pop_message`` to pop one that is no longer the newest: index -1).
+    """
 
     def __init__(self, key: str, index: int, expected_id: str) -> None:
         self.key = key

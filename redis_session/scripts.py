@@ -26,6 +26,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "init_keyring",
     "merge_child",
     "migrate_secrets",
+    "pop_message",
     "rekey_session",
     "reseal_session",
     "set_checksum",

@@ -267,6 +267,17 @@ class RedisStore:
     def append_messages(self, key: str, messages: Sequence[Message]) -> int:
         return self._run(self._core.append_messages(key, messages))
 
+    def pop_message(self, key: str, *, expect_id: str | None = None) -> Message | None:
+        """Remove and return the newest message of session ``key`` in one atomic script (None
+        when the history is empty), refreshing the TTL and ``updated_at``.
+
+        With ``expect_id``, only if the newest message has that id, else ``StaleCompaction``
+        (index -1). A call that redis-py retries after a lost reply returns the same message
+        and pops nothing more (a per-call token). The popped id stays recorded, so appending
+        that message again stores nothing. ``SessionNotFound`` / ``SessionExpired``.
+        """
+        return self._run(self._core.pop_message(key, expect_id=expect_id))
+
     def annotate_timeout(self, key: str, partial: str) -> bool:
         return self._run(self._core.annotate_timeout(key, partial))
 
