@@ -13,38 +13,29 @@ Mapping (one store session per agent session, key ``key_prefix + session_id``):
   ``assistant``, ``system`` (``system`` and ``developer`` items), ``tool`` (``*_output``
   items, e.g. ``function_call_output``), ``assistant`` for everything else the model produced
   (function calls, reasoning). The item is read back from ``content`` alone.
-- ``pop_item`` appends a *tombstone*: a ``system`` message authored ``"openai-agents:pop"``
-  whose content is the removed message's id and a per-call token, and whose own id is derived
-  from the removed one (``"pop." + id``). Readers skip tombstoned messages. Because the store
-  stores a message id once, two workers popping the same newest item race on that one id:
-  exactly one append succeeds and returns the item, the other retries on the next item, so
-  every item is popped at most once and nothing else is lost. An append that redis-py retried
-  after a lost reply reports "already stored"; the token tells that the tombstone is this
-  call's own, so the call still returns its item and pops nothing more. (The store has no
-  "remove the last message" script; see Limits.)
+- ``pop_item`` is the store's ``pop_message``: one atomic script that removes and returns the
+  newest message, so two workers popping at once never get the same item, and a pop that
+  redis-py retried after a lost reply returns the same item and removes nothing more (a
+  per-call token). The store keeps the popped message's id recorded (appending that very
+  message again stores nothing); ``add_items`` gives every item a fresh random message id per
+  call, so adding an item again after popping it stores it again.
 - Messages in the session that this module did not write (for instance the ``system`` summary
   of ``store.compact_messages``) are presented as ``{"role": ..., "content": ...}`` messages.
 
 Costs: ``add_items`` is one round trip (``append_messages``: one atomic script, all items
 contiguous, idempotent by message id, cluster-safe because a session's keys share one slot);
-the first ``add_items`` of a session adds a ``create``. ``get_items(limit=N)`` reads the newest
-N messages (``get_history(last=N)``), more only when tombstones sit among them. ``get_items()``
-reads the whole history.
+the first ``add_items`` of a session adds a ``create``. ``pop_item`` is one round trip (one
+script). ``get_items(limit=N)`` reads the newest N messages (``get_history(last=N)``);
+``get_items()`` reads the whole history.
 
-Limits: tombstones stay in the history until ``clear_session`` (they count towards the store's
-``max_history_turns``), and reads skip them: after k pops in a row the next ``pop_item`` (or
-``get_items(limit=...)``) reads about 2k messages, so draining a whole session one pop at a
-time is quadratic (the SDK pops to undo a turn, a few items). A ``pop_item`` racing an
-``add_items`` removes the item that was newest when it read, which may no longer be the newest
-when its tombstone lands.
+Limits: the ids of popped messages stay recorded in the session (one digest each) until
+``clear_session`` or expiry. A ``pop_item`` racing an ``add_items`` removes whichever message
+is newest when its script runs.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import secrets
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -63,14 +54,10 @@ from ..aio import AsyncRedisStore
 from ..errors import DuplicateSession, SessionNotFound
 from ..models import Message, MessageRole, Session
 
-__all__ = ["ITEM_AUTHOR", "POP_AUTHOR", "RedisAgentSession"]
+__all__ = ["ITEM_AUTHOR", "RedisAgentSession"]
 
 ITEM_AUTHOR = "openai-agents"
 """``Message.author`` of a message holding one input item."""
-POP_AUTHOR = "openai-agents:pop"
-"""``Message.author`` of a tombstone written by ``pop_item``."""
-_POP_ID = "pop."
-_FIRST_POP_WINDOW = 8
 _ROLES = {
     "user": MessageRole.USER,
     "assistant": MessageRole.ASSISTANT,
@@ -87,30 +74,6 @@ def _role_of(item: Any) -> MessageRole:
     if isinstance(kind, str) and kind.endswith("_output"):
         return MessageRole.TOOL
     return MessageRole.ASSISTANT
-
-
-def _tombstone_id(target_id: str) -> str:
-    # Message ids hold at most 128 characters; a long foreign id is replaced by its digest.
-    if len(target_id) <= 128 - len(_POP_ID):
-        return _POP_ID + target_id
-    return _POP_ID + "h" + hashlib.sha256(target_id.encode()).hexdigest()
-
-
-def _live(messages: Sequence[Message]) -> list[Message]:
-    """The messages that are items and not tombstoned, in order.
-
-    A tombstone is always newer than its target, so folding any newest-first suffix of the
-    history is exact for the messages in that suffix.
-    """
-    popped: set[str] = set()
-    live: list[Message] = []
-    for msg in reversed(messages):
-        if msg.author == POP_AUTHOR:
-            popped.add(msg.content.split(" ", 1)[0])
-        elif msg.id not in popped:
-            live.append(msg)
-    live.reverse()
-    return live
 
 
 def _default_settings() -> SessionSettings | None:
@@ -173,9 +136,8 @@ class RedisAgentSession:
         resolved = limit if limit is not None or settings is None else settings.limit
         if resolved == 0:
             return []
-        if resolved is None or resolved < 0:
-            return [_item(m) for m in _live(await self._history(None))]
-        return [_item(m) for m in await self._newest(resolved)]
+        last = None if resolved is None or resolved < 0 else resolved
+        return [_item(m) for m in await self._history(last)]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` in order in one round trip: one atomic script (all or nothing,
@@ -199,35 +161,18 @@ class RedisAgentSession:
                 await self.store.append_messages(self._key, messages)
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Remove and return the newest item, or None when there is none.
+        """Remove and return the newest item, or None when there is none (also when the
+        session was never written, was cleared or expired).
 
-        Atomic under concurrency: two workers popping at once never get the same item (each
-        removal is an idempotent append of a tombstone whose id is derived from the item's).
+        One round trip: the store's ``pop_message``, one atomic script. Two workers popping at
+        once never get the same item; a call that redis-py retried after a lost reply returns
+        the same item and removes nothing more.
         """
-        window = _FIRST_POP_WINDOW
-        while True:
-            history = await self._history(window)
-            live = _live(history)
-            if not live:
-                if len(history) < window:
-                    return None
-                window *= 2
-                continue
-            target = live[-1]
-            tombstone = Message(
-                id=_tombstone_id(target.id),
-                role=MessageRole.SYSTEM,
-                content=f"{target.id} {secrets.token_hex(8)}",
-                author=POP_AUTHOR,
-            )
-            try:
-                if await self.store.append_message(self._key, tombstone):
-                    return _item(target)
-                if await self._holds(tombstone):  # our own write, retried after a lost reply
-                    return _item(target)
-            except SessionNotFound:  # cleared meanwhile
-                return None
-            # Another worker popped this item first: look again.
+        try:
+            msg = await self.store.pop_message(self._key)
+        except SessionNotFound:  # never written, cleared or expired
+            return None
+        return None if msg is None else _item(msg)
 
     async def clear_session(self) -> None:
         """Remove every item (the whole store session); idempotent."""
@@ -238,29 +183,3 @@ class RedisAgentSession:
             return await self.store.get_history(self._key, last)
         except SessionNotFound:
             return []
-
-    async def _holds(self, tombstone: Message) -> bool:
-        """Whether the session holds this very tombstone (same id and call token), searching
-        newest first.
-        """
-        window = _FIRST_POP_WINDOW
-        while True:
-            history = await self._history(window)
-            for msg in reversed(history):
-                if msg.id == tombstone.id:
-                    return msg.content == tombstone.content
-            if len(history) < window:
-                return False
-            window *= 2
-
-    async def _newest(self, count: int) -> list[Message]:
-        """The newest ``count`` live items: pages of the newest messages, doubled until enough
-        items survive the tombstones or the history is exhausted.
-        """
-        window = count
-        while True:
-            history = await self._history(window)
-            live = _live(history)
-            if len(live) >= count or len(history) < window:
-                return live[-count:]
-            window *= 2

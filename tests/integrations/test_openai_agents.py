@@ -23,7 +23,8 @@ from openai.types.responses import (
 )
 
 from redis_session import AsyncRedisStore, Message, MessageRole
-from redis_session.integrations.openai_agents import ITEM_AUTHOR, POP_AUTHOR, RedisAgentSession
+from redis_session._requests import ScriptCall
+from redis_session.integrations.openai_agents import ITEM_AUTHOR, RedisAgentSession
 from tests.conftest import Backend
 from tests.integrations.conftest import RoundTrips
 from tests.support.servers import Server
@@ -122,31 +123,52 @@ async def test_pop_item_removes_the_newest(astore: AsyncRedisStore) -> None:
     assert await session.get_items(limit=3) == []
 
 
-async def test_limit_reads_past_tombstones(astore: AsyncRedisStore) -> None:
+async def test_pop_removes_the_message_from_the_store(astore: AsyncRedisStore) -> None:
+    """A pop leaves nothing behind in the history: limits count items only."""
     session = RedisAgentSession("conv", astore)
     await session.add_items([user(str(i)) for i in range(40)])
     for i in reversed(range(20, 40)):
         assert await session.pop_item() == user(str(i))
     assert await session.get_items(limit=3) == [user("17"), user("18"), user("19")]
     history = await astore.get_history(session.key)
-    assert sum(m.author == POP_AUTHOR for m in history) == 20
+    assert [json.loads(m.content) for m in history] == [user(str(i)) for i in range(20)]
+
+
+async def test_an_item_popped_then_added_again_is_stored(astore: AsyncRedisStore) -> None:
+    """The store keeps a popped message's id; each add_items gives fresh message ids, so the
+    same item (even one with its own item ``id``) added again after a pop is stored again."""
+    session = RedisAgentSession("conv", astore)
+    await session.add_items([user("a"), assistant("b", 7)])
+    assert await session.pop_item() == assistant("b", 7)
+    await session.add_items([assistant("b", 7)])
+    assert await session.get_items() == [user("a"), assistant("b", 7)]
+    assert await session.pop_item() == assistant("b", 7)
+    assert await session.pop_item() == user("a")
+    await session.add_items([user("a")])
+    assert await session.get_items() == [user("a")]
 
 
 async def test_a_pop_retried_after_a_lost_reply_pops_once(
     astore: AsyncRedisStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """redis-py resends a script whose reply was lost; the resent tombstone append then
-    reports "already stored". The pop still returns its item and removes nothing else."""
+    """redis-py resends a script whose reply was lost, with the same arguments (the same call
+    token). The resent pop returns the same item and removes nothing else."""
     session = RedisAgentSession("conv", astore)
-    await session.add_items([user("a"), user("b")])
-    real = astore.append_message
+    await session.add_items([user("a"), user("b"), user("c")])
+    real = astore._execute
+    resent: list[str] = []
 
-    async def reply_lost_then_retried(key: str, msg: Message) -> bool:
-        await real(key, msg)  # applied, reply lost
-        return await real(key, msg)  # the retry: False, the id is already there
+    async def reply_lost_then_retried(request: Any) -> Any:
+        if isinstance(request, ScriptCall) and request.name == "pop_message":
+            await real(request)  # applied, reply lost
+            resent.append(request.name)
+        return await real(request)  # the retry
 
-    monkeypatch.setattr(astore, "append_message", reply_lost_then_retried)
-    assert await session.pop_item() == user("b")
+    monkeypatch.setattr(astore, "_execute", reply_lost_then_retried)
+    assert await session.pop_item() == user("c")
+    assert resent == ["pop_message"]
+    assert await session.get_items() == [user("a"), user("b")]
+    assert await session.pop_item() == user("b")  # a new call pops the next one
     assert await session.get_items() == [user("a")]
 
 
@@ -238,7 +260,7 @@ async def test_concurrent_pops_return_each_item_once(make_astore: MakeStore) -> 
     assert await sessions[0].get_items() == []
 
 
-async def test_one_round_trip_per_add_items(
+async def test_one_round_trip_per_add_items_and_pop_item(
     astore: AsyncRedisStore, round_trips: RoundTrips
 ) -> None:
     session = RedisAgentSession("conv", astore)
@@ -252,9 +274,19 @@ async def test_one_round_trip_per_add_items(
     round_trips.reset()
     await session.get_items(limit=10)
     reads = round_trips.count
-    print(f"\nround trips per add_items of 1, 5, 50 items: {counts}; get_items(limit=10): {reads}")
+    await session.pop_item()  # loads the pop script
+    pops = []
+    for _ in range(3):
+        round_trips.reset()
+        await session.pop_item()
+        pops.append(round_trips.count)
+    print(
+        f"\nround trips per add_items of 1, 5, 50 items: {counts}; "
+        f"get_items(limit=10): {reads}; pop_item: {pops}"
+    )
     assert counts == [1, 1, 1]
     assert reads == 1
+    assert pops == [1, 1, 1]
 
 
 class ScriptedModel(Model):
