@@ -20,6 +20,13 @@ def _ops() -> list[tuple[str, Callable[[RedisStore, dict[str, Any]], object]]]:
     return [
         ("create", lambda s, ctx: s.create(Session(key="new", agent_id="x"))),
         ("append", lambda s, ctx: s.append_message("p", Message(role="user", content="once"))),
+        (
+            "append_child",
+            lambda s, ctx: s.append_child_message(
+                ctx["child"], Message(role="user", content="child once")
+            ),
+        ),
+        ("pop", lambda s, ctx: ctx.setdefault("popped", s.pop_message("p"))),
         ("compact", lambda s, ctx: s.compact_messages("p", 1, "sum")),
         ("update_metadata", lambda s, ctx: s.update_metadata("p", set={"k": "v"})),
         ("fork", lambda s, ctx: ctx.setdefault("fork", s.fork_child("p", "forked"))),
@@ -50,6 +57,11 @@ def test_retried_after_a_lost_reply_applies_once(
         assert setup.get("new").agent_id == "x"
     elif name == "append":
         assert history == ["0", "1", "2", "once"]
+    elif name == "append_child":
+        assert [m.content for m in setup.get_child(ctx["child"]).history] == ["child once"]
+    elif name == "pop":
+        assert history == ["0", "1"]
+        assert ctx["popped"].content == "2"  # the retry answered this call's own pop
     elif name == "compact":
         assert history == ["[Compacted Summary]\nsum", "2"]
     elif name == "update_metadata":
