@@ -57,6 +57,7 @@ from redis_session._bench import (
     round_trips_ok,
     run_phases,
     server_info,
+    text_table,
 )
 
 # -- output ---------------------------------------------------------------------------------------
@@ -94,14 +95,7 @@ def render(rows: Sequence[Row]) -> str:
         )
         for r in rows
     ]
-    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
-    out = []
-    for n, line in enumerate([header, *lines]):
-        cells = [c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(line)]
-        out.append("  ".join(cells).rstrip())
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)
+    return text_table(header, lines)
 
 
 def report(bench: Bench, profile_text: str) -> bool:

@@ -1033,3 +1033,15 @@ def payload(
         "all_targets_pass": passed,
         "total_runtime_s": total,
     }
+
+
+def text_table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
+    """A plain-text table: the first column left-aligned, the others right-aligned."""
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
+    out = []
+    for n, line in enumerate([header, *lines]):
+        cells = [c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(line)]
+        out.append("  ".join(cells).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
