@@ -201,6 +201,8 @@ class Core(KeyringOps):
         _no_foreign_types(key, (sk.meta, meta), (sk.msgs, items), (sk.ids, marker))
         if not meta:
             raise SessionExpired(key) if marker else SessionNotFound(key)
+        if self.keyring is None:
+            return codec.decode_session(key, meta, items)
         session: Session = yield from self._opened(
             lambda ring: codec.decode_session(key, meta, items, ring)
         )
@@ -218,6 +220,8 @@ class Core(KeyringOps):
         _no_foreign_types(key, (sk.msgs, items))
         if not items:
             yield from self._require(key, sk)
+        if self.keyring is None:  # no passphrase: the read path stays as lean as before
+            return codec.decode_messages(key, items)
         history: list[Message] = yield from self._opened(
             lambda ring: codec.decode_messages(key, items, ring)
         )
