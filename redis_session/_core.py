@@ -176,8 +176,9 @@ class Core(KeyringOps):
         meta = codec.meta_args(session, sealer)
         event, payload = new_event(LifecycleEventType.CREATE, key)
         args = [*self._ttl_args(), key, _token(), self.channel, payload, len(meta) // 2, *meta]
-        args += codec.message_args(
-            session.history, "session.history", self.max_message_bytes, sealer
+        history = codec.message_args(session.history, "session.history", self.max_message_bytes)
+        args += codec.seal_pairs(
+            history, session.history, sealer, "session.history", self.max_message_bytes
         )
         reply = check((yield ScriptCall("create", keys, args)), Ctx(key, keys))
         if self.schema.cluster and int(reply[2]):
@@ -243,10 +244,10 @@ class Core(KeyringOps):
         key = session.key
         _, keys = self._keys(key)
         scalars = codec.scalar_args(session, skip_empty=True)
-        codec.metadata_args(session.metadata)  # validates before anything is sealed
+        plain = codec.metadata_args(session.metadata)  # validated before anything is sealed
 
         def build(sealer: Sealer | None) -> ScriptCall:
-            meta = codec.metadata_args(session.metadata, sealer=sealer)
+            meta = plain if sealer is None else codec.metadata_args(session.metadata, sealer=sealer)
             kid = b"" if sealer is None else sealer.kid
             args = [*self._ttl_args(), key, kid, len(scalars) // 2, *scalars, *meta]
             return ScriptCall("update", keys, args)
@@ -261,11 +262,11 @@ class Core(KeyringOps):
             raise InvalidArgument("delete", "must be an iterable of names, not a single str")
         gone = codec.metadata_fields(delete)
         entries = {} if set is None else set
-        codec.metadata_args(entries, "set")  # validates before anything is sealed
+        plain = codec.metadata_args(entries, "set")  # validated before anything is sealed
         _, keys = self._keys(key)
 
         def build(sealer: Sealer | None) -> ScriptCall:
-            put = codec.metadata_args(entries, "set", sealer)
+            put = plain if sealer is None else codec.metadata_args(entries, "set", sealer)
             kid = b"" if sealer is None else sealer.kid
             args = [*self._ttl_args(), key, kid, len(gone), *gone, *put]
             return ScriptCall("update_metadata", keys, args)
@@ -297,8 +298,8 @@ class Core(KeyringOps):
         if not messages:
             check_key(key)
             return 0
-        codec.message_args(messages, "messages", self.max_message_bytes)  # validates first
-        return (yield from self._append(key, messages, "messages"))
+        pairs = codec.message_args(messages, "messages", self.max_message_bytes)
+        return (yield from self._append(key, messages, pairs, "messages"))
 
     def append_message(self, key: str, msg: Message) -> Op[bool]:
         # The hot path, written out: one generator, nothing built twice.
@@ -306,7 +307,8 @@ class Core(KeyringOps):
             msg = _message(msg)
         key = check_key(key)
         if self.passphrase is not None:
-            return (yield from self._append(key, [msg], "msg")) == 1
+            pairs = codec.message_args([msg], "msg", self.max_message_bytes)
+            return (yield from self._append(key, [msg], pairs, "msg")) == 1
         keys = self._keys(key)[1]
         args = (
             self.ttl_ms, self.grace_ms, self.max_history_turns, key, b"",
@@ -318,7 +320,9 @@ class Core(KeyringOps):
             raise PassphraseRequired(key)
         return int(check(reply, lambda: Ctx(key, keys))[1]) == 1
 
-    def _append(self, key: str, messages: Sequence[Message], argument: str) -> Op[int]:
+    def _append(
+        self, key: str, messages: Sequence[Message], pairs: list[bytes], argument: str
+    ) -> Op[int]:
         key = check_key(key)
         keys = self._keys(key)[1]
 
@@ -327,7 +331,7 @@ class Core(KeyringOps):
             args: list[bytes | str | int] = [
                 self.ttl_ms, self.grace_ms, self.max_history_turns, key, kid,
             ]  # fmt: skip
-            args += codec.message_args(messages, argument, self.max_message_bytes, sealer)
+            args += codec.seal_pairs(pairs, messages, sealer, argument, self.max_message_bytes)
             return ScriptCall("append_message", keys, args)
 
         reply = yield from self._sealed_write(key, build, lambda: Ctx(key, keys))
@@ -352,14 +356,14 @@ class Core(KeyringOps):
         expect = codec.id_prefix(expect_id) if expect_id else b""
         _, keys = self._keys(key)
         event, payload = new_event(LifecycleEventType.COMPACT, key)
-        codec.message_args([msg], "summary", self.max_message_bytes)  # validates first
+        pairs = codec.message_args([msg], "summary", self.max_message_bytes)
 
         def build(sealer: Sealer | None) -> ScriptCall:
             args = [
                 *self._ttl_args(),
                 key,
                 index,
-                *codec.message_args([msg], "summary", self.max_message_bytes, sealer),
+                *codec.seal_pairs(pairs, [msg], sealer, "summary", self.max_message_bytes),
                 expect,
                 self.channel,
                 payload,
@@ -508,14 +512,16 @@ class Core(KeyringOps):
             raise InvalidArgument("messages", "must be a sequence of Message")
         if not messages:
             return 0
-        codec.message_args(messages, "messages", self.max_message_bytes)  # validates first
+        pairs = codec.message_args(messages, "messages", self.max_message_bytes)
 
         def build(sealer: Sealer | None) -> ScriptCall:
             args = [
                 *self._ttl_args(),
                 parent,
                 b"" if sealer is None else sealer.kid,
-                *codec.child_message_args(messages, "messages", self.max_message_bytes, sealer),
+                *codec.child_elements(
+                    codec.seal_pairs(pairs, messages, sealer, "messages", self.max_message_bytes)
+                ),
             ]
             return ScriptCall("append_child_message", keys, args)
 
@@ -534,14 +540,14 @@ class Core(KeyringOps):
         if author is not None and not isinstance(author, str):
             raise InvalidArgument("author", f"must be a str, not {type(author).__name__}")
         msg = Message(role=MessageRole.ASSISTANT, content=summary, author=author or agent)
-        codec.message_args([msg], "summary", self.max_message_bytes)  # validates first
+        pairs = codec.message_args([msg], "summary", self.max_message_bytes)
         event, payload = new_event(
             LifecycleEventType.MERGE, parent, child_key=child_key, agent_name=agent
         )
         token = _token()
 
         def build(sealer: Sealer | None) -> ScriptCall:
-            digest, body = codec.message_args([msg], "summary", self.max_message_bytes, sealer)
+            digest, body = codec.seal_pairs(pairs, [msg], sealer, "summary", self.max_message_bytes)
             args = [
                 *self._ttl_args(), self.max_history_turns, parent, token,
                 "summary" if summary else "history", digest, body, self.channel, payload,

@@ -91,12 +91,9 @@ def check_size(body: bytes, limit: int, argument: str) -> bytes:
     return body
 
 
-def message_args(
-    messages: Sequence[Message], argument: str, limit: int = 0, sealer: Sealer | None = None
-) -> list[bytes]:
-    """Digest/element pairs for a script's ARGV (the element sealed when ``sealer`` is given);
-    duplicate ids in one call are refused, and so is a message longer than ``limit`` bytes as
-    stored (0 = no limit).
+def message_args(messages: Sequence[Message], argument: str, limit: int = 0) -> list[bytes]:
+    """Digest/JSON pairs for a script's ARGV; duplicate ids in one call are refused, and so is
+    a message longer than ``limit`` bytes as stored (0 = no limit). See :func:`seal_pairs`.
     """
     out: list[bytes] = []
     seen: set[str] = set()
@@ -109,10 +106,26 @@ def message_args(
             raise InvalidArgument(f"{argument}[{i}]", f"message id {msg.id!r} appears twice")
         seen.add(msg.id)
         where = f"{argument}[{i}]"
-        body = encode_message(msg, where)
-        if sealer is not None:
-            body = sealer.message(msg.id, body)
-        out += (message_digest(msg.id), check_size(body, limit, where))
+        out += (message_digest(msg.id), check_size(encode_message(msg, where), limit, where))
+    return out
+
+
+def seal_pairs(
+    pairs: list[bytes],
+    messages: Sequence[Message],
+    sealer: Sealer | None,
+    argument: str,
+    limit: int = 0,
+) -> list[bytes]:
+    """``pairs`` (from :func:`message_args`) with each JSON sealed by ``sealer``; ``pairs``
+    itself without one. The sealed form is held to ``limit`` too.
+    """
+    if sealer is None:
+        return pairs
+    out = list(pairs)
+    for i, msg in enumerate(messages):
+        sealed = sealer.message(msg.id, pairs[2 * i + 1])
+        out[2 * i + 1] = check_size(sealed, limit, f"{argument}[{i}]")
     return out
 
 
@@ -294,11 +307,9 @@ def encode_config(config: ChildSessionConfig) -> bytes:
     return _CONFIG.dump_json(config)
 
 
-def child_message_args(
-    messages: Sequence[Message], argument: str, limit: int, sealer: Sealer | None = None
-) -> list[bytes]:
+def child_elements(pairs: list[bytes]) -> list[bytes]:
     """Digest/element pairs for a child script: a child's list element is digest + element."""
-    out = message_args(messages, argument, limit, sealer)
+    out = list(pairs)
     for i in range(0, len(out), 2):
         out[i + 1] = out[i] + out[i + 1]
     return out
