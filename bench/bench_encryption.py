@@ -64,6 +64,7 @@ from redis_session._bench import (
     server_info,
     text_table,
     timed_row,
+    where_lines,
 )
 from redis_session.crypto import Passphrase
 from redis_session.keys import KeySchema
@@ -483,11 +484,7 @@ def report(bench: EncBench, profile_text: str) -> bool:
         f"{rb['plain']:,} B plain, {rb['encrypted']:,} B encrypted"
     )
     print()
-    print("where the time goes (medians, us; same interleaved loops as above)")
-    for title, parts in bench.where:
-        print(f"  {title}")
-        for name, value in parts.items():
-            print(f"    {name:<56}{value:>10.1f}")
+    print("\n".join(where_lines(bench.where)))
     if profile_text:
         print(profile_text)
     return (

@@ -58,6 +58,7 @@ from redis_session._bench import (
     run_phases,
     server_info,
     text_table,
+    where_lines,
 )
 
 # -- output ---------------------------------------------------------------------------------------
@@ -140,11 +141,7 @@ def report(bench: Bench, profile_text: str) -> bool:
         f"{bench.extra['history_flatness_10k_over_1k']:.2f}x (flat = ~1.0)"
     )
     print()
-    print("where the time goes (medians, us; same interleaved loops as above)")
-    for title, parts in bench.where:
-        print(f"  {title}")
-        for name, value in parts.items():
-            print(f"    {name:<56}{value:>10.1f}")
+    print("\n".join(where_lines(bench.where)))
     print("  append preparation pieces (no I/O)")
     for name, value in bench.extra["append_prep_pieces_us"].items():
         print(f"    {name:<56}{value:>10.1f}")

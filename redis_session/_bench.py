@@ -19,7 +19,7 @@ import random
 import statistics
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -1045,3 +1045,12 @@ def text_table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
         if n == 0:
             out.append("  ".join("-" * w for w in widths))
     return "\n".join(out)
+
+
+def where_lines(where: Sequence[tuple[str, Mapping[str, float]]]) -> list[str]:
+    """The "where the time goes" block of a benchmark report, medians in µs."""
+    out = ["where the time goes (medians, us; same interleaved loops as above)"]
+    for title, parts in where:
+        out.append(f"  {title}")
+        out += [f"    {name:<56}{value:>10.1f}" for name, value in parts.items()]
+    return out
