@@ -190,16 +190,27 @@ def async_node_client(node: Any, cache: dict[str, Any]) -> Any:
     return client
 
 
+def _sentinel_pool(client: Any) -> Any:
+    pool = getattr(client, "connection_pool", None)
+    return pool if hasattr(pool, "sentinel_manager") else None
+
+
 def sync_refresh(client: Any) -> None:
-    """Re-read a cluster's topology (a no-op for other clients)."""
+    """Re-read the topology: a cluster's slots, or (Sentinel) drop the pooled connections so
+    the next one asks the sentinels for the primary again; a no-op for other clients.
+    """
     if isinstance(client, redis.RedisCluster):
         client.nodes_manager.initialize()
+    elif (pool := _sentinel_pool(client)) is not None:
+        pool.disconnect()
 
 
 async def async_refresh(client: Any) -> None:
-    """Re-read a cluster's topology (a no-op for other clients)."""
+    """Re-read the topology (see :func:`sync_refresh`)."""
     if isinstance(client, redis.asyncio.RedisCluster):
         await client.nodes_manager.initialize()
+    elif (pool := _sentinel_pool(client)) is not None:
+        await pool.disconnect()
 
 
 def sync_close(client: Any) -> None:
