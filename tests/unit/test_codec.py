@@ -86,3 +86,19 @@ def test_decode_messages_names_key_and_index(raw: bytes) -> None:
     with pytest.raises(CorruptData, match="'key'.*message 1") as info:
         decode_messages("key", [good, raw])
     assert info.value.key == "key"
+
+
+def test_an_element_holding_two_messages_is_corrupt() -> None:
+    # Decoding parses the elements joined into one JSON array; an element that is itself
+    # "m1,m2" (a batch pushed as one element by something else) must not pass as two messages.
+    a, b, c = (encode_message(Message(role="user", content=str(i))) for i in range(3))
+    with pytest.raises(CorruptData, match="'key'.*message 1"):
+        decode_messages("key", [a, b + b"," + c])
+
+
+def test_decoded_messages_are_plain_messages_with_utc_timestamps() -> None:
+    m = Message(role="assistant", content="x", tool_calls=[ToolCall(id="1", name="n", input="{}")])
+    (back,) = decode_messages("k", [encode_message(m)])
+    assert type(back) is Message and type(back.tool_calls[0]) is ToolCall
+    assert back == m and back.timestamp.utcoffset() == timedelta(0)
+    assert back.model_fields_set == set(Message.model_fields)
