@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from . import codec
 from ._keyring import KeyringOps, RekeyProgress, RekeyReport
-from ._requests import Commands, Emit, Op, Request, ScriptCall
+from ._requests import Commands, Compute, Emit, Op, Request, ScriptCall
 from .crypto import DEFAULT_WORK, Keyring, Sealer
 from .errors import (
     ChildNotFound,
@@ -42,6 +42,7 @@ from .status import Ctx, Status, check
 
 __all__ = [
     "Commands",
+    "Compute",
     "Core",
     "Emit",
     "Op",

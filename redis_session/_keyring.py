@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import codec, crypto
-from ._requests import Commands, Op, ScriptCall
+from ._requests import Commands, Compute, Op, ScriptCall
 from .crypto import CURRENT, NEXT, Keyring, Passphrase, Sealer
 from .errors import (
     ConcurrentChange,
@@ -93,12 +93,15 @@ class KeyringOps:
         """Whether the store has a passphrase and has not opened the keyring yet."""
         return self.passphrase is not None and self.keyring is None
 
-    def _kek(self, passphrase: Passphrase, salt: bytes, work: int) -> bytes:
-        """The KEK for these inputs; scrypt runs once per distinct salt and passphrase."""
+    def _kek(self, passphrase: Passphrase, salt: bytes, work: int) -> Op[bytes]:
+        """The KEK for these inputs; scrypt runs once per distinct salt and passphrase, as a
+        :class:`Compute` request (off the event loop in the asyncio store).
+        """
         tag = crypto.key_check(passphrase.reveal(), work)  # a cache key that hides the secret
         cached = self._keks.get((salt, work, tag))
         if cached is None:
-            cached = self._keks[(salt, work, tag)] = crypto.derive_kek(passphrase, salt, work)
+            cached = yield Compute(functools.partial(crypto.derive_kek, passphrase, salt, work))
+            self._keks[(salt, work, tag)] = cached
         return cached
 
     def _records(self) -> Op[tuple[list[Any], list[Any], dict[bytes, bytes]]]:
@@ -130,7 +133,7 @@ class KeyringOps:
                 if salt is None or check_value is None:
                     continue
                 check_value = bytes(check_value)
-                kek = self._kek(passphrase, bytes(salt), crypto.work_of(check_value))
+                kek = yield from self._kek(passphrase, bytes(salt), crypto.work_of(check_value))
                 if crypto.matches(kek, check_value):
                     self.keyring = self._open_ring(ring, record, kek)
                     self.record = record
@@ -154,7 +157,7 @@ class KeyringOps:
 
     def _create_keyring(self, passphrase: Passphrase) -> Op[None]:
         salt = os.urandom(16)
-        kek = self._kek(passphrase, salt, self.kdf_work)
+        kek = yield from self._kek(passphrase, salt, self.kdf_work)
         kid, dek = os.urandom(crypto.KID_LEN), os.urandom(32)
         keys = [self.schema.salts, self.schema.checksums, self.schema.keyring]
         args = (
@@ -237,21 +240,20 @@ class KeyringOps:
         if resumed:
             next_salt = bytes(salts[1])
             check_next = bytes(checks[1])
-            if not crypto.matches(
-                self._kek(new, next_salt, crypto.work_of(check_next)), check_next
-            ):
+            kek_next = yield from self._kek(new, next_salt, crypto.work_of(check_next))
+            if not crypto.matches(kek_next, check_next):
                 raise WrongPassphrase(
                     "a rotation to another passphrase is under way: finish it with that one"
                 )
         else:
             next_salt = os.urandom(16)
-            kek_next = self._kek(new, next_salt, self.kdf_work)
+            kek_next = yield from self._kek(new, next_salt, self.kdf_work)
             kid, dek = crypto.new_kid(keyring.keys), os.urandom(32)
             pairs: list[str | bytes] = []
             for old_kid, old_dek in keyring.raw.items():
                 pairs += (_dek_field(old_kid, NEXT), crypto.wrap(kek_next, old_kid, old_dek))
             pairs += (_dek_field(kid, NEXT), crypto.wrap(kek_next, kid, dek))
-            own = self._kek(self.passphrase, *self._own_record(salts, checks))
+            own = yield from self._kek(self.passphrase, *self._own_record(salts, checks))
             pairs += (_dek_field(kid, self.record), crypto.wrap(own, kid, dek))
             keys = [self.schema.salts, self.schema.checksums, self.schema.keyring]
             args = (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -42,5 +42,14 @@ class Emit:
     event: SessionLifecycleEvent
 
 
-Request = ScriptCall | Commands | Emit
+@dataclass(frozen=True, slots=True)
+class Compute:
+    """Run ``fn`` (CPU-bound: scrypt) and reply with its result. The asyncio store runs it in a
+    worker thread, so a store's first operation does not stall the event loop for ~0.1 s.
+    """
+
+    fn: Callable[[], Any]
+
+
+Request = ScriptCall | Commands | Emit | Compute
 Op = Generator[Request, Any, T]

@@ -15,6 +15,7 @@ from . import _url, events
 from ._core import (
     DEFAULT_EXPIRED_GRACE,
     DEFAULT_MAX_MESSAGE_BYTES,
+    Compute,
     Core,
     Emit,
     Op,
@@ -58,7 +59,7 @@ class AsyncRedisStore:
     (``kdf_work``: log2 of scrypt's n, default 15) of the passphrase wraps. The first operation
     opens the keyring under the prefix (creating it on first use) and raises
     ``WrongPassphrase`` before anything else when the passphrase does not fit; scrypt runs once
-    per store. Reading sealed data without a passphrase raises ``PassphraseRequired``; altered
+    per store, in a worker thread (callers arriving meanwhile wait for that one). Reading sealed data without a passphrase raises ``PassphraseRequired``; altered
     or moved ciphertext raises ``DecryptionFailed``. See :meth:`rekey` for rotation.
     """
 
@@ -94,6 +95,7 @@ class AsyncRedisStore:
             kdf_work=kdf_work,
         )
         self._node_clients: dict[str, Any] = {}
+        self._unlocking = asyncio.Lock()  # one scrypt per store, however many callers wait
         self.set_lifecycle_hook(lifecycle_hook)
         self._client = client
         self._scripts = {n: client.register_script(script_source(n)) for n in SCRIPT_NAMES}
@@ -169,6 +171,8 @@ class AsyncRedisStore:
         if isinstance(request, Emit):
             pending = events.call_hook(self._hook, request.event)
             return await events.finish_hook(pending, request.event)
+        if isinstance(request, Compute):
+            return await asyncio.to_thread(request.fn)
         client = self._client  # redis-py leaves execute_command untyped
         if len(request.commands) == 1 and not request.transaction:
             try:
@@ -232,7 +236,9 @@ class AsyncRedisStore:
 
     async def _run(self, op: Op[T]) -> T:
         if self._core.locked:
-            await self._drive(self._core.unlock())
+            async with self._unlocking:
+                if self._core.locked:  # not opened meanwhile by the caller we waited for
+                    await self._drive(self._core.unlock())
         return await self._drive(op)
 
     async def _drive(self, op: Op[T]) -> T:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
@@ -15,6 +16,7 @@ from . import _url, events
 from ._core import (
     DEFAULT_EXPIRED_GRACE,
     DEFAULT_MAX_MESSAGE_BYTES,
+    Compute,
     Core,
     Emit,
     Op,
@@ -58,7 +60,7 @@ class RedisStore:
     (``kdf_work``: log2 of scrypt's n, default 15) of the passphrase wraps. The first operation
     opens the keyring under the prefix (creating it on first use) and raises
     ``WrongPassphrase`` before anything else when the passphrase does not fit; scrypt runs once
-    per store. Reading sealed data without a passphrase raises ``PassphraseRequired``; altered
+    per store, in a worker thread (callers arriving meanwhile wait for that one). Reading sealed data without a passphrase raises ``PassphraseRequired``; altered
     or moved ciphertext raises ``DecryptionFailed``. See :meth:`rekey` for rotation.
     """
 
@@ -94,6 +96,7 @@ class RedisStore:
             kdf_work=kdf_work,
         )
         self._node_clients: dict[str, Any] = {}
+        self._unlocking = threading.Lock()  # one scrypt per store, however many callers wait
         self.set_lifecycle_hook(lifecycle_hook)
         self._client = client
         self._scripts = {n: client.register_script(script_source(n)) for n in SCRIPT_NAMES}
@@ -169,6 +172,8 @@ class RedisStore:
         if isinstance(request, Emit):
             pending = events.call_hook(self._hook, request.event)
             return events.finish_hook_sync(pending, request.event)
+        if isinstance(request, Compute):
+            return request.fn()
         client = self._client  # redis-py leaves execute_command untyped
         if len(request.commands) == 1 and not request.transaction:
             try:
@@ -230,7 +235,9 @@ class RedisStore:
 
     def _run(self, op: Op[T]) -> T:
         if self._core.locked:
-            self._drive(self._core.unlock())
+            with self._unlocking:
+                if self._core.locked:  # not opened meanwhile by the caller we waited for
+                    self._drive(self._core.unlock())
         return self._drive(op)
 
     def _drive(self, op: Op[T]) -> T:

@@ -17,6 +17,9 @@ TARGET = ROOT / "redis_session" / "store.py"
 
 RULES: list[tuple[str, str]] = [
     (r"\bawait asyncio\.sleep\(", "time.sleep("),
+    (r"\bawait asyncio\.to_thread\(([\w.]+)\)", r"\1()"),
+    (r"\basyncio\.Lock\(\)", "threading.Lock()"),
+    (r"\basync with\b", "with"),
     (r"^.*# async only\b.*\n", ""),
     (r"\bawait events\.finish_hook\(", "events.finish_hook_sync("),
     (r"\bAsyncEventListener\b", "EventListener"),
@@ -28,7 +31,7 @@ RULES: list[tuple[str, str]] = [
     (r"\bredis\.asyncio\.(Redis|RedisCluster)\b", r"redis.\1"),
     (r"^import redis\.asyncio$", "import redis"),
     (r"\b_url\.async_(\w+)", r"_url.sync_\1"),
-    (r"^import asyncio\n", ""),
+    (r"^import asyncio\n", "import threading\n"),
     (r"\baclose\(\)", "close()"),
     (r"``async for``", "``for``"),
     (r"__aenter__", "__enter__"),

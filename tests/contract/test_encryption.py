@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -489,3 +490,69 @@ async def test_two_stores_opening_a_new_prefix_agree_on_one_keyring(
     await asyncio.gather(a.list_sessions(), b.list_sessions())
     await a.create(Session(key="x", history=[Message(role="user", content="from a")]))
     assert [m.content for m in await b.get_history("x")] == ["from a"]
+
+
+def _slow_kdf(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make scrypt take 0.2 s and record the thread each derivation runs on."""
+    threads: list[int] = []
+    real = crypto.derive_kek
+
+    def slow(passphrase: Any, salt: bytes, work: int) -> bytes:
+        threads.append(threading.get_ident())
+        time.sleep(0.2)
+        return real(passphrase, salt, work)
+
+    monkeypatch.setattr(crypto, "derive_kek", slow)
+    return threads
+
+
+async def test_scrypt_runs_off_the_event_loop_once_for_concurrent_first_calls(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads = _slow_kdf(monkeypatch)
+    store = backend.async_store(passphrase=OLD, kdf_work=WORK)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        for _ in range(100):  # bounded: at most ~1 s
+            await asyncio.sleep(0.01)
+            ticks += 1
+            if threads and ticks >= 5:
+                return
+
+    try:
+        await asyncio.wait_for(
+            asyncio.gather(ticker(), *(store.list_sessions() for _ in range(5))), 30
+        )
+        # The loop kept serving while scrypt slept in a worker thread, and the five first
+        # calls waited for one derivation instead of running five.
+        assert len(threads) == 1 and threads[0] != threading.get_ident()
+        assert ticks >= 5
+        await store.create(Session(key="k", history=[Message(role="user", content="x")]))
+        assert [m.content for m in await store.get_history("k")] == ["x"]
+        assert len(threads) == 1
+    finally:
+        await store.close()
+
+
+def test_threads_sharing_a_sync_store_derive_once(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads = _slow_kdf(monkeypatch)
+    store = backend.sync_store(passphrase=OLD, kdf_work=WORK)
+    errors: list[BaseException] = []
+
+    def first_call() -> None:
+        try:
+            store.list_sessions()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=first_call) for _ in range(4)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(30)
+    assert not errors and not any(t.is_alive() for t in workers)
+    assert len(threads) == 1
