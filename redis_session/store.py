@@ -60,8 +60,9 @@ class RedisStore:
     (``kdf_work``: log2 of scrypt's n, default 15) of the passphrase wraps. The first operation
     opens the keyring under the prefix (creating it on first use) and raises
     ``WrongPassphrase`` before anything else when the passphrase does not fit; scrypt runs once
-    per store, in a worker thread (callers arriving meanwhile wait for that one). Reading sealed data without a passphrase raises ``PassphraseRequired``; altered
-    or moved ciphertext raises ``DecryptionFailed``. See :meth:`rekey` for rotation.
+    per store (the asyncio store runs it in a worker thread) and callers arriving meanwhile
+    wait for it. Reading sealed data without a passphrase raises ``PassphraseRequired``;
+    altered or moved ciphertext raises ``DecryptionFailed``. See :meth:`rekey` for rotation.
     """
 
     def __init__(
