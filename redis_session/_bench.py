@@ -572,7 +572,6 @@ class Bench:
         rpush_key = f"{self.prefix}{{floor-rpush}}:msgs"
         rpush_args = cases[0].floor_args
         scripts = {name: self.client.register_script(script_source(name)) for name in _names(cases)}
-        suspended: list[Generator[Any, Any, Any]] = []  # closed after the loop, not timed
 
         def rpush(i: int) -> object:
             return raw.rpush(rpush_key, rpush_args[i][0])
@@ -593,12 +592,10 @@ class Bench:
                 (_sync_store_op(self.store, case), r.store),
                 (_sync_floor_op(self.floor_script, case), r.floor),
                 (_sync_raw_op(scripts, case), r.raw),
-                (_prep_op(self.core, case, suspended), r.prep),
+                (_prep_op(self.core, case), r.prep),
             ]
             results.append(r)
         run_interleaved(self.rounds, ops)
-        for gen in suspended:
-            gen.close()
 
         self.floors.append(rpush_t)
         for r in results:
@@ -886,13 +883,16 @@ def _sync_raw_op(scripts: dict[str, Any], case: AppendCase) -> SyncOp:
     return op
 
 
-def _prep_op(core: Core, case: AppendCase, suspended: list[Generator[Any, Any, Any]]) -> SyncOp:
+def _prep_op(core: Core, case: AppendCase) -> SyncOp:
     targets, messages = case.targets, case.messages
 
     def op(i: int) -> object:
+        # Closed at once: thousands of suspended generators kept alive would make every
+        # garbage collection in the loop (of all the ops timed in it) walk their frames.
         gen = core.append_message(targets[i], messages[i])
-        suspended.append(gen)
-        return next(gen)
+        request = next(gen)
+        gen.close()
+        return request
 
     return op
 

@@ -57,13 +57,24 @@ def message_digest(message_id: str) -> bytes:
 
 
 _MESSAGE_SERIALIZER = Message.__pydantic_serializer__
+_MESSAGE_FIELDS = tuple(Message.model_fields)
+_UTC_Z = orjson.OPT_UTC_Z
 
 
 def encode_message(msg: Message, argument: str = "msg") -> bytes:
-    """The stored form of ``msg``: its compact JSON (the model's own serializer, directly).
+    """The stored form of ``msg``: its compact JSON, exactly ``msg.model_dump_json()``.
 
-    Text that UTF-8 cannot encode (lone surrogates) is refused as ``InvalidArgument``.
+    A plain ``Message`` without tool calls (the common append) is written by ``orjson`` from
+    its fields, which gives the same bytes ~3x faster (a property test holds the two equal);
+    anything else goes through the model's own serializer. Text that UTF-8 cannot encode (lone
+    surrogates) is refused as ``InvalidArgument``.
     """
+    fields = msg.__dict__
+    if type(msg) is Message and not fields["tool_calls"] and tuple(fields) == _MESSAGE_FIELDS:
+        try:
+            return orjson.dumps(fields, option=_UTC_Z)
+        except orjson.JSONEncodeError:
+            pass  # the model's serializer below says what is wrong
     try:
         return _MESSAGE_SERIALIZER.to_json(msg)
     except PydanticSerializationError as exc:

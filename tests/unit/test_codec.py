@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from redis_session import CorruptData, Message, MessageRole, Session, ToolCall
+from redis_session import CorruptData, InvalidArgument, Message, MessageRole, Session, ToolCall
 from redis_session.codec import (
     decode_messages,
     decode_session,
@@ -17,6 +17,7 @@ from redis_session.codec import (
     meta_args,
     to_datetime,
 )
+from redis_session.models import MESSAGE_ID_PATTERN
 
 
 def test_message_json_starts_with_its_id() -> None:
@@ -102,3 +103,45 @@ def test_decoded_messages_are_plain_messages_with_utc_timestamps() -> None:
     assert type(back) is Message and type(back.tool_calls[0]) is ToolCall
     assert back == m and back.timestamp.utcoffset() == timedelta(0)
     assert back.model_fields_set == set(Message.model_fields)
+
+
+ids = st.from_regex(MESSAGE_ID_PATTERN, fullmatch=True)
+any_time = st.datetimes(timezones=st.just(UTC)) | st.datetimes()
+
+
+@given(ids, st.sampled_from(list(MessageRole)), st.text(), st.text(), any_time)
+def test_the_fast_encoder_writes_what_the_model_serializer_writes(
+    message_id: str, role: MessageRole, content: str, author: str, ts: datetime
+) -> None:
+    # encode_message writes plain messages with orjson; the bytes must be the model's own
+    # JSON (ids first for the scripts, identical escapes and timestamps), and text that
+    # cannot be UTF-8 must be refused the same way.
+    m = Message(id=message_id, role=role, content=content, author=author, timestamp=ts)
+    try:
+        expected = Message.__pydantic_serializer__.to_json(m)
+    except ValueError:
+        with pytest.raises(InvalidArgument, match="msg"):
+            encode_message(m)
+        return
+    assert encode_message(m) == expected
+    assert decode_messages("k", [expected]) == [m]
+
+
+def test_messages_the_fast_encoder_leaves_to_the_model_serializer() -> None:
+    class Tagged(Message):
+        tag: str = "x"
+
+    sig = ToolCall(id="1", name="n", input="{}", thought_signature=b"\0")
+    constructed = Message.model_construct(
+        content="c", id="i", role=MessageRole.USER, timestamp=datetime.now(UTC), author=""
+    )
+    for m in (
+        Message(role="user", content="c", tool_calls=[sig]),
+        Message(role="user", timestamp=datetime(5, 1, 2, 3, 4, 5, tzinfo=UTC)),
+        constructed,
+    ):
+        assert encode_message(m) == m.model_dump_json().encode()
+        assert encode_message(m).startswith(id_prefix(m.id))
+    tagged = Tagged(role="user", content="c")
+    assert encode_message(tagged) == Message.__pydantic_serializer__.to_json(tagged)
+    assert b"tag" not in encode_message(tagged)
