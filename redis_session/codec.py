@@ -24,7 +24,14 @@ from pydantic_core import PydanticSerializationError
 from . import crypto
 from .crypto import Keyring, Sealer
 from .errors import CorruptData, InvalidArgument, PassphraseRequired
-from .models import ChildSession, ChildSessionConfig, Message, Session, SessionSummary
+from .models import (
+    ChildSession,
+    ChildSessionConfig,
+    Message,
+    MessageRole,
+    Session,
+    SessionSummary,
+)
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 SCALAR_FIELDS = ("agent_id", "channel_type", "channel_id", "model")
@@ -58,27 +65,46 @@ def message_digest(message_id: str) -> bytes:
 
 _MESSAGE_SERIALIZER = Message.__pydantic_serializer__
 _MESSAGE_FIELDS = tuple(Message.model_fields)
+_MESSAGE_SHAPE = (str, MessageRole, str, datetime, list, str)
 _UTC_Z = orjson.OPT_UTC_Z
 
 
 def encode_message(msg: Message, argument: str = "msg") -> bytes:
     """The stored form of ``msg``: its compact JSON, exactly ``msg.model_dump_json()``.
 
-    A plain ``Message`` without tool calls (the common append) is written by ``orjson`` from
-    its fields, which gives the same bytes ~3x faster (a property test holds the two equal);
-    anything else goes through the model's own serializer. Text that UTF-8 cannot encode (lone
-    surrogates) is refused as ``InvalidArgument``.
+    A message whose fields were assigned values of the wrong type after it was built (pydantic
+    does not check assignments) is validated again first, so that what is stored always reads
+    back: a naive timestamp is stored as UTC, and a value that is no valid message field is
+    refused as ``InvalidArgument``. A plain ``Message`` without tool calls (the common append)
+    is written by ``orjson`` from its fields: the same bytes, ~3x faster (a property test holds
+    the two equal); anything else goes through the model's own serializer. Text that UTF-8
+    cannot encode (lone surrogates) is refused as ``InvalidArgument``.
     """
-    fields = msg.__dict__
-    if type(msg) is Message and not fields["tool_calls"] and tuple(fields) == _MESSAGE_FIELDS:
-        try:
-            return orjson.dumps(fields, option=_UTC_Z)
-        except orjson.JSONEncodeError:
-            pass  # the model's serializer below says what is wrong
+    if type(msg) is Message:
+        fields = msg.__dict__
+        if (
+            tuple(map(type, fields.values())) != _MESSAGE_SHAPE
+            or tuple(fields) != _MESSAGE_FIELDS
+            or fields["timestamp"].tzinfo is None
+        ):
+            msg = _revalidated(msg, argument)
+            fields = msg.__dict__
+        if not fields["tool_calls"]:
+            try:
+                return orjson.dumps(fields, option=_UTC_Z)
+            except orjson.JSONEncodeError:
+                pass  # the model's serializer below says what is wrong
     try:
         return _MESSAGE_SERIALIZER.to_json(msg)
     except PydanticSerializationError as exc:
         raise InvalidArgument(argument, f"cannot be stored as UTF-8 JSON: {exc}") from None
+
+
+def _revalidated(msg: Message, argument: str) -> Message:
+    try:
+        return Message.model_validate(dict(msg.__dict__))
+    except ValidationError as exc:
+        raise InvalidArgument(argument, f"is not a valid message: {_brief(exc)}") from None
 
 
 def text_arg(value: object, argument: str) -> bytes:

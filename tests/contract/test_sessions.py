@@ -373,6 +373,29 @@ async def test_wrong_argument_types(store: Any) -> None:
         await store.update_metadata("w", set={"a": 1})
 
 
+async def test_messages_changed_after_they_were_built_are_validated_before_storing(
+    store: Any,
+) -> None:
+    # pydantic does not check assignments: what such a message stores must still read back.
+    await store.create(Session(key="m"))
+    naive = msg("naive clock")
+    naive.timestamp = datetime(2024, 5, 1, 12, 30)
+    as_str = msg("role as a plain string")
+    as_str.role = "assistant"  # type: ignore[assignment]
+    assert await store.append_message("m", naive)
+    assert await store.append_messages("m", [as_str]) == 1
+    back = await store.get_history("m")
+    assert back[0].timestamp == datetime(2024, 5, 1, 12, 30, tzinfo=UTC)
+    assert back[1].role is MessageRole.ASSISTANT and back[1].id == as_str.id
+    broken = msg("x")
+    broken.content = None  # type: ignore[assignment]
+    with pytest.raises(InvalidArgument, match=r"msg.*content"):
+        await store.append_message("m", broken)
+    with pytest.raises(InvalidArgument, match=r"messages\[1\].*content"):
+        await store.append_messages("m", [msg("fine"), broken])
+    assert contents(await store.get_history("m")) == ["naive clock", "role as a plain string"]
+
+
 async def test_index_repair(backend: Backend, store: Any) -> None:
     for key in ("a", "b", "c"):
         await store.create(Session(key=key))
