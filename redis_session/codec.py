@@ -31,6 +31,7 @@ from .models import (
     MessageRole,
     Session,
     SessionSummary,
+    ToolCall,
 )
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -86,6 +87,7 @@ def encode_message(msg: Message, argument: str = "msg") -> bytes:
             tuple(map(type, fields.values())) != _MESSAGE_SHAPE
             or tuple(fields) != _MESSAGE_FIELDS
             or fields["timestamp"].tzinfo is None
+            or (fields["tool_calls"] and not all(map(_plain_tool_call, fields["tool_calls"])))
         ):
             msg = _revalidated(msg, argument)
             fields = msg.__dict__
@@ -100,9 +102,22 @@ def encode_message(msg: Message, argument: str = "msg") -> bytes:
         raise InvalidArgument(argument, f"cannot be stored as UTF-8 JSON: {exc}") from None
 
 
+_TOOL_CALL_SHAPES = frozenset(
+    {(str, str, str, str, bool, type(None)), (str, str, str, str, bool, bytes)}
+)
+
+
+def _plain_tool_call(call: object) -> bool:
+    return type(call) is ToolCall and tuple(map(type, call.__dict__.values())) in _TOOL_CALL_SHAPES
+
+
 def _revalidated(msg: Message, argument: str) -> Message:
+    data = dict(msg.__dict__)
+    calls = data.get("tool_calls")
+    if isinstance(calls, list):  # instances would pass unchecked: validate their fields
+        data["tool_calls"] = [dict(c.__dict__) if isinstance(c, ToolCall) else c for c in calls]
     try:
-        return Message.model_validate(dict(msg.__dict__))
+        return Message.model_validate(data)
     except ValidationError as exc:
         raise InvalidArgument(argument, f"is not a valid message: {_brief(exc)}") from None
 

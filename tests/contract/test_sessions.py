@@ -393,7 +393,16 @@ async def test_messages_changed_after_they_were_built_are_validated_before_stori
         await store.append_message("m", broken)
     with pytest.raises(InvalidArgument, match=r"messages\[1\].*content"):
         await store.append_messages("m", [msg("fine"), broken])
-    assert contents(await store.get_history("m")) == ["naive clock", "role as a plain string"]
+    call = ToolCall(id="c1", name="search", input="{}")
+    with_call = msg("calls", role="assistant", tool_calls=[call])
+    call.output = 42  # type: ignore[assignment]
+    with pytest.raises(InvalidArgument, match=r"msg.*tool_calls\.0\.output"):
+        await store.append_message("m", with_call)
+    call.output = "found"
+    assert await store.append_message("m", with_call)
+    assert contents(await store.get_history("m")) == [
+        "naive clock", "role as a plain string", "calls"
+    ]  # fmt: skip
 
 
 async def test_index_repair(backend: Backend, store: Any) -> None:
