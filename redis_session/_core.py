@@ -190,13 +190,19 @@ class Core(KeyringOps):
         now = codec.to_datetime(int(reply[1]))
         return session.model_copy(update={"created_at": now, "updated_at": now})
 
-    def get(self, key: str) -> Op[Session]:
+    def get(self, key: str, last: int | None = None) -> Op[Session]:
         key = check_key(key)
+        n = -1 if last is None else _non_negative_int(last, "last")
         sk = self.schema.session(key)
         # A read needs no script: MULTI/EXEC gives one consistent snapshot without copying the
-        # history through Lua.
+        # history through Lua. last=0 reads no message at all.
+        first = 0 if n < 0 else -n
         meta, items, marker = yield Commands(
-            [("HGETALL", sk.meta), ("LRANGE", sk.msgs, 0, -1), ("HEXISTS", sk.ids, "c")],
+            [
+                ("HGETALL", sk.meta),
+                ("LRANGE", sk.msgs, first, -1) if n else ("LRANGE", sk.msgs, 1, 0),
+                ("HEXISTS", sk.ids, "c"),
+            ],
             transaction=True,
             errors_as_values=True,
         )

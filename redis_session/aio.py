@@ -253,8 +253,8 @@ class AsyncRedisStore:
     async def create(self, session: Session) -> Session:
         return await self._run(self._core.create(session))
 
-    async def get(self, key: str) -> Session:
-        return await self._run(self._core.get(key))
+    async def get(self, key: str, last: int | None = None) -> Session:
+        return await self._run(self._core.get(key, last))
 
     async def get_history(self, key: str, last: int | None = None) -> list[Message]:
         return await self._run(self._core.get_history(key, last))

@@ -51,8 +51,12 @@ class Store(Protocol):
         """
         ...
 
-    def get(self, key: str) -> Session:
+    def get(self, key: str, last: int | None = None) -> Session:
         """The whole session, history in append order, read in one consistent snapshot.
+
+        With ``last=N`` the history holds only the newest N messages (``last=0``: none, the
+        session's fields and metadata only), at a cost that does not grow with the history's
+        length; ``ValueError`` for a negative or non-int ``last``.
 
         Raises:
             SessionExpired: the session existed but its TTL ran out (within ``expired_grace``).
@@ -213,7 +217,7 @@ class AsyncStore(Protocol):
     """A session store (the asyncio flavour): :class:`Store` with awaitable methods."""
 
     async def create(self, session: Session) -> Session: ...
-    async def get(self, key: str) -> Session: ...
+    async def get(self, key: str, last: int | None = None) -> Session: ...
     async def get_history(self, key: str, last: int | None = None) -> list[Message]: ...
     async def update(self, session: Session) -> None: ...
     async def update_metadata(

@@ -252,8 +252,8 @@ class RedisStore:
     def create(self, session: Session) -> Session:
         return self._run(self._core.create(session))
 
-    def get(self, key: str) -> Session:
-        return self._run(self._core.get(key))
+    def get(self, key: str, last: int | None = None) -> Session:
+        return self._run(self._core.get(key, last))
 
     def get_history(self, key: str, last: int | None = None) -> list[Message]:
         return self._run(self._core.get_history(key, last))

@@ -161,6 +161,11 @@ async def test_sealed_data_without_a_passphrase_raises(make_store: StoreFactory)
     history = await sealed.get_history("n")
     assert [m.content for m in history] == ["secret"]
     assert (await sealed.get_child(child.key)).merged_at is None
+    await sealed.append_message("n", Message(role="assistant", content="newest"))
+    recent = await sealed.get("n", last=1)
+    assert [m.content for m in recent.history] == ["newest"] and recent.metadata == {"k": "v"}
+    with pytest.raises(PassphraseRequired):
+        await plain.get("n", last=0)  # sealed metadata, even with no message read
 
 
 async def test_a_flipped_byte_fails_authentication(

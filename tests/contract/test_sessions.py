@@ -225,6 +225,28 @@ async def test_get_history_last_n(store: Any) -> None:
         await store.get_history("none", last=2)
 
 
+async def test_get_last_n_reads_the_session_with_its_newest_messages(store: Any) -> None:
+    await store.create(
+        Session(
+            key="g", agent_id="a", metadata={"k": "v"}, history=[msg(str(i)) for i in range(10)]
+        )
+    )
+    whole = await store.get("g")
+    recent = await store.get("g", last=3)
+    assert contents(recent.history) == ["7", "8", "9"]
+    assert recent.model_copy(update={"history": whole.history}) == whole
+    bare = await store.get("g", last=0)
+    assert bare.history == [] and bare.metadata == {"k": "v"} and bare.agent_id == "a"
+    assert contents((await store.get("g", last=50)).history) == [str(i) for i in range(10)]
+    await store.create(Session(key="empty"))
+    assert (await store.get("empty", last=5)).history == []
+    for bad in (-1, 1.5, "3", True):
+        with pytest.raises(InvalidArgument, match="last"):
+            await store.get("g", last=bad)
+    with pytest.raises(SessionNotFound):
+        await store.get("none", last=0)
+
+
 async def test_compact_replaces_head_with_summary(store: Any) -> None:
     await store.create(Session(key="c", history=[msg(str(i)) for i in range(6)]))
     assert await store.compact_messages("c", 3, "the gist") == 4
