@@ -299,26 +299,38 @@ class Core(KeyringOps):
                 return existed
         raise ConcurrentChange(key, "children kept changing while the session was deleted")
 
-    def append_messages(self, key: str, messages: Sequence[Message]) -> Op[int]:
+    def append_messages(
+        self,
+        key: str,
+        messages: Sequence[Message],
+        *,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Op[int]:
         if isinstance(messages, Message) or not isinstance(messages, Sequence):
             raise InvalidArgument("messages", "must be a sequence of Message")
         if not messages:
             check_key(key)
+            if metadata is not None:
+                codec.metadata_args(metadata, "metadata")
             return 0
         pairs = codec.message_args(messages, "messages", self.max_message_bytes)
-        return (yield from self._append(key, messages, pairs, "messages"))
+        return (yield from self._append(key, messages, pairs, "messages", metadata))
 
-    def append_message(self, key: str, msg: Message) -> Op[bool]:
+    def append_message(
+        self, key: str, msg: Message, *, metadata: Mapping[str, str] | None = None
+    ) -> Op[bool]:
         # The hot path, written out: one generator, nothing built twice.
         if type(msg) is not Message:
             msg = _message(msg)
         key = check_key(key)
-        if self.passphrase is not None:
+        if self.passphrase is not None or metadata:
             pairs = codec.message_args([msg], "msg", self.max_message_bytes)
-            return (yield from self._append(key, [msg], pairs, "msg")) == 1
+            return (yield from self._append(key, [msg], pairs, "msg", metadata)) == 1
+        if metadata is not None:  # an empty mapping: nothing to set, but still a mapping
+            codec.metadata_args(metadata, "metadata")
         keys = self._keys(key)[1]
         args = (
-            self.ttl_ms, self.grace_ms, self.max_history_turns, key, b"",
+            self.ttl_ms, self.grace_ms, self.max_history_turns, key, b"", 0,
             codec.message_digest(msg.id),
             codec.check_size(codec.encode_message(msg), self.max_message_bytes, "msg"),
         )  # fmt: skip
@@ -328,15 +340,23 @@ class Core(KeyringOps):
         return int(check(reply, lambda: Ctx(key, keys))[1]) == 1
 
     def _append(
-        self, key: str, messages: Sequence[Message], pairs: list[bytes], argument: str
+        self,
+        key: str,
+        messages: Sequence[Message],
+        pairs: list[bytes],
+        argument: str,
+        metadata: Mapping[str, str] | None = None,
     ) -> Op[int]:
         key = check_key(key)
         keys = self._keys(key)[1]
+        entries = {} if metadata is None else metadata
+        plain = codec.metadata_args(entries, "metadata")  # validated before anything is sealed
 
         def build(sealer: Sealer | None) -> ScriptCall:
             kid = b"" if sealer is None else sealer.kid
+            put = plain if sealer is None else codec.metadata_args(entries, "metadata", sealer)
             args: list[bytes | str | int] = [
-                self.ttl_ms, self.grace_ms, self.max_history_turns, key, kid,
+                self.ttl_ms, self.grace_ms, self.max_history_turns, key, kid, len(put), *put,
             ]  # fmt: skip
             args += codec.seal_pairs(pairs, messages, sealer, argument, self.max_message_bytes)
             return ScriptCall("append_message", keys, args)

@@ -270,11 +270,15 @@ class AsyncRedisStore:
     async def delete(self, key: str) -> bool:
         return await self._run(self._core.delete(key))
 
-    async def append_message(self, key: str, msg: Message) -> bool:
-        return await self._run(self._core.append_message(key, msg))
+    async def append_message(
+        self, key: str, msg: Message, *, metadata: Mapping[str, str] | None = None
+    ) -> bool:
+        return await self._run(self._core.append_message(key, msg, metadata=metadata))
 
-    async def append_messages(self, key: str, messages: Sequence[Message]) -> int:
-        return await self._run(self._core.append_messages(key, messages))
+    async def append_messages(
+        self, key: str, messages: Sequence[Message], *, metadata: Mapping[str, str] | None = None
+    ) -> int:
+        return await self._run(self._core.append_messages(key, messages, metadata=metadata))
 
     async def pop_message(self, key: str, *, expect_id: str | None = None) -> Message | None:
         """Remove and return the newest message of session ``key`` in one atomic script (None

@@ -105,7 +105,9 @@ class Store(Protocol):
         """
         ...
 
-    def append_message(self, key: str, msg: Message) -> bool:
+    def append_message(
+        self, key: str, msg: Message, *, metadata: Mapping[str, str] | None = None
+    ) -> bool:
         """Append one message in one round trip: one script that also trims to the newest
         ``max_history_turns`` (when > 0), refreshes the TTL of every key of the session and
         sets ``updated_at``.
@@ -114,18 +116,27 @@ class Store(Protocol):
         one redis-py retried after a lost reply) is not stored again. Returns True when the
         message was stored, False when its id was already there.
 
+        ``metadata`` entries are set in the same atomic step, and only when the message is
+        stored: a repeated or retried append sets nothing, so it cannot undo entries another
+        writer set meanwhile (entries not named are left alone, as in :meth:`update_metadata`).
+
         Raises:
             SessionNotFound, SessionExpired: no live session under ``key``.
+            InvalidArgument: ``metadata`` is not a mapping of str to str.
         """
         ...
 
-    def append_messages(self, key: str, messages: Sequence[Message]) -> int:
+    def append_messages(
+        self, key: str, messages: Sequence[Message], *, metadata: Mapping[str, str] | None = None
+    ) -> int:
         """Append several messages in one round trip and one atomic step, as
-        :meth:`append_message` does one. Returns how many were new.
+        :meth:`append_message` does one. Returns how many were new; ``metadata`` is set with
+        them when at least one is.
 
         Raises:
             SessionNotFound, SessionExpired: no live session under ``key``.
-            InvalidArgument: the list repeats an id.
+            InvalidArgument: the list repeats an id; ``metadata`` is not a mapping of str to
+                str.
         """
         ...
 
@@ -224,8 +235,12 @@ class AsyncStore(Protocol):
         self, key: str, set: Mapping[str, str] | None = None, delete: Iterable[str] = ()
     ) -> None: ...
     async def delete(self, key: str) -> bool: ...
-    async def append_message(self, key: str, msg: Message) -> bool: ...
-    async def append_messages(self, key: str, messages: Sequence[Message]) -> int: ...
+    async def append_message(
+        self, key: str, msg: Message, *, metadata: Mapping[str, str] | None = None
+    ) -> bool: ...
+    async def append_messages(
+        self, key: str, messages: Sequence[Message], *, metadata: Mapping[str, str] | None = None
+    ) -> int: ...
     async def annotate_timeout(self, key: str, partial: str) -> bool: ...
     async def compact_messages(
         self, key: str, up_to_index: int, summary: str, *, expect_id: str | None = None

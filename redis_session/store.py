@@ -269,11 +269,15 @@ class RedisStore:
     def delete(self, key: str) -> bool:
         return self._run(self._core.delete(key))
 
-    def append_message(self, key: str, msg: Message) -> bool:
-        return self._run(self._core.append_message(key, msg))
+    def append_message(
+        self, key: str, msg: Message, *, metadata: Mapping[str, str] | None = None
+    ) -> bool:
+        return self._run(self._core.append_message(key, msg, metadata=metadata))
 
-    def append_messages(self, key: str, messages: Sequence[Message]) -> int:
-        return self._run(self._core.append_messages(key, messages))
+    def append_messages(
+        self, key: str, messages: Sequence[Message], *, metadata: Mapping[str, str] | None = None
+    ) -> int:
+        return self._run(self._core.append_messages(key, messages, metadata=metadata))
 
     def pop_message(self, key: str, *, expect_id: str | None = None) -> Message | None:
         """Remove and return the newest message of session ``key`` in one atomic script (None

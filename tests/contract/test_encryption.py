@@ -73,7 +73,7 @@ async def test_nothing_said_sits_in_redis_as_cleartext(
     store = make_store(passphrase=OLD, kdf_work=WORK)
     m = {name: marker(name) for name in (
         "content", "input", "output", "sig", "meta", "meta2", "update", "child", "summary",
-        "merge", "compact", "history",
+        "merge", "compact", "history", "appended",
     )}  # fmt: skip
     await store.create(
         Session(
@@ -96,13 +96,15 @@ async def test_nothing_said_sits_in_redis_as_cleartext(
     await store.merge_child(child.key, "")
     await store.merge_child(summary_child.key, m["merge"])
     await store.compact_messages("s1", 0, m["compact"])
+    last = Message(role="user", content="with metadata")
+    await store.append_message("s1", last, metadata={"turn": m["appended"]})
 
     assert leaks(backend, list(m.values())) == []
     session = await store.get("s1")
     contents = [msg.content for msg in session.history]
     assert contents[0] == "[Compacted Summary]\n" + m["compact"]
     assert m["child"] in contents and m["merge"] in contents
-    assert session.metadata == {"note": m["update"], "other": m["meta2"]}
+    assert session.metadata == {"note": m["update"], "other": m["meta2"], "turn": m["appended"]}
     calls = [c for msg in session.history for c in msg.tool_calls]
     assert calls == [call]
     assert (await store.get_child(child.key)).history[-1].content == m["child"]

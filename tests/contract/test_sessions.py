@@ -191,6 +191,40 @@ async def test_append_messages_batch(store: Any) -> None:
         await store.append_messages("b", [m, m])
 
 
+async def test_append_sets_metadata_in_the_same_step_only_when_something_is_new(
+    store: Any,
+) -> None:
+    await store.create(Session(key="am", metadata={"keep": "k", "turn": "0"}))
+    first = msg("one")
+    assert await store.append_message("am", first, metadata={"turn": "1"})
+    assert (await store.get("am", last=0)).metadata == {"keep": "k", "turn": "1"}
+    # Another writer moves on; a retry of the first append (same id) must not undo it.
+    assert await store.append_messages("am", [msg("two")], metadata={"turn": "2"}) == 1
+    assert not await store.append_message("am", first, metadata={"turn": "1"})
+    assert await store.append_messages("am", [first], metadata={"turn": "1"}) == 0
+    session = await store.get("am")
+    assert session.metadata == {"keep": "k", "turn": "2"}
+    assert contents(session.history) == ["one", "two"]
+    # One new message among repeated ones is enough.
+    assert await store.append_messages("am", [first, msg("three")], metadata={"turn": "3"}) == 1
+    assert (await store.get("am", last=0)).metadata["turn"] == "3"
+    assert await store.append_message("am", msg("four"), metadata={})
+
+
+async def test_append_with_bad_metadata_writes_nothing(store: Any) -> None:
+    await store.create(Session(key="bm"))
+    for bad, where in (([("a", "b")], "metadata"), ({"a": 1}, r"metadata\['a'\]")):
+        with pytest.raises(InvalidArgument, match=where):
+            await store.append_message("bm", msg("x"), metadata=bad)
+        with pytest.raises(InvalidArgument, match=where):
+            await store.append_messages("bm", [msg("y")], metadata=bad)
+        with pytest.raises(InvalidArgument, match=where):
+            await store.append_messages("bm", [], metadata=bad)
+    assert await store.get_history("bm") == []
+    with pytest.raises(SessionNotFound):
+        await store.append_message("none", msg("x"), metadata={"a": "b"})
+
+
 async def test_append_to_missing_session_raises(store: Any) -> None:
     with pytest.raises(SessionNotFound):
         await store.append_message("nobody", msg("x"))

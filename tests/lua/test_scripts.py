@@ -75,7 +75,7 @@ def test_a_retried_append_script_stores_nothing_twice(backend: Backend) -> None:
     store.create(Session(key="r"))
     k = backend.schema.session("r")
     keys = [k.meta, k.msgs, k.ids, backend.schema.index_of("r")]
-    args = [0, 0, 0, "r", b"", *message_args([Message(role="user", content="x")], "m")]
+    args = [0, 0, 0, "r", b"", 0, *message_args([Message(role="user", content="x")], "m")]
     append = _script(backend, "append_message")
     assert append(keys=keys, args=args) == [0, 1]
     assert append(keys=keys, args=args) == [0, 0]
