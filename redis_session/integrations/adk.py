@@ -8,43 +8,46 @@ Mapping. Everything lives in ordinary store sessions whose keys :class:`AdkKeys`
 place that names them; each part is percent-encoded, so ``/`` and ``:`` in names are safe and
 two names never collide):
 
-- ``adk/session/<app>/<user>/<id>``: the ADK session's record, a store session without
-  messages: metadata ``adk:app_name``, ``adk:user_id``, ``adk:session_id``,
-  ``adk:last_update_time`` (``repr`` of the float) and one ``state:<key>`` entry (JSON text)
-  per session-state key.
-- ``adk/events/<app>/<user>/<id>``: its events, one message each. ``content`` is the event's
-  JSON (``Event.model_dump_json(exclude_defaults=True)``, read back with
-  ``Event.model_validate_json``: lossless), ``id`` the event id (a stable digest of it when it
-  is not a valid message id), ``author`` the event's author, ``timestamp`` the event's,
+- ``adk/session/<app>/<user>/<id>``: the ADK session, one store session: metadata
+  ``adk:app_name``, ``adk:user_id``, ``adk:session_id``, ``adk:last_update_time`` (``repr``
+  of the float), ``adk:layout`` (``2``) and one ``state:<key>`` entry (JSON text) per
+  session-state key; its events are its messages, one each. ``content`` is the event's JSON
+  (``Event.model_dump_json(exclude_defaults=True)``, read back with
+  ``Event.model_validate_json``: lossless), ``id`` the event id (a stable digest of it when
+  it is not a valid message id), ``author`` the event's author, ``timestamp`` the event's,
   ``role`` ``user`` for the user's events, ``tool`` for function responses, ``assistant``
   otherwise.
 - ``adk/user/<app>/<user>``: ``user:`` state shared by all sessions of that user, as
   ``state:<key>`` entries (key without the prefix).
 - ``adk/app/<app>``: ``app:`` state shared by all sessions of the app, likewise.
+- ``adk/events/<app>/<user>/<id>``: where sessions created before ``adk:layout`` 2 keep the
+  events they had then (a session without the ``adk:layout`` entry). They are read before
+  the session's own messages, new events go to the session, and ``delete_session`` removes
+  both.
 
 ``temp:`` state is applied to the in-memory session during the invocation and never stored.
 State values are stored as JSON; values JSON cannot hold are stored as their ``repr`` with a
 warning (as ADK's own persistent services do).
 
-The record and the events are separate store sessions so that ``get_session`` with
-``GetSessionConfig(num_recent_events=N)`` reads the state (a session without history) and
-only the newest N events (``get_history(last=N)``), never the whole history. With
+Reading. ``get_session`` reads the session with only the events it returns
+(``store.get(key, last=N)``: fields, metadata and the newest N messages in one snapshot), so
+``GetSessionConfig(num_recent_events=N)`` never reads the whole history. With
 ``after_timestamp`` it reads the newest 16, 32, 64… events until a page reaches an older
-event: the cost follows the number of events returned (``get_history(last=N)`` can only read
-the newest N, so the pages overlap: at most about four times the events returned, plus 16),
-not the history's length.
+event: the cost follows the number of events returned (the pages overlap: at most about four
+times the events returned, plus 16), not the history's length.
 
-Consistency. Every step is one atomic store script, but ``append_event`` is two steps: first
-the session record (it must exist, else ADK's ``SessionNotFoundError``; state delta and
-``last_update_time`` in one ``update_metadata``), then, concurrently, the event append and the
-``app:`` / ``user:`` deltas. Each step is idempotent (the event by its id, state by value), so
-retrying a failed ``append_event`` is safe; a crash between the two leaves the state applied
-and the event missing. Concurrent writers never lose each other's events or state keys (state
-is last-writer-wins per key), and there is no stale-session check (ADK's SQL services raise
+Consistency. ``append_event`` stores the event, the session-state delta and
+``last_update_time`` in one atomic store script (``append_message(..., metadata=...)``); an
+event whose id is already stored changes nothing, so retrying a failed ``append_event`` is
+safe. The ``app:`` / ``user:`` deltas live in other records (other cluster slots): they are
+applied right after, concurrently, each atomically and idempotently (state by value), so a
+crash between the two steps leaves the event and session state stored and a shared delta
+missing. Concurrent writers never lose each other's events or state keys (state is
+last-writer-wins per key), and there is no stale-session check (ADK's SQL services raise
 ``StaleSessionError`` for an outdated ``Session`` object): every worker's events land, in
-arrival order. An event whose id is already stored is not stored again.
+arrival order.
 
-TTL. With a store ``ttl``, all four records expire ``ttl`` after their last write;
+TTL. With a store ``ttl``, all three records (and a first-layout event log) expire ``ttl`` after their last write;
 ``append_event`` also refreshes the user and app records (in the same concurrent step), so
 shared state outlives every session that uses it.
 
@@ -112,6 +115,8 @@ APP_NAME = "adk:app_name"
 USER_ID = "adk:user_id"
 SESSION_ID = "adk:session_id"
 LAST_UPDATE = "adk:last_update_time"
+LAYOUT = "adk:layout"
+"""Present (``2``) on sessions that keep their events as their own messages."""
 _FIRST_PAGE = 16
 _EVENT_ID = re.compile(MESSAGE_ID_PATTERN)
 
@@ -231,6 +236,16 @@ def _to_event(key: str, msg: Message) -> Event:
         raise CorruptData(key, f"message {msg.id!r} is not an ADK event") from exc
 
 
+def _first_window(config: GetSessionConfig | None) -> int | None:
+    """How many of the newest events the first read of a session takes (None: all)."""
+    recent = None if config is None else config.num_recent_events
+    if recent == 0:
+        return 0
+    if config is None or config.after_timestamp is None:
+        return recent
+    return recent or _FIRST_PAGE
+
+
 class RedisSessionService(BaseSessionService):
     """ADK sessions, events and ``app:`` / ``user:`` / session state in a Redis session store.
 
@@ -271,6 +286,7 @@ class RedisSessionService(BaseSessionService):
             USER_ID: user_id,
             SESSION_ID: session_id,
             LAST_UPDATE: repr(now),
+            LAYOUT: "2",
             **_state_entries(session_state),
         }
         try:
@@ -278,7 +294,6 @@ class RedisSessionService(BaseSessionService):
         except DuplicateSession:
             raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
         await asyncio.gather(
-            self._fresh_events(self.keys.events(app_name, user_id, session_id)),
             self._upsert(self.keys.app(app_name), _state_entries(app_delta)),
             self._upsert(self.keys.user(app_name, user_id), _state_entries(user_delta)),
         )
@@ -305,19 +320,20 @@ class RedisSessionService(BaseSessionService):
         """The session with its merged state and its events (all, or as ``config`` selects:
         the newest ``num_recent_events``, those with ``timestamp >= after_timestamp``), or None.
 
-        One concurrent batch of reads: the session record, the app and user state, and the
-        selected events only (see the module docstring for the cost).
+        One concurrent batch of reads: the session with the selected events only, and the app
+        and user state (see the module docstring for the cost).
         """
         session_id = session_id.strip()
-        record, (app_state, user_state), events = await asyncio.gather(
-            self._record(self.keys.session(app_name, user_id, session_id)),
-            self._shared_states(app_name, user_id),
-            self._events(self.keys.events(app_name, user_id, session_id), config),
+        key = self.keys.session(app_name, user_id, session_id)
+        window = _first_window(config)
+        record, (app_state, user_state) = await asyncio.gather(
+            self._record(key, window), self._shared_states(app_name, user_id)
         )
         if record is None:
             return None
+        legacy = self.keys.events(app_name, user_id, session_id)
         session = self._session_from(record, app_state, user_state)
-        session.events = events
+        session.events = await self._events(key, record, window, legacy, config)
         return session
 
     async def list_sessions(
@@ -358,9 +374,10 @@ class RedisSessionService(BaseSessionService):
         """Store ``event`` and its state delta, then apply both to ``session`` in memory.
 
         Partial (streaming) events are returned untouched. ``temp:`` keys reach the in-memory
-        session only. The session record gets the session-state delta and
-        ``last_update_time = event.timestamp``; then the event is appended and the ``app:`` /
-        ``user:`` deltas applied concurrently (see the module docstring). Idempotent by event id.
+        session only. The event, the session-state delta and ``last_update_time =
+        event.timestamp`` are stored in one atomic step; then the ``app:`` / ``user:`` deltas
+        are applied concurrently (see the module docstring). Idempotent by event id: an event
+        already stored changes nothing.
 
         Raises:
             SessionNotFoundError: the session does not exist (deleted, expired, never made).
@@ -376,13 +393,11 @@ class RedisSessionService(BaseSessionService):
         keys = self.keys
         record = keys.session(session.app_name, session.user_id, session.id)
         entries = {LAST_UPDATE: repr(event.timestamp), **_state_entries(session_delta)}
-        try:
-            await self.store.update_metadata(record, set=entries)
+        try:  # the event, the session state and last_update_time: one atomic script
+            await self.store.append_message(record, _to_message(event), metadata=entries)
         except SessionNotFound:
             raise SessionNotFoundError(f"Session {session.id} not found.") from None
-        events_key = keys.events(session.app_name, session.user_id, session.id)
-        message = _to_message(event)
-        steps: list[Awaitable[None]] = [self._append(events_key, record, session.id, message)]
+        steps: list[Awaitable[None]] = []
         for key, delta in (
             (keys.app(session.app_name), app_delta),
             (keys.user(session.app_name, session.user_id), user_delta),
@@ -415,9 +430,10 @@ class RedisSessionService(BaseSessionService):
             last_update_time=last_update,
         )
 
-    async def _record(self, key: str) -> StoreSession | None:
+    async def _record(self, key: str, last: int | None = 0) -> StoreSession | None:
+        """Store session ``key`` with its newest ``last`` messages (None: all), or None."""
         try:
-            return await self.store.get(key)
+            return await self.store.get(key, last)
         except SessionNotFound:
             return None
 
@@ -451,49 +467,42 @@ class RedisSessionService(BaseSessionService):
         with contextlib.suppress(SessionNotFound):
             await self.store.update_metadata(key)
 
-    async def _fresh_events(self, key: str) -> None:
-        """Create an empty event log; one left behind by an interrupted delete is replaced
-        (the caller just won the creation of the session record, so none can be in use).
+    async def _events(
+        self,
+        key: str,
+        record: StoreSession,
+        window: int | None,
+        legacy: str,
+        config: GetSessionConfig | None,
+    ) -> list[Event]:
+        """The events ``config`` selects of session ``key``, whose newest ``window`` messages
+        ``record`` holds; a session without ``adk:layout`` also has older ones in ``legacy``.
         """
-        try:
-            await self.store.create(StoreSession(key=key))
-        except DuplicateSession:
-            await self.store.delete(key)
-            await self.store.create(StoreSession(key=key))
 
-    async def _append(self, key: str, record: str, session_id: str, msg: Message) -> None:
-        """Append ``msg`` to event log ``key``. A log missing while its session ``record``
-        exists (a create interrupted between the two) is started again; a log missing because
-        the session was deleted meanwhile is not.
-        """
-        try:
-            await self.store.append_message(key, msg)
-        except SessionNotFound:
-            if await self._record(record) is None:
-                raise SessionNotFoundError(f"Session {session_id} not found.") from None
-            try:
-                await self.store.create(StoreSession(key=key, history=[msg]))
-            except DuplicateSession:
-                await self.store.append_message(key, msg)
+        async def newest(n: int | None) -> Sequence[Message]:
+            own = record.history if n == window else await self._history(key, n)
+            if LAYOUT in record.metadata or (n is not None and len(own) >= n):
+                return own
+            older = await self._history(legacy, None if n is None else n - len(own))
+            return [*older, *own]
 
-    async def _events(self, key: str, config: GetSessionConfig | None) -> list[Event]:
         recent = None if config is None else config.num_recent_events
         after = None if config is None else config.after_timestamp
         if recent == 0:
             return []
         if after is None:
-            return [_to_event(key, m) for m in await self._history(key, recent)]
-        window = recent or _FIRST_PAGE
+            return [_to_event(key, m) for m in await newest(recent)]
+        size = recent or _FIRST_PAGE
         while True:
-            page = await self._history(key, window)
+            page = await newest(size)
             events = [_to_event(key, m) for m in page]
             start = len(events)
             while start > 0 and events[start - 1].timestamp >= after:
                 start -= 1
             chosen = events[start:]
-            if start > 0 or len(page) < window or (recent and len(chosen) >= recent):
+            if start > 0 or len(page) < size or (recent and len(chosen) >= recent):
                 return chosen[-recent:] if recent else chosen
-            window *= 2
+            size *= 2
 
     async def _history(self, key: str, last: int | None) -> Sequence[Message]:
         try:

@@ -26,7 +26,8 @@ from google.adk.sessions.session import Session as AdkSession
 from google.genai import types
 from pydantic import Field
 
-from redis_session import AsyncRedisStore, Message
+from redis_session import AsyncRedisStore, Message, SessionNotFound
+from redis_session import Session as StoreSession
 from redis_session.integrations.adk import AdkKeys, RedisSessionService
 from tests.conftest import Backend
 from tests.integrations.conftest import RoundTrips
@@ -181,7 +182,7 @@ async def test_store_view_of_an_event(
     ev = rich_event()
     await service.append_event(session, ev)
     await service.append_event(session, event(1, author="user"))
-    [first, second] = await astore.get_history(service.keys.events(APP, USER, "s1"))
+    [first, second] = await astore.get_history(service.keys.session(APP, USER, "s1"))
     assert (first.id, first.author, first.role.value) == (ev.id, "forecaster", "assistant")
     assert first.timestamp.timestamp() == pytest.approx(ev.timestamp)
     assert Event.model_validate_json(first.content) == ev
@@ -283,18 +284,24 @@ async def test_recent_events_are_read_without_the_whole_history(
     session = await service.create_session(app_name=APP, user_id=USER, session_id="s1")
     events = [event(n) for n in range(300)]
     await astore.append_messages(
-        service.keys.events(APP, USER, "s1"),
+        service.keys.session(APP, USER, "s1"),
         [Message(role="assistant", content=e.model_dump_json(), id=e.id) for e in events],
     )
     session.events = []
-    reads: list[int | None] = []
-    real = astore.get_history
+    reads: list[tuple[str, int | None]] = []
+    real_get, real_history = astore.get, astore.get_history
 
-    async def spy(key: str, last: int | None = None) -> list[Message]:
-        reads.append(last)
-        return await real(key, last)
+    async def get_spy(key: str, last: int | None = None) -> StoreSession:
+        if key == service.keys.session(APP, USER, "s1"):
+            reads.append(("get", last))
+        return await real_get(key, last)
 
-    monkeypatch.setattr(astore, "get_history", spy)
+    async def history_spy(key: str, last: int | None = None) -> list[Message]:
+        reads.append(("history", last))
+        return await real_history(key, last)
+
+    monkeypatch.setattr(astore, "get", get_spy)
+    monkeypatch.setattr(astore, "get_history", history_spy)
 
     async def get(config: GetSessionConfig) -> list[Event]:
         reads.clear()
@@ -303,14 +310,17 @@ async def test_recent_events_are_read_without_the_whole_history(
         return got.events
 
     assert await get(GetSessionConfig(num_recent_events=3)) == events[-3:]
-    assert reads == [3]
+    assert reads == [("get", 3)]  # the session and its 3 newest events: one snapshot
     assert await get(GetSessionConfig(after_timestamp=T0 + 295)) == events[295:]
-    assert reads == [16]
+    assert reads == [("get", 16)]
     assert await get(GetSessionConfig(after_timestamp=T0 + 250)) == events[250:]
-    assert reads == [16, 32, 64]  # newest-first pages, doubling: at most twice what is needed
+    # newest-first pages, doubling: at most twice what is needed
+    assert reads == [("get", 16), ("history", 32), ("history", 64)]
     both = GetSessionConfig(num_recent_events=5, after_timestamp=T0 + 10)
     assert await get(both) == events[-5:]
-    assert reads == [5]
+    assert reads == [("get", 5)]
+    assert await get(GetSessionConfig(num_recent_events=0)) == []
+    assert reads == [("get", 0)]
 
 
 async def test_list_sessions(service: RedisSessionService) -> None:
@@ -354,10 +364,9 @@ async def test_delete_session(service: RedisSessionService, astore: AsyncRedisSt
     assert got.events == []
 
 
-async def test_a_stale_event_log_is_replaced_on_create(
+async def test_a_recreated_session_starts_without_events(
     service: RedisSessionService, astore: AsyncRedisStore
 ) -> None:
-    """An interrupted delete (record gone, events left) does not leak into a new session."""
     session = await service.create_session(app_name=APP, user_id=USER, session_id="s1")
     await service.append_event(session, event(1))
     await astore.delete(service.keys.session(APP, USER, "s1"))
@@ -367,20 +376,49 @@ async def test_a_stale_event_log_is_replaced_on_create(
     assert got.events == []
 
 
-async def test_a_lost_event_log_is_started_again(
+async def _legacy_session(service: RedisSessionService, astore: AsyncRedisStore) -> list[Event]:
+    """A session as the first layout stored it: a record without events and without
+    ``adk:layout``, its 40 events in ``adk/events/...``."""
+    record = service.keys.session(APP, USER, "old")
+    meta = {
+        "adk:app_name": APP, "adk:user_id": USER, "adk:session_id": "old",
+        "adk:last_update_time": repr(T0 + 39), "state:k": "1",
+    }  # fmt: skip
+    await astore.create(StoreSession(key=record, metadata=meta))
+    old = [event(n) for n in range(40)]
+    log = [_message(e) for e in old]
+    await astore.create(StoreSession(key=service.keys.events(APP, USER, "old"), history=log))
+    return old
+
+
+def _message(e: Event) -> Message:
+    return Message(id=e.id, role="assistant", content=e.model_dump_json(exclude_defaults=True))
+
+
+async def test_sessions_of_the_first_layout_keep_their_events(
     service: RedisSessionService, astore: AsyncRedisStore
 ) -> None:
-    """A create interrupted after the record (no event log) still takes events."""
-    session = await service.create_session(app_name=APP, user_id=USER, session_id="s1")
-    await astore.delete(service.keys.events(APP, USER, "s1"))
-    got = await service.get_session(app_name=APP, user_id=USER, session_id="s1")
-    assert got is not None
-    assert got.events == []
-    ev = event(1)
-    await service.append_event(session, ev)
-    got = await service.get_session(app_name=APP, user_id=USER, session_id="s1")
-    assert got is not None
-    assert got.events == [ev]
+    old = await _legacy_session(service, astore)
+    session = await service.get_session(app_name=APP, user_id=USER, session_id="old")
+    assert session is not None
+    assert session.events == old and session.state == {"k": 1}
+    new = [event(n, state={"k": n}) for n in range(40, 45)]
+    for e in new:
+        await service.append_event(session, e)
+
+    async def events(config: GetSessionConfig | None = None) -> list[Event]:
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="old", config=config)
+        assert got is not None and got.state == {"k": 44}
+        return got.events
+
+    assert await events() == old + new
+    assert await events(GetSessionConfig(num_recent_events=3)) == new[-3:]
+    assert await events(GetSessionConfig(num_recent_events=8)) == old[-3:] + new
+    assert await events(GetSessionConfig(after_timestamp=T0 + 20)) == old[20:] + new
+    await service.delete_session(app_name=APP, user_id=USER, session_id="old")
+    assert await service.get_session(app_name=APP, user_id=USER, session_id="old") is None
+    with pytest.raises(SessionNotFound):
+        await astore.get_history(service.keys.events(APP, USER, "old"))
 
 
 async def test_any_event_id_is_kept(service: RedisSessionService) -> None:
@@ -475,9 +513,9 @@ async def test_round_trips_per_call(service: RedisSessionService, round_trips: R
     )
     counts["get_session(num_recent_events=2)"] = round_trips.count
     print(f"\nround trips: {counts}")
-    assert counts["append_event"] == 2  # record (state + last_update_time), then the event
-    assert counts["append_event with app/user/session deltas"] == 4  # record, then 3 at once
-    assert counts["get_session(num_recent_events=2)"] == 4  # 4 reads, one concurrent batch
+    assert counts["append_event"] == 1  # event, state and last_update_time: one script
+    assert counts["append_event with app/user/session deltas"] == 3  # that, then 2 at once
+    assert counts["get_session(num_recent_events=2)"] == 3  # 3 reads, one concurrent batch
 
 
 class ScriptedLlm(BaseLlm):
