@@ -47,9 +47,9 @@ last-writer-wins per key), and there is no stale-session check (ADK's SQL servic
 ``StaleSessionError`` for an outdated ``Session`` object): every worker's events land, in
 arrival order.
 
-TTL. With a store ``ttl``, all three records (and a first-layout event log) expire ``ttl`` after their last write;
-``append_event`` also refreshes the user and app records (in the same concurrent step), so
-shared state outlives every session that uses it.
+TTL. With a store ``ttl``, the three records expire ``ttl`` after their last write (a
+first-layout event log after its own); ``append_event`` also refreshes the user and app
+records (in the same concurrent step), so shared state outlives every session that uses it.
 
 Listing. ``list_sessions`` filters the store's ``list_sessions()`` (every session under the
 store's prefix) by key, then reads each matching record: its cost grows with the number of
