@@ -47,9 +47,10 @@ last-writer-wins per key), and there is no stale-session check (ADK's SQL servic
 ``StaleSessionError`` for an outdated ``Session`` object): every worker's events land, in
 arrival order.
 
-TTL. With a store ``ttl``, the three records expire ``ttl`` after their last write (a
-first-layout event log after its own); ``append_event`` also refreshes the user and app
-records (in the same concurrent step), so shared state outlives every session that uses it.
+TTL. With a store ``ttl``, the three records expire ``ttl`` after their last write;
+``append_event`` also refreshes the user and app records (in the same concurrent step), so
+shared state outlives every session that uses it, and ``get_session`` refreshes the event log
+of a first-layout session, which no longer takes writes.
 
 Listing. ``list_sessions`` filters the store's ``list_sessions()`` (every session under the
 store's prefix) by key, then reads each matching record: its cost grows with the number of
@@ -332,6 +333,8 @@ class RedisSessionService(BaseSessionService):
         if record is None:
             return None
         legacy = self.keys.events(app_name, user_id, session_id)
+        if LAYOUT not in record.metadata and self.store.ttl is not None:
+            await self._touch(legacy)  # new events go to the session: keep the old ones alive
         session = self._session_from(record, app_state, user_state)
         session.events = await self._events(key, record, window, legacy, config)
         return session

@@ -494,6 +494,20 @@ async def test_append_event_refreshes_shared_state_ttl(
         assert await client.pttl(name) > 200_000
 
 
+async def test_reading_a_first_layout_session_keeps_its_event_log_alive(
+    backend: Backend, make_astore: MakeStore
+) -> None:
+    store = make_astore(ttl=300)
+    service = RedisSessionService(store)
+    old = await _legacy_session(service, store)
+    log = backend.schema.session(service.keys.events(APP, USER, "old")).msgs
+    client: Any = store.client
+    assert await client.pexpire(log, 5_000)
+    got = await service.get_session(app_name=APP, user_id=USER, session_id="old")
+    assert got is not None and got.events == old
+    assert await client.pttl(log) > 200_000
+
+
 async def test_round_trips_per_call(service: RedisSessionService, round_trips: RoundTrips) -> None:
     """Printed with -s; the assertions pin the counts the module docstring states."""
     session = await service.create_session(app_name=APP, user_id=USER, session_id="s1")
