@@ -21,6 +21,12 @@ def _ops() -> list[tuple[str, Callable[[RedisStore, dict[str, Any]], object]]]:
         ("create", lambda s, ctx: s.create(Session(key="new", agent_id="x"))),
         ("append", lambda s, ctx: s.append_message("p", Message(role="user", content="once"))),
         (
+            "append_with_metadata",
+            lambda s, ctx: s.append_message(
+                "p", Message(role="user", content="once"), metadata={"turn": "1"}
+            ),
+        ),
+        (
             "append_child",
             lambda s, ctx: s.append_child_message(
                 ctx["child"], Message(role="user", content="child once")
@@ -57,6 +63,9 @@ def test_retried_after_a_lost_reply_applies_once(
         assert setup.get("new").agent_id == "x"
     elif name == "append":
         assert history == ["0", "1", "2", "once"]
+    elif name == "append_with_metadata":
+        assert history == ["0", "1", "2", "once"]
+        assert setup.get("p", last=0).metadata == {"turn": "1"}
     elif name == "append_child":
         assert [m.content for m in setup.get_child(ctx["child"]).history] == ["child once"]
     elif name == "pop":
