@@ -423,9 +423,8 @@ def _message_table(messages: Sequence[Message], first: int) -> Table:
 
 
 def _show_session(
-    session: Session, children: list[ChildSession], last: int | None, as_json: bool
+    session: Session, children: list[ChildSession], last: int | None, as_json: bool, total: int
 ) -> None:
-    total = len(session.history)
     shown = session.history[-last:] if last else session.history
     first = total - len(shown)
     if as_json:
@@ -491,14 +490,18 @@ def show(target: Target, key: str, last: int | None, as_json: bool) -> None:
     """Show one session (or child session): its fields, children and messages."""
     with target.open() as store:
         try:
-            session = store.get(key)
+            session = store.get(key, last)  # --last N reads only the newest N messages
         except SessionNotFound:
             if parent_of(key) is None:
                 raise
             _show_child(store.get_child(key), last, as_json)
             return
+        total = len(session.history)
+        if last is not None and total == last:  # there may be more: count them
+            client: Any = store.client
+            total = max(total, int(client.llen(KeySchema(store.prefix).session(key).msgs)))
         children = store.children_of(key)
-    _show_session(session, children, last, as_json)
+    _show_session(session, children, last, as_json, total)
 
 
 @cli.command(short_help="Print lifecycle events as they are published.")
