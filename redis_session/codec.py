@@ -68,6 +68,7 @@ _MESSAGE_SERIALIZER = Message.__pydantic_serializer__
 _MESSAGE_FIELDS = tuple(Message.model_fields)
 _MESSAGE_SHAPE = (str, MessageRole, str, datetime, list, str)
 _UTC_Z = orjson.OPT_UTC_Z
+_ZERO = timedelta(0)
 
 
 def encode_message(msg: Message, argument: str = "msg") -> bytes:
@@ -75,18 +76,19 @@ def encode_message(msg: Message, argument: str = "msg") -> bytes:
 
     A message whose fields were assigned values of the wrong type after it was built (pydantic
     does not check assignments) is validated again first, so that what is stored always reads
-    back: a naive timestamp is stored as UTC, and a value that is no valid message field is
-    refused as ``InvalidArgument``. A plain ``Message`` without tool calls (the common append)
-    is written by ``orjson`` from its fields: the same bytes, ~3x faster (a property test holds
-    the two equal); anything else goes through the model's own serializer. Text that UTF-8
-    cannot encode (lone surrogates) is refused as ``InvalidArgument``.
+    back: a naive timestamp is stored as UTC, an aware one converted to UTC, and a value that
+    is no valid message field is refused as ``InvalidArgument``. A plain ``Message`` without
+    tool calls (the common append) is written by ``orjson`` from its fields: the same bytes,
+    ~3x faster (a property test holds the two equal); anything else goes through the model's
+    own serializer. Text that UTF-8 cannot encode (lone surrogates) is refused as
+    ``InvalidArgument``.
     """
     if type(msg) is Message:
         fields = msg.__dict__
         if (
             tuple(map(type, fields.values())) != _MESSAGE_SHAPE
             or tuple(fields) != _MESSAGE_FIELDS
-            or fields["timestamp"].tzinfo is None
+            or fields["timestamp"].utcoffset() != _ZERO  # naive, or not UTC: normalise
             or (fields["tool_calls"] and not all(map(_plain_tool_call, fields["tool_calls"])))
         ):
             msg = _revalidated(msg, argument)

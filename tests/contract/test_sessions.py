@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -436,13 +436,16 @@ async def test_messages_changed_after_they_were_built_are_validated_before_stori
     await store.create(Session(key="m"))
     naive = msg("naive clock")
     naive.timestamp = datetime(2024, 5, 1, 12, 30)
+    paris = msg("paris clock")
+    paris.timestamp = datetime(2024, 5, 1, 14, 30, tzinfo=timezone(timedelta(hours=2)))
     as_str = msg("role as a plain string")
     as_str.role = "assistant"  # type: ignore[assignment]
     assert await store.append_message("m", naive)
-    assert await store.append_messages("m", [as_str]) == 1
+    assert await store.append_messages("m", [paris, as_str]) == 2
     back = await store.get_history("m")
     assert back[0].timestamp == datetime(2024, 5, 1, 12, 30, tzinfo=UTC)
-    assert back[1].role is MessageRole.ASSISTANT and back[1].id == as_str.id
+    assert back[1].timestamp == back[0].timestamp and back[1].timestamp.utcoffset() == timedelta(0)
+    assert back[2].role is MessageRole.ASSISTANT and back[2].id == as_str.id
     broken = msg("x")
     broken.content = None  # type: ignore[assignment]
     with pytest.raises(InvalidArgument, match=r"msg.*content"):
@@ -457,7 +460,7 @@ async def test_messages_changed_after_they_were_built_are_validated_before_stori
     call.output = "found"
     assert await store.append_message("m", with_call)
     assert contents(await store.get_history("m")) == [
-        "naive clock", "role as a plain string", "calls"
+        "naive clock", "paris clock", "role as a plain string", "calls"
     ]  # fmt: skip
 
 
