@@ -59,6 +59,7 @@ SECRET_PREFIX = "s:"
 DEFAULT_EXPIRED_GRACE = timedelta(days=1)
 DELETE_ATTEMPTS = 8
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+KEY_CACHE = 4096  # sessions whose key names a store keeps at hand
 
 
 def _token() -> str:
@@ -145,6 +146,7 @@ class Core(KeyringOps):
         kdf_work: int = DEFAULT_WORK,
     ) -> None:
         self.schema = KeySchema(prefix, cluster=cluster)
+        self._key_cache: dict[str, tuple[SessionKeys, tuple[str, ...]]] = {}
         self._init_crypto(passphrase, kdf_work)
         self.channel = self.schema.events_channel if publish_events else ""
         self.ttl_ms = 0 if ttl is None else duration_ms(ttl, "ttl")
@@ -160,9 +162,16 @@ class Core(KeyringOps):
         """The sliding TTL of every session, or None when sessions never expire."""
         return timedelta(milliseconds=self.ttl_ms) if self.ttl_ms else None
 
-    def _keys(self, key: str) -> tuple[SessionKeys, list[str]]:
-        sk = self.schema.session(key)
-        return sk, [sk.meta, sk.msgs, sk.ids, self.schema.index_of(key)]
+    def _keys(self, key: str) -> tuple[SessionKeys, tuple[str, ...]]:
+        """The key names of session ``key`` and the KEYS of its scripts (cached: hot path)."""
+        known = self._key_cache.get(key)
+        if known is None:
+            sk = self.schema.session(key)
+            known = sk, (sk.meta, sk.msgs, sk.ids, self.schema.index_of(key))
+            if len(self._key_cache) >= KEY_CACHE:
+                self._key_cache.clear()
+            self._key_cache[key] = known
+        return known
 
     def _ttl_args(self) -> list[bytes | str | int]:
         return [self.ttl_ms, self.grace_ms]

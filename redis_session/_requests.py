@@ -1,4 +1,6 @@
-"""The requests an operation yields to the store that drives it (see ``_core``)."""
+"""The requests an operation yields to the store that drives it (see ``_core``); built once
+per operation step and never changed (plain, not frozen, dataclasses: cheaper to build).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from .models import SessionLifecycleEvent
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ScriptCall:
     """Run script ``name`` (EVALSHA, reloaded on NOSCRIPT) with these KEYS and ARGV."""
 
@@ -22,7 +24,7 @@ class ScriptCall:
     """Whether the script may write (only writes wait for replicas)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Commands:
     """Send plain commands in one pipeline; the reply is their replies.
 
@@ -35,14 +37,14 @@ class Commands:
     """Reply with a failed command's exception in its place instead of raising it."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Emit:
     """Hand a lifecycle event to the in-process hook; the reply is None."""
 
     event: SessionLifecycleEvent
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Compute:
     """Run ``fn`` (CPU-bound: scrypt) and reply with its result. The asyncio store runs it in a
     worker thread, so a store's first operation does not stall the event loop for ~0.1 s.
