@@ -202,7 +202,7 @@ class Core(KeyringOps):
     def get(self, key: str, last: int | None = None) -> Op[Session]:
         key = check_key(key)
         n = -1 if last is None else _non_negative_int(last, "last")
-        sk = self.schema.session(key)
+        sk = self._keys(key)[0]
         # A read needs no script: MULTI/EXEC gives one consistent snapshot without copying the
         # history through Lua. last=0 reads no message at all.
         first = 0 if n < 0 else -n
@@ -230,7 +230,7 @@ class Core(KeyringOps):
         n = 0 if last is None else _non_negative_int(last, "last")
         if last is not None and n == 0:
             raise InvalidArgument("last", "must be > 0 (or None for the whole history)")
-        sk = self.schema.session(key)
+        sk = self._keys(key)[0]
         # A read needs no script. One LRANGE answers a session with messages; only an empty
         # answer needs the meta hash and the expiry marker to tell empty from missing/expired.
         (items,) = yield Commands([("LRANGE", sk.msgs, -n if n else 0, -1)], errors_as_values=True)
