@@ -481,13 +481,19 @@ class RedisSessionService(BaseSessionService):
         """The events ``config`` selects of session ``key``, whose newest ``window`` messages
         ``record`` holds; a session without ``adk:layout`` also has older ones in ``legacy``.
         """
+        keep = self.store.max_history_turns  # the newest events a session keeps (0: all)
 
         async def newest(n: int | None) -> Sequence[Message]:
             own = record.history if n == window else await self._history(key, n)
             if LAYOUT in record.metadata or (n is not None and len(own) >= n):
                 return own
-            older = await self._history(legacy, None if n is None else n - len(own))
-            return [*older, *own]
+            # ``own`` is all the session holds; the old log continues it, within the same
+            # max_history_turns as the session (a trimmed session shows none of it).
+            wanted = [x for x in (n, keep or None) if x is not None]
+            more = min(wanted) - len(own) if wanted else None
+            if more is not None and more <= 0:
+                return own
+            return [*(await self._history(legacy, more)), *own]
 
         recent = None if config is None else config.num_recent_events
         after = None if config is None else config.after_timestamp

@@ -494,6 +494,36 @@ async def test_append_event_refreshes_shared_state_ttl(
         assert await client.pttl(name) > 200_000
 
 
+async def test_a_trimmed_first_layout_session_shows_only_its_newest_events(
+    make_astore: MakeStore,
+) -> None:
+    # max_history_turns=5: the session keeps the newest 5 events, the old log counts towards
+    # them, and no event may go missing between the old log and the session's own.
+    store = make_astore(max_history_turns=5)
+    service = RedisSessionService(store)
+    old = await _legacy_session(service, store)
+    session = await service.get_session(app_name=APP, user_id=USER, session_id="old")
+    assert session is not None
+
+    async def events(config: GetSessionConfig | None = None) -> list[Event]:
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="old", config=config)
+        assert got is not None
+        return got.events
+
+    first = [event(n) for n in range(40, 43)]
+    for e in first:
+        await service.append_event(session, e)
+    assert await events() == old[-2:] + first  # 3 own + 2 from the old log = 5
+    assert await events(GetSessionConfig(num_recent_events=4)) == old[-1:] + first
+    later = [event(n) for n in range(43, 47)]
+    for e in later:
+        await service.append_event(session, e)
+    newest = (first + later)[-5:]
+    assert await events() == newest  # the session is full: nothing from the old log
+    assert await events(GetSessionConfig(num_recent_events=8)) == newest
+    assert await events(GetSessionConfig(after_timestamp=T0)) == newest
+
+
 async def test_reading_a_first_layout_session_keeps_its_event_log_alive(
     backend: Backend, make_astore: MakeStore
 ) -> None:
