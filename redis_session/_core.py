@@ -59,6 +59,7 @@ SECRET_PREFIX = "s:"
 DEFAULT_EXPIRED_GRACE = timedelta(days=1)
 DELETE_ATTEMPTS = 8
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+MAX_INT = 2**63 - 1  # Redis integers are signed 64-bit
 KEY_CACHE = 4096  # sessions whose key names a store keeps at hand
 
 
@@ -85,8 +86,8 @@ def duration_ms(value: object, argument: str, *, allow_zero: bool = False) -> in
 def _non_negative_int(value: object, argument: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidArgument(argument, f"must be an int, not {type(value).__name__}")
-    if value < 0:
-        raise InvalidArgument(argument, f"must be >= 0, got {value}")
+    if not 0 <= value <= MAX_INT:
+        raise InvalidArgument(argument, f"must be >= 0 and < 2**63, got {value}")
     return value
 
 

@@ -12,6 +12,7 @@ the meta hash; timestamps are microseconds since the epoch from the Redis server
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -25,6 +26,7 @@ from . import crypto
 from .crypto import Keyring, Sealer
 from .errors import CorruptData, InvalidArgument, PassphraseRequired
 from .models import (
+    MESSAGE_ID_PATTERN,
     ChildSession,
     ChildSessionConfig,
     Message,
@@ -32,6 +34,7 @@ from .models import (
     Session,
     SessionSummary,
     ToolCall,
+    UTCDateTime,
 )
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -54,8 +57,18 @@ class _StoredMessage(Message):
     timestamp: AwareDatetime
 
 
-_MESSAGE = TypeAdapter(Message)
+class _LenientStoredMessage(Message):
+    """The slow path's twin: ``id`` and ``timestamp`` required as in :class:`_StoredMessage`,
+    but a naive timestamp (written by another writer, or by a version before
+    :func:`encode_message` validated changed messages) is read as UTC, as ``Message`` reads it.
+    """
+
+    id: str
+    timestamp: UTCDateTime
+
+
 _STORED = TypeAdapter(list[_StoredMessage])
+_LENIENT = TypeAdapter(_LenientStoredMessage)
 _set_attr = object.__setattr__
 
 
@@ -69,6 +82,7 @@ _MESSAGE_FIELDS = tuple(Message.model_fields)
 _MESSAGE_SHAPE = (str, MessageRole, str, datetime, list, str)
 _UTC_Z = orjson.OPT_UTC_Z
 _ZERO = timedelta(0)
+_ID = re.compile(MESSAGE_ID_PATTERN)
 
 
 def encode_message(msg: Message, argument: str = "msg") -> bytes:
@@ -83,21 +97,22 @@ def encode_message(msg: Message, argument: str = "msg") -> bytes:
     own serializer. Text that UTF-8 cannot encode (lone surrogates) is refused as
     ``InvalidArgument``.
     """
-    if type(msg) is Message:
+    fields = msg.__dict__
+    if (
+        type(msg) is not Message  # a subclass: its Message fields, validated, are stored
+        or tuple(map(type, fields.values())) != _MESSAGE_SHAPE
+        or tuple(fields) != _MESSAGE_FIELDS
+        or fields["timestamp"].utcoffset() != _ZERO  # naive, or not UTC: normalise
+        or not _ID.fullmatch(fields["id"])
+        or (fields["tool_calls"] and not all(map(_plain_tool_call, fields["tool_calls"])))
+    ):
+        msg = _revalidated(msg, argument)
         fields = msg.__dict__
-        if (
-            tuple(map(type, fields.values())) != _MESSAGE_SHAPE
-            or tuple(fields) != _MESSAGE_FIELDS
-            or fields["timestamp"].utcoffset() != _ZERO  # naive, or not UTC: normalise
-            or (fields["tool_calls"] and not all(map(_plain_tool_call, fields["tool_calls"])))
-        ):
-            msg = _revalidated(msg, argument)
-            fields = msg.__dict__
-        if not fields["tool_calls"]:
-            try:
-                return orjson.dumps(fields, option=_UTC_Z)
-            except orjson.JSONEncodeError:
-                pass  # the model's serializer below says what is wrong
+    if not fields["tool_calls"]:
+        try:
+            return orjson.dumps(fields, option=_UTC_Z)
+        except orjson.JSONEncodeError:
+            pass  # the model's serializer below says what is wrong
     try:
         return _MESSAGE_SERIALIZER.to_json(msg)
     except PydanticSerializationError as exc:
@@ -114,7 +129,7 @@ def _plain_tool_call(call: object) -> bool:
 
 
 def _revalidated(msg: Message, argument: str) -> Message:
-    data = dict(msg.__dict__)
+    data = {name: value for name, value in msg.__dict__.items() if name in _MESSAGE_FIELDS}
     calls = data.get("tool_calls")
     if isinstance(calls, list):  # instances would pass unchecked: validate their fields
         data["tool_calls"] = [dict(c.__dict__) if isinstance(c, ToolCall) else c for c in calls]
@@ -209,14 +224,19 @@ def decode_messages(
         if len(stored) == len(items):
             deque(map(_set_attr, stored, repeat("__class__"), repeat(Message)), maxlen=0)
             return stored  # type: ignore[return-value]  # re-classed to Message just above
+    # The slow path, element by element: it names the element that is not a message, and it
+    # still reads one whose timestamp is naive (taken as UTC).
+    messages: list[Message] = []
     for i, raw in enumerate(items):
         if crypto.split_element(raw) is not None:
             raise PassphraseRequired(key)
         try:
-            _MESSAGE.validate_json(raw)
+            msg: Message = _LENIENT.validate_json(raw)
         except (ValidationError, ValueError, TypeError) as exc:
             raise CorruptData(key, f"message {i} is not a stored message: {_brief(exc)}") from None
-    raise CorruptData(key, "the stored messages do not form a list")  # pragma: no cover
+        _set_attr(msg, "__class__", Message)
+        messages.append(msg)
+    return messages
 
 
 def _brief(exc: Exception) -> str:

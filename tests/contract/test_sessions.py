@@ -274,9 +274,11 @@ async def test_get_last_n_reads_the_session_with_its_newest_messages(store: Any)
     assert contents((await store.get("g", last=50)).history) == [str(i) for i in range(10)]
     await store.create(Session(key="empty"))
     assert (await store.get("empty", last=5)).history == []
-    for bad in (-1, 1.5, "3", True):
+    for bad in (-1, 1.5, "3", True, 2**64):
         with pytest.raises(InvalidArgument, match="last"):
             await store.get("g", last=bad)
+        with pytest.raises(InvalidArgument, match="last"):
+            await store.get_history("g", last=bad)
     with pytest.raises(SessionNotFound):
         await store.get("none", last=0)
 

@@ -145,3 +145,29 @@ def test_messages_the_fast_encoder_leaves_to_the_model_serializer() -> None:
     tagged = Tagged(role="user", content="c")
     assert encode_message(tagged) == Message.__pydantic_serializer__.to_json(tagged)
     assert b"tag" not in encode_message(tagged)
+
+
+def test_subclasses_and_changed_ids_are_validated_before_encoding() -> None:
+    class Tagged(Message):
+        tag: str = "x"
+
+    tagged = Tagged(role="user", content="c")
+    tagged.timestamp = datetime(2024, 1, 1, 12)  # naive, assigned after the build
+    (back,) = decode_messages("k", [encode_message(tagged)])
+    assert type(back) is Message and back.timestamp == datetime(2024, 1, 1, 12, tzinfo=UTC)
+    assert back.id == tagged.id and back.content == "c"
+    renamed = Message(role="user")
+    renamed.id = 'has "quotes"'
+    with pytest.raises(InvalidArgument, match=r"msg.*id"):
+        encode_message(renamed)
+
+
+def test_the_slow_path_reads_naive_timestamps_and_refuses_missing_ids() -> None:
+    good = encode_message(Message(role="user", content="a"))
+    naive = b'{"id":"n1","role":"user","content":"b","timestamp":"2024-01-01T12:00:00"}'
+    first, second = decode_messages("k", [good, naive])
+    assert type(second) is Message and second.timestamp == datetime(2024, 1, 1, 12, tzinfo=UTC)
+    assert (first.content, second.content, second.tool_calls, second.author) == ("a", "b", [], "")
+    for foreign in (b'{"role":"user","content":"no id"}', b'{"id":"x","role":"user"}'):
+        with pytest.raises(CorruptData, match="message 1"):
+            decode_messages("k", [good, foreign])
