@@ -22,8 +22,10 @@ two names never collide):
 - ``adk/app/<app>``: ``app:`` state shared by all sessions of the app, likewise.
 - ``adk/events/<app>/<user>/<id>``: where sessions created before ``adk:layout`` 2 keep the
   events they had then (a session without the ``adk:layout`` entry). They are read before
-  the session's own messages, new events go to the session, and ``delete_session`` removes
-  both.
+  the session's own messages (within the store's ``max_history_turns``), new events go to
+  the session, and ``delete_session`` removes both. Upgrade every worker at once: a worker of
+  the first layout appends to this log, which this version reads only for first-layout
+  sessions.
 
 ``temp:`` state is applied to the in-memory session during the invocation and never stored.
 State values are stored as JSON; values JSON cannot hold are stored as their ``repr`` with a
@@ -322,7 +324,9 @@ class RedisSessionService(BaseSessionService):
         the newest ``num_recent_events``, those with ``timestamp >= after_timestamp``), or None.
 
         One concurrent batch of reads: the session with the selected events only, and the app
-        and user state (see the module docstring for the cost).
+        and user state (see the module docstring for the cost). A first-layout session takes
+        one more read for its old events when the selection reaches them, and (with a ``ttl``)
+        one write that keeps that old log alive.
         """
         session_id = session_id.strip()
         key = self.keys.session(app_name, user_id, session_id)
