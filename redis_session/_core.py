@@ -8,6 +8,7 @@ so the two cannot drift in behaviour.
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
@@ -61,6 +62,8 @@ DELETE_ATTEMPTS = 8
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_INT = 2**63 - 1  # Redis integers are signed 64-bit
 KEY_CACHE = 4096  # sessions whose key names a store keeps at hand
+SCAN_COUNT = 1000  # index entries a ZSCAN step looks at
+_GLOB_SPECIAL = re.compile(r"[*?\[\]\\]")  # escaped in a MATCH pattern
 
 
 def _token() -> str:
@@ -436,14 +439,21 @@ class Core(KeyringOps):
         popped: Message = msg
         return popped
 
-    def list_sessions(self, limit: int | None = None, offset: int = 0) -> Op[list[SessionSummary]]:
+    def list_sessions(
+        self, limit: int | None = None, offset: int = 0, *, prefix: str | None = None
+    ) -> Op[list[SessionSummary]]:
         count = -1 if limit is None else _non_negative_int(limit, "limit")
         first = _non_negative_int(offset, "offset")
+        if prefix is not None:
+            codec.text_arg(prefix, "prefix")
         if count == 0:
             return []
         indexes = yield from self._indexes()
         if not indexes:
             return []
+        if prefix:
+            live = yield from self._summaries((yield from self._matching(indexes, prefix)))
+            return live[first:] if count < 0 else live[first : first + count]
         want = -1 if count < 0 else first + count  # live rows needed, -1 = all
         window = want
         while True:
@@ -464,6 +474,25 @@ class Core(KeyringOps):
             if exhausted or len(live) >= want:
                 return live[first:] if count < 0 else live[first : first + count]
             window *= 2
+
+    def _matching(self, indexes: list[str], prefix: str) -> Op[list[str]]:
+        """Keys of the index entries that begin with ``prefix``, newest first: the server
+        filters (``ZSCAN ... MATCH``), so only matching entries cross the network.
+        """
+        pattern = _GLOB_SPECIAL.sub(r"\\\g<0>", prefix) + "*"
+        found: dict[str, float] = {}
+        for index in indexes:
+            cursor: Any = 0
+            while True:  # ends: ZSCAN comes back to cursor 0 after a full iteration
+                (reply,) = yield Commands(
+                    [("ZSCAN", index, cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)]
+                )
+                cursor, entries = reply
+                for member, score in entries:
+                    found[codec.decode_key(member)] = float(score)
+                if int(cursor) == 0:
+                    break
+        return [key for key, _ in sorted(found.items(), key=lambda kv: kv[1], reverse=True)]
 
     def _indexes(self) -> Op[list[str]]:
         if not self.schema.cluster:

@@ -302,9 +302,9 @@ class AsyncRedisStore:
         )
 
     async def list_sessions(
-        self, limit: int | None = None, offset: int = 0
+        self, limit: int | None = None, offset: int = 0, *, prefix: str | None = None
     ) -> list[SessionSummary]:
-        return await self._run(self._core.list_sessions(limit, offset))
+        return await self._run(self._core.list_sessions(limit, offset, prefix=prefix))
 
     async def fork_child(
         self, parent_key: str, agent_name: str, config: ChildSessionConfig | None = None

@@ -167,9 +167,15 @@ class Store(Protocol):
         """
         ...
 
-    def list_sessions(self, limit: int | None = None, offset: int = 0) -> list[SessionSummary]:
+    def list_sessions(
+        self, limit: int | None = None, offset: int = 0, *, prefix: str | None = None
+    ) -> list[SessionSummary]:
         """Summaries of live sessions, most recently updated first; ``limit`` and ``offset``
         page through that order. Expired sessions are never listed.
+
+        With ``prefix``, only sessions whose key begins with it: the server filters the index
+        (``ZSCAN`` with a ``MATCH`` pattern, glob characters in ``prefix`` escaped), so the
+        cost grows with the index but only matching sessions are read.
         """
         ...
 
@@ -246,7 +252,7 @@ class AsyncStore(Protocol):
         self, key: str, up_to_index: int, summary: str, *, expect_id: str | None = None
     ) -> int: ...
     async def list_sessions(
-        self, limit: int | None = None, offset: int = 0
+        self, limit: int | None = None, offset: int = 0, *, prefix: str | None = None
     ) -> list[SessionSummary]: ...
     async def get_salt(self, name: str) -> bytes: ...
     async def set_salt(self, name: str, salt: bytes) -> None: ...

@@ -300,8 +300,10 @@ class RedisStore:
             self._core.compact_messages(key, up_to_index, summary, expect_id=expect_id)
         )
 
-    def list_sessions(self, limit: int | None = None, offset: int = 0) -> list[SessionSummary]:
-        return self._run(self._core.list_sessions(limit, offset))
+    def list_sessions(
+        self, limit: int | None = None, offset: int = 0, *, prefix: str | None = None
+    ) -> list[SessionSummary]:
+        return self._run(self._core.list_sessions(limit, offset, prefix=prefix))
 
     def fork_child(
         self, parent_key: str, agent_name: str, config: ChildSessionConfig | None = None

@@ -54,9 +54,11 @@ TTL. With a store ``ttl``, the three records expire ``ttl`` after their last wri
 shared state outlives every session that uses it, and ``get_session`` refreshes the event log
 of a first-layout session, which no longer takes writes.
 
-Listing. ``list_sessions`` filters the store's ``list_sessions()`` (every session under the
-store's prefix) by key, then reads each matching record: its cost grows with the number of
-store sessions under the prefix, not just the app's.
+Listing. ``list_sessions`` asks the store for the sessions whose key begins with the app's
+(or the user's) part (``list_sessions(prefix=...)``: Redis filters its index, so only those
+cross the network), then reads each one's fields and metadata without its events. Redis
+still scans the whole index, so the server's part grows with every session under the
+store's prefix.
 """
 
 from __future__ import annotations
@@ -350,7 +352,7 @@ class RedisSessionService(BaseSessionService):
         ``last_update_time`` (oldest first), then user id and session id.
         """
         head = self.keys.sessions_of(app_name, user_id)
-        keys = [s.key for s in await self.store.list_sessions() if s.key.startswith(head)]
+        keys = [s.key for s in await self.store.list_sessions(prefix=head)]
         records = await asyncio.gather(*(self._record(k) for k in keys))
         found = [r for r in records if r is not None]
         users = sorted({r.metadata.get(USER_ID, "") for r in found})

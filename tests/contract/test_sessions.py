@@ -340,6 +340,31 @@ async def test_list_sessions_most_recent_first_and_pages(store: Any) -> None:
         await store.list_sessions(limit=-1)
 
 
+async def test_list_sessions_by_key_prefix(store: Any) -> None:
+    keys = ["t1/a", "t1/b", "t2/a", "t1*/x", "t1[x]/y", "t1\\z", "t?/q", "other"]
+    for key in keys:
+        await store.create(Session(key=key))
+        await asyncio.sleep(0.003)
+    await store.append_message("t1/a", msg("bump"))
+    listed = await store.list_sessions(prefix="t1/")
+    assert [s.key for s in listed] == ["t1/a", "t1/b"]  # most recently updated first
+    assert listed == [s for s in await store.list_sessions() if s.key.startswith("t1/")]
+    # glob characters in the prefix match themselves only
+    assert [s.key for s in await store.list_sessions(prefix="t1*")] == ["t1*/x"]
+    assert [s.key for s in await store.list_sessions(prefix="t1[x]")] == ["t1[x]/y"]
+    assert [s.key for s in await store.list_sessions(prefix="t1\\")] == ["t1\\z"]
+    assert [s.key for s in await store.list_sessions(prefix="t?")] == ["t?/q"]
+    assert [s.key for s in await store.list_sessions(prefix="t1", limit=2, offset=1)] == [
+        "t1\\z", "t1[x]/y"
+    ]  # fmt: skip
+    assert await store.list_sessions(prefix="none/") == []
+    assert len(await store.list_sessions(prefix="")) == len(keys)
+    await store.delete("t1/b")
+    assert [s.key for s in await store.list_sessions(prefix="t1/")] == ["t1/a"]
+    with pytest.raises(InvalidArgument, match="prefix"):
+        await store.list_sessions(prefix=b"t1")
+
+
 async def test_ttl_is_refreshed_by_every_write(backend: Backend, make_store: StoreFactory) -> None:
     store = make_store(ttl=timedelta(seconds=30), expired_grace=10)
     raw = backend.sync_client()
