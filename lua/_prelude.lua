@@ -42,6 +42,19 @@ local function session_state(meta, ids)
   return NOT_FOUND
 end
 
+-- Whether a write to the session whose KEYS are meta hash, msgs list, ids hash, index zset must
+-- stop before it begins: the reply to return ({WRONG_TYPE, i}, {NOT_FOUND}, {EXPIRED} or
+-- {KEY_CHANGED, k}), or nil to go on. kid: the key id the caller sealed with ('' = cleartext).
+local function write_refused(kid)
+  local bad = wrong_type({'hash', 'list', 'hash', 'zset'})
+  if bad then return {WRONG_TYPE, bad} end
+  local st = session_state(KEYS[1], KEYS[3])
+  if st ~= OK then return {st} end
+  local k = other_key(KEYS[1], kid)
+  if k then return {KEY_CHANGED, k} end
+  return nil
+end
+
 -- Sliding expiry: data keys live ttl_ms, the ids hash (expiry marker) ttl_ms + grace_ms.
 local function touch(data_keys, ids, ttl_ms, grace_ms)
   local ttl = tonumber(ttl_ms)

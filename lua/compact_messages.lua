@@ -10,12 +10,8 @@
 -- Events: 'compact', only when this call compacted.
 -- Messages appended after the caller read the history stay after the summary. A retried call
 -- (the summary's digest already held) changes nothing and answers {OK, 0}.
-local bad = wrong_type({'hash', 'list', 'hash', 'zset'})
-if bad then return {WRONG_TYPE, bad} end
-local st = session_state(KEYS[1], KEYS[3])
-if st ~= OK then return {st} end
-local k = other_key(KEYS[1], ARGV[10])
-if k then return {KEY_CHANGED, k} end
+local refused = write_refused(ARGV[10])
+if refused then return refused end
 if has_digest(KEYS[3], ARGV[5]) then return {OK, 0} end
 local up_to = tonumber(ARGV[4])
 local len = redis.call('LLEN', KEYS[2])

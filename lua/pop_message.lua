@@ -8,12 +8,8 @@
 -- Events: none. The popped message's id digest is kept (re-appending that id stores nothing).
 -- A call retried after a lost reply finds its token with the element it popped and answers the
 -- same, popping nothing more. Refreshes the TTL, updated_at and the index.
-local bad = wrong_type({'hash', 'list', 'hash', 'zset'})
-if bad then return {WRONG_TYPE, bad} end
-local st = session_state(KEYS[1], KEYS[3])
-if st ~= OK then return {st} end
-local k = other_key(KEYS[1], ARGV[6])
-if k then return {KEY_CHANGED, k} end
+local refused = write_refused(ARGV[6])
+if refused then return refused end
 local last = redis.call('HMGET', KEYS[1], 'pop_token', 'popped')
 if last[1] == ARGV[4] then return {OK, last[2]} end
 local top = redis.call('LINDEX', KEYS[2], -1)

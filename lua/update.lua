@@ -7,12 +7,8 @@
 -- metadata, whole)
 -- Reply: {OK, updated_at_us} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k} | {WRONG_TYPE, i}
 -- Events: none.
-local bad = wrong_type({'hash', 'list', 'hash', 'zset'})
-if bad then return {WRONG_TYPE, bad} end
-local st = session_state(KEYS[1], KEYS[3])
-if st ~= OK then return {st} end
-local k = other_key(KEYS[1], ARGV[4])
-if k then return {KEY_CHANGED, k} end
+local refused = write_refused(ARGV[4])
+if refused then return refused end
 
 local old = {}
 for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
