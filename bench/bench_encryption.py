@@ -60,6 +60,7 @@ from redis_session._bench import (
     Timings,
     build_messages,
     growth_cap,
+    prep_op,
     run_interleaved,
     server_info,
     text_table,
@@ -239,17 +240,6 @@ class EncBench:
 
             return op
 
-        def prep_op(store: RedisStore) -> SyncOp:
-            core = store._core
-
-            def op(i: int) -> object:
-                gen = core.append_message(targets[i], prep_messages[i])
-                request = next(gen)
-                gen.close()
-                return request
-
-            return op
-
         t = {
             name: Timings(name)
             for name in ("plain", "enc", "plain prep", "enc prep", "seal only (AES-GCM)")
@@ -267,8 +257,8 @@ class EncBench:
             [
                 (store_op(self.plain), t["plain"]),
                 (store_op(self.enc), t["enc"]),
-                (prep_op(self.plain), t["plain prep"]),
-                (prep_op(self.enc), t["enc prep"]),
+                (prep_op(self.plain._core, targets, prep_messages), t["plain prep"]),
+                (prep_op(self.enc._core, targets, prep_messages), t["enc prep"]),
                 (seal_op, t["seal only (AES-GCM)"]),
             ],
         )

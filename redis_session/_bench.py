@@ -592,7 +592,7 @@ class Bench:
                 (_sync_store_op(self.store, case), r.store),
                 (_sync_floor_op(self.floor_script, case), r.floor),
                 (_sync_raw_op(scripts, case), r.raw),
-                (_prep_op(self.core, case), r.prep),
+                (prep_op(self.core, case.targets, case.messages), r.prep),
             ]
             results.append(r)
         run_interleaved(self.rounds, ops)
@@ -883,8 +883,10 @@ def _sync_raw_op(scripts: dict[str, Any], case: AppendCase) -> SyncOp:
     return op
 
 
-def _prep_op(core: Core, case: AppendCase) -> SyncOp:
-    targets, messages = case.targets, case.messages
+def prep_op(core: Core, targets: Sequence[str], messages: Sequence[Message]) -> SyncOp:
+    """An op that runs ``append_message``'s preparation (checks, encoding, digest, sealing)
+    up to its request, without I/O: round ``i`` appends ``messages[i]`` to ``targets[i]``.
+    """
 
     def op(i: int) -> object:
         # Closed at once: thousands of suspended generators kept alive would make every
