@@ -113,6 +113,18 @@ def _message(msg: object, argument: str = "msg") -> Message:
     return msg
 
 
+def _metadata_pairs(
+    entries: Mapping[str, str], argument: str
+) -> Callable[[Sealer | None], list[bytes]]:
+    """Validate ``entries`` now, before anything is sealed; the function returned gives their
+    meta-hash pairs for a sealer (None: the cleartext pairs, built once).
+    """
+    plain = codec.metadata_args(entries, argument)
+    return lambda sealer: (
+        plain if sealer is None else codec.metadata_args(entries, argument, sealer)
+    )
+
+
 def _no_foreign_types(key: str, *replies: tuple[str, object]) -> None:
     """Raise ``CorruptData`` for the first ``(redis key, reply)`` whose reply is an error.
 
@@ -264,10 +276,10 @@ class Core(KeyringOps):
         key = session.key
         _, keys = self._keys(key)
         scalars = codec.scalar_args(session, skip_empty=True)
-        plain = codec.metadata_args(session.metadata)  # validated before anything is sealed
+        metadata = _metadata_pairs(session.metadata, "session.metadata")
 
         def build(sealer: Sealer | None) -> ScriptCall:
-            meta = plain if sealer is None else codec.metadata_args(session.metadata, sealer=sealer)
+            meta = metadata(sealer)
             kid = b"" if sealer is None else sealer.kid
             args = [*self._ttl_args(), key, kid, len(scalars) // 2, *scalars, *meta]
             return ScriptCall("update", keys, args)
@@ -282,11 +294,11 @@ class Core(KeyringOps):
             raise InvalidArgument("delete", "must be an iterable of names, not a single str")
         gone = codec.metadata_fields(delete)
         entries = {} if set is None else set
-        plain = codec.metadata_args(entries, "set")  # validated before anything is sealed
+        pairs = _metadata_pairs(entries, "set")
         _, keys = self._keys(key)
 
         def build(sealer: Sealer | None) -> ScriptCall:
-            put = plain if sealer is None else codec.metadata_args(entries, "set", sealer)
+            put = pairs(sealer)
             kid = b"" if sealer is None else sealer.kid
             args = [*self._ttl_args(), key, kid, len(gone), *gone, *put]
             return ScriptCall("update_metadata", keys, args)
@@ -363,11 +375,11 @@ class Core(KeyringOps):
         key = check_key(key)
         keys = self._keys(key)[1]
         entries = {} if metadata is None else metadata
-        plain = codec.metadata_args(entries, "metadata")  # validated before anything is sealed
+        metadata_pairs = _metadata_pairs(entries, "metadata")
 
         def build(sealer: Sealer | None) -> ScriptCall:
             kid = b"" if sealer is None else sealer.kid
-            put = plain if sealer is None else codec.metadata_args(entries, "metadata", sealer)
+            put = metadata_pairs(sealer)
             args: list[bytes | str | int] = [
                 self.ttl_ms, self.grace_ms, self.max_history_turns, key, kid, len(put), *put,
             ]  # fmt: skip
