@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import repeat
 
 import orjson
-from pydantic import AwareDatetime, TypeAdapter, ValidationError
+from pydantic import AwareDatetime, ConfigDict, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from . import crypto
@@ -53,6 +53,9 @@ class _StoredMessage(Message):
     right after validation: same fields, same layout.
     """
 
+    # Ids are unique: pydantic's default cache of short string values only costs here.
+    model_config = ConfigDict(**Message.model_config, cache_strings="keys")
+
     id: str
     timestamp: AwareDatetime
 
@@ -67,7 +70,9 @@ class _LenientStoredMessage(Message):
     timestamp: UTCDateTime
 
 
-_STORED = TypeAdapter(list[_StoredMessage])
+#: The twin's SchemaValidator.validate_json, called directly: TypeAdapter.validate_json adds a
+#: Python frame per call (~0.35 us per message).
+_STORED = TypeAdapter(_StoredMessage).validator.validate_json
 _LENIENT = TypeAdapter(_LenientStoredMessage)
 _set_attr = object.__setattr__
 
@@ -215,15 +220,15 @@ def decode_messages(
         owner = owner or key
         items = [crypto.open_message(keyring, owner, m, key, i) for i, m in enumerate(items)]
     try:
-        stored = _STORED.validate_json(b"[" + b",".join(items) + b"]")
+        # Each element parsed on its own (an element is exactly one message) by the
+        # validator itself: C calls only. Joining the elements into one JSON array parsed
+        # once cost more (a fresh buffer of the whole history; measured +10% for 1,000).
+        stored = list(map(_STORED, items))
     except (ValidationError, ValueError, TypeError):
         pass
     else:
-        # One parse of the joined elements is the fast path; an element that is itself
-        # "m1,m2" would parse as two messages, so the count must match (else: per element).
-        if len(stored) == len(items):
-            deque(map(_set_attr, stored, repeat("__class__"), repeat(Message)), maxlen=0)
-            return stored  # type: ignore[return-value]  # re-classed to Message just above
+        deque(map(_set_attr, stored, repeat("__class__"), repeat(Message)), maxlen=0)
+        return stored  # re-classed to Message just above
     # The slow path, element by element: it names the element that is not a message, and it
     # still reads one whose timestamp is naive (taken as UTC).
     messages: list[Message] = []

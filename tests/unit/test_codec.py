@@ -90,11 +90,20 @@ def test_decode_messages_names_key_and_index(raw: bytes) -> None:
 
 
 def test_an_element_holding_two_messages_is_corrupt() -> None:
-    # Decoding parses the elements joined into one JSON array; an element that is itself
-    # "m1,m2" (a batch pushed as one element by something else) must not pass as two messages.
+    # An element that is itself "m1,m2" (a batch pushed as one element by something else)
+    # must not pass as two messages.
     a, b, c = (encode_message(Message(role="user", content=str(i))) for i in range(3))
     with pytest.raises(CorruptData, match="'key'.*message 1"):
         decode_messages("key", [a, b + b"," + c])
+
+
+def test_elements_are_parsed_one_by_one_not_joined() -> None:
+    # Two halves of one message (split at a comma) followed by an element holding two
+    # messages: joined with commas they would parse as three messages, as many as elements.
+    a, b, c = (encode_message(Message(role="user", content=str(i))) for i in range(3))
+    head, tail = a.split(b",", 1)
+    with pytest.raises(CorruptData, match="'key'.*message 0"):
+        decode_messages("key", [head, tail, b + b"," + c])
 
 
 def test_decoded_messages_are_plain_messages_with_utc_timestamps() -> None:
