@@ -1,4 +1,5 @@
--- Shared prelude: redis_session/scripts.py prepends this file to every script in lua/.
+-- Shared prelude: redis_session/scripts.py puts the parts of this file that a script uses in
+-- front of it (each blank-line separated block: one definition with its comment).
 -- Lua 5.1, portable between Redis >= 7, Valkey and fakeredis: no globals, no table.unpack,
 -- no cmsgpack/bit/struct, numbers that matter travel as strings.
 --

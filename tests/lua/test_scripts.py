@@ -9,7 +9,7 @@ import pytest
 
 from redis_session import Message, Session
 from redis_session.codec import message_args
-from redis_session.scripts import PRELUDE, SCRIPT_NAMES, lua_dir, script_source
+from redis_session.scripts import PRELUDE, SCRIPT_NAMES, lua_dir, prelude_for, script_source
 from tests.conftest import Backend
 
 FORBIDDEN = [
@@ -108,3 +108,30 @@ def test_digest_lookup_is_aligned(backend: Backend) -> None:
         + "\nreturn out"
     )
     assert probe(keys=[ids], args=[first, second, straddling, b"\x00nothing"]) == [1, 1, 0, 0]
+
+
+def test_a_script_gets_the_prelude_parts_it_uses_and_no_others() -> None:
+    prelude = "\n\n".join(
+        [
+            "-- header\nlocal OK, GONE =\n  0, 1",
+            "-- a\nlocal function a()\n  return OK\nend",
+            "local function b()\n  return a()\nend",
+            "-- c, mentioned in no code\nlocal function c()\n  return GONE\nend",
+            "local MARK = string.rep('x', 8)",
+        ]
+    )
+    kept = prelude_for(prelude, "-- c() here is a comment\nreturn b()\n")
+    assert "local function b()" in kept and "local function a()" in kept  # through b
+    assert "local OK, GONE" in kept  # through a
+    assert "local function c" not in kept and "MARK" not in kept
+    assert prelude_for(prelude, "return MARK") == "local MARK = string.rep('x', 8)\n"
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_every_prelude_name_a_script_uses_is_defined_in_what_is_sent(name: str) -> None:
+    prelude = (lua_dir() / f"{PRELUDE}.lua").read_text()
+    defined = set(re.findall(r"^local function (\w+)", prelude, re.M)) | {"INHERITED", "OK"}
+    source = script_source(name)
+    code = "\n".join(line.split("--")[0] for line in source.splitlines())
+    for used in defined & set(re.findall(r"\w+", code)):
+        assert re.search(rf"^local (function )?{used}\b", source, re.M), f"{name}: {used}"
