@@ -118,14 +118,34 @@ ids = st.from_regex(MESSAGE_ID_PATTERN, fullmatch=True)
 any_time = st.datetimes(timezones=st.just(UTC)) | st.datetimes()
 
 
-@given(ids, st.sampled_from(list(MessageRole)), st.text(), st.text(), any_time)
+tool_calls = st.lists(
+    st.builds(
+        ToolCall,
+        id=st.text(),
+        name=st.text(),
+        input=st.text(),
+        output=st.text(),
+        thought=st.booleans(),
+    ),
+    max_size=2,
+)
+
+
+@given(ids, st.sampled_from(list(MessageRole)), st.text(), st.text(), any_time, tool_calls)
 def test_the_fast_encoder_writes_what_the_model_serializer_writes(
-    message_id: str, role: MessageRole, content: str, author: str, ts: datetime
+    message_id: str,
+    role: MessageRole,
+    content: str,
+    author: str,
+    ts: datetime,
+    calls: list[ToolCall],
 ) -> None:
-    # encode_message writes plain messages with orjson; the bytes must be the model's own
-    # JSON (ids first for the scripts, identical escapes and timestamps), and text that
-    # cannot be UTF-8 must be refused the same way.
-    m = Message(id=message_id, role=role, content=content, author=author, timestamp=ts)
+    # encode_message writes plain messages (tool calls without thought signatures too) with
+    # orjson; the bytes must be the model's own JSON (ids first for the scripts, identical
+    # escapes and timestamps), and text that cannot be UTF-8 must be refused the same way.
+    m = Message(
+        id=message_id, role=role, content=content, author=author, timestamp=ts, tool_calls=calls
+    )
     try:
         expected = Message.__pydantic_serializer__.to_json(m)
     except ValueError:
