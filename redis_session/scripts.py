@@ -71,14 +71,15 @@ _WORD = re.compile(r"\w+")
 
 
 def _words(lua: str) -> set[str]:
-    """The identifiers of Lua code, comments left out."""
-    return set(_WORD.findall("\n".join(line.split("--")[0] for line in lua.splitlines())))
+    """The words of Lua text, comments included: a name only mentioned keeps its part too."""
+    return set(_WORD.findall(lua))
 
 
 def prelude_for(prelude: str, body: str) -> str:
     """The parts of ``prelude`` (its blank-line separated blocks, each a definition with its
     comment) that ``body`` uses, directly or through another part it uses, in prelude order.
-    A block that defines nothing (a comment) is kept.
+    A block that defines nothing (a comment) is kept. Names are matched as words, also in
+    comments and strings: a part is left out only when its names appear nowhere.
     """
     parts = []
     for block in prelude.strip().split("\n\n"):
