@@ -247,6 +247,11 @@ def decode_messages(
     # still reads one whose timestamp is naive (taken as UTC).
     messages: list[Message] = []
     for i, raw in enumerate(items):
+        if isinstance(raw, memoryview):
+            raw = raw.tobytes()
+        if not isinstance(raw, bytes | bytearray | str):
+            what = f"a {type(raw).__name__}, not bytes"
+            raise CorruptData(key, f"message {i} is not a stored message: {what}")
         if crypto.split_element(raw) is not None:
             raise PassphraseRequired(key)
         try:

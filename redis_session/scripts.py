@@ -78,14 +78,18 @@ def _words(lua: str) -> set[str]:
 def prelude_for(prelude: str, body: str) -> str:
     """The parts of ``prelude`` (its blank-line separated blocks, each a definition with its
     comment) that ``body`` uses, directly or through another part it uses, in prelude order.
-    A block that defines nothing (a comment) is kept. Names are matched as words, also in
-    comments and strings: a part is left out only when its names appear nowhere.
+    A block that defines nothing (a comment) is kept; one that holds code but defines nothing
+    (a definition split by a blank line) raises ``ValueError``. Names are matched as words,
+    also in comments and strings: a part is left out only when its names appear nowhere.
     """
     parts = []
     for block in prelude.strip().split("\n\n"):
         names = set()
         for function, variables in _DEFINES.findall(block):
             names |= {function} if function else {v.strip() for v in variables.split(",")}
+        if not names and any(not line.lstrip().startswith("--") for line in block.splitlines()):
+            # A blank line inside a definition would split it: refuse rather than send half.
+            raise ValueError(f"prelude block with code but no definition: {block[:60]!r}")
         parts.append((names, block))
     used = _words(body)
     kept = [False] * len(parts)

@@ -125,6 +125,9 @@ def test_a_script_gets_the_prelude_parts_it_uses_and_no_others() -> None:
     assert "local OK, GONE" in kept  # through a
     assert "local function c" not in kept and "MARK" not in kept
     assert prelude_for(prelude, "return MARK") == "local MARK = string.rep('x', 8)\n"
+    split = "local function f()\n  local x = 1\n\n  return x\nend"  # a blank line inside
+    with pytest.raises(ValueError, match="no definition"):
+        prelude_for(split, "return f()")
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import orjson
 import pytest
@@ -95,6 +96,16 @@ def test_an_element_holding_two_messages_is_corrupt() -> None:
     a, b, c = (encode_message(Message(role="user", content=str(i))) for i in range(3))
     with pytest.raises(CorruptData, match="'key'.*message 1"):
         decode_messages("key", [a, b + b"," + c])
+
+
+def test_elements_of_other_buffer_types_decode_and_non_buffers_are_corrupt() -> None:
+    good = encode_message(Message(role="user", content="hi"))
+    elements: list[Any] = [memoryview(good), bytearray(good), good.decode()]
+    for element in elements:
+        assert [m.content for m in decode_messages("key", [good, element])] == ["hi", "hi"]
+    for foreign in (None, 3):
+        with pytest.raises(CorruptData, match="'key'.*message 1.*not bytes"):
+            decode_messages("key", [good, foreign])  # type: ignore[list-item]
 
 
 def test_elements_are_parsed_one_by_one_not_joined() -> None:
