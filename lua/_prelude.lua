@@ -8,8 +8,21 @@
 --   7 CONFLICT, 8 MISSING, 9 WRONG_TYPE (reply {9, i}: KEYS[i] holds a foreign type),
 --   10 PARENT_GONE (reply {10, NOT_FOUND or EXPIRED}: a child's parent session is gone)
 --   11 KEY_CHANGED (reply {11, k}: the session is sealed with key id k, '' = cleartext)
+--   12 TREE_CHANGED (reply {12, tg, child key...}: the tree's members are not the caller's)
+--   13 DAMAGED (reply {13, i, what, found, expected}: KEYS[i] is missing or inconsistent)
+--   14 TOO_LARGE (reply {14, bytes, limit}: the session's metadata would exceed its limit)
+--   15 PRUNED (reply {15, merged_at_us}: the child was merged and its record pruned since)
+--
+-- Every script that writes to a session tree takes the tree's root keys first:
+--   KEYS[1] root meta hash   KEYS[2] root msgs list   KEYS[3] root ids hash
+--   KEYS[4] index zset       KEYS[5] expiry marker    KEYS[6] kids zset   KEYS[7] done zset
+-- and ARGV[1] ttl ms (0 = none), ARGV[2] expiry-marker grace ms, ARGV[3] the tree generation
+-- the caller knows, ARGV[4] the id window (digests a session keeps at least).
+-- The tree's members (the children in KEYS[6], three keys each: meta, msgs, ids, as the
+-- caller knows them) come last, from a position each script names.
 local OK, NOT_FOUND, EXPIRED, EXISTS, OUT_OF_RANGE, STALE, MERGED, CONFLICT, MISSING, WRONG_TYPE,
-  PARENT_GONE, KEY_CHANGED = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
+  PARENT_GONE, KEY_CHANGED, TREE_CHANGED, DAMAGED, TOO_LARGE, PRUNED =
+  0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
 
 -- Writers seal what they add with the session's own data key, whose id is the meta field 'k'
 -- ('' or absent: cleartext). The session's key id when it is not kid, else nil.
@@ -19,11 +32,11 @@ local function other_key(meta, kid)
   return nil
 end
 
--- Server clock: microseconds and milliseconds since the epoch, as decimal strings.
+-- Server clock: microseconds since the epoch as a decimal string, and milliseconds as a number.
 local function clock()
   local t = redis.call('TIME')
   local us = t[1] .. string.format('%06d', tonumber(t[2]))
-  return us, string.sub(us, 1, -4)
+  return us, tonumber(string.sub(us, 1, -4))
 end
 
 -- Index of the first KEYS[i] whose type is neither 'none' nor types[i], or nil.
@@ -35,68 +48,92 @@ local function wrong_type(types)
   return nil
 end
 
--- OK when the session's meta hash exists, EXPIRED when only its ids hash (the expiry
--- marker, which outlives the data by a grace period) is left, else NOT_FOUND.
-local function session_state(meta, ids)
-  if redis.call('EXISTS', meta) == 1 then return OK end
-  if redis.call('HEXISTS', ids, 'c') == 1 then return EXPIRED end
-  return NOT_FOUND
-end
-
--- Whether a write to the session whose KEYS are meta hash, msgs list, ids hash, index zset must
--- stop before it begins: the reply to return ({WRONG_TYPE, i}, {NOT_FOUND}, {EXPIRED} or
--- {KEY_CHANGED, k}), or nil to go on. kid: the key id the caller sealed with ('' = cleartext).
-local function write_refused(kid)
-  local bad = wrong_type({'hash', 'list', 'hash', 'zset'})
-  if bad then return {WRONG_TYPE, bad} end
-  local st = session_state(KEYS[1], KEYS[3])
-  if st ~= OK then return {st} end
-  local k = other_key(KEYS[1], kid)
-  if k then return {KEY_CHANGED, k} end
-  return nil
-end
-
--- Sliding expiry: data keys live ttl_ms, the ids hash (expiry marker) ttl_ms + grace_ms.
-local function touch(data_keys, ids, ttl_ms, grace_ms)
-  local ttl = tonumber(ttl_ms)
-  if ttl <= 0 then return end
-  for i = 1, #data_keys do redis.call('PEXPIRE', data_keys[i], ttl) end
-  redis.call('PEXPIRE', ids, ttl + tonumber(grace_ms))
-end
-
--- Message-id digests (8 bytes each) packed in 128 buckets of the ids hash: a bucket stays
--- small (~0.6 KB at 10,000 messages), so reading and rewriting it is cheap, and up to ~1,000
--- messages the hash keeps Redis's compact encoding.
-local function bucket(d)
-  return string.format('%x', string.byte(d, 1) % 128)
-end
-
-local function held_in(b, d)
-  if not b or b == '' then return false end
-  local pos = 1
-  while true do
-    local s = string.find(b, d, pos, true)
-    if not s then return false end
-    if (s - 1) % 8 == 0 then return true end
-    pos = s + 1
-  end
-end
-
-local function has_digest(ids, d)
-  return held_in(redis.call('HGET', ids, bucket(d)), d)
-end
-
--- A redis.pcall reply that is an error (e.g. WRONGTYPE) rather than a value.
+-- A redis.pcall reply that is an error rather than a value.
 local function failed(reply)
   return type(reply) == 'table' and reply.err ~= nil
 end
 
-local function add_digest(ids, d)
-  local f = bucket(d)
-  redis.call('HSET', ids, f, (redis.call('HGET', ids, f) or '') .. d)
+-- What a script answers for a failed redis.pcall on KEYS[i]: {WRONG_TYPE, i} when the key holds
+-- another type; any other error (OOM, READONLY, ...) is returned to the caller as it is.
+local function refusal(reply, i)
+  if string.sub(tostring(reply.err), 1, 9) == 'WRONGTYPE' then return {WRONG_TYPE, i} end
+  return reply
 end
 
--- HSET (or HDEL) key with ARGV[first .. last], in chunks that stay under Lua's unpack limit.
+-- Why a session's meta hash KEYS[m] holds no session: {DAMAGED, m, 'foreign'} when it holds a
+-- hash without a schema version (not written by this store); {EXPIRED} while the session's
+-- expiry marker KEYS[x] is left (or the first layout's marker, field 'c' of its ids hash
+-- KEYS[i]); {DAMAGED, m, 'missing'} when its list KEYS[l] or ids hash is still there (evicted
+-- or removed by hand: damaged, not gone); else {NOT_FOUND}.
+local function gone(m, l, i, x)
+  if redis.call('EXISTS', KEYS[m]) == 1 then return {DAMAGED, m, 'foreign'} end
+  if redis.call('EXISTS', KEYS[x]) == 1 then return {EXPIRED} end
+  local c = redis.pcall('HEXISTS', KEYS[i], 'c')
+  if c == 1 then return {EXPIRED} end
+  if redis.call('EXISTS', KEYS[l]) == 1 or redis.call('EXISTS', KEYS[i]) == 1 then
+    return {DAMAGED, m, 'missing'}
+  end
+  return {NOT_FOUND}
+end
+
+-- Whether the root's meta hash (fields read in f) is a live session: nil when it is, else the
+-- reply that stops the write ({WRONG_TYPE, 1}, {EXPIRED}, {NOT_FOUND}, {DAMAGED, ...}).
+local function root_refused(f)
+  if failed(f) then return refusal(f, 1) end
+  if not f[1] then return gone(1, 2, 3, 5) end
+  return nil
+end
+
+-- List positions of a session or child (meta fields g, h, n): generation, absolute head and
+-- tail (LLEN == n - h). Sessions of the first layout have none yet: they start at the list's
+-- length. Returns g, h, n, or nil and the DAMAGED reply when the list KEYS[l] is missing though
+-- the session records messages (evicted). A list of another length was changed behind the
+-- store's back (another writer): its positions begin a new generation, which a writer records.
+local function positions(g, h, n, l)
+  local len = redis.pcall('LLEN', KEYS[l])
+  if failed(len) then return nil, refusal(len, l) end
+  if not n then return 0, 0, len end
+  h, n, g = tonumber(h or '0'), tonumber(n), tonumber(g or '0')
+  if len == n - h then return g, h, n end
+  if len == 0 then return nil, {DAMAGED, l, 'length', 0, n - h} end
+  return g + 1, 0, len
+end
+
+-- Whether a write at now (ms) must move the tree's deadline x (the root's meta field 'x').
+local function due(x, ttl, now)
+  return ttl > 0 and now + ttl > tonumber(x or '0')
+end
+
+-- The reply that tells the caller the tree's members: {TREE_CHANGED, tg, child key...}.
+local function tree_changed(tg)
+  local reply = {TREE_CHANGED, tg or '0'}
+  for _, c in ipairs(redis.call('ZRANGE', KEYS[6], 0, -1)) do reply[#reply + 1] = c end
+  return reply
+end
+
+-- Move the tree's deadline to now + ttl + ttl/16 (so that most writes need not touch any TTL)
+-- and every key of the tree with it: the root's keys, KEYS[first ..] (the members) and the
+-- expiry marker, which lives grace ms longer. Returns the new deadline.
+local function extend(first, ttl, grace, now)
+  local x = now + ttl + math.floor(ttl / 16)
+  redis.call('HSET', KEYS[1], 'x', x)
+  redis.call('SET', KEYS[5], '1', 'PXAT', x + grace)
+  for _, i in ipairs({1, 2, 3, 6, 7}) do redis.call('PEXPIREAT', KEYS[i], x) end
+  for i = first, #KEYS do redis.call('PEXPIREAT', KEYS[i], x) end
+  return x
+end
+
+-- Give the keys KEYS[i] for i in indexes the tree's deadline x (the root's meta field 'x'), so
+-- that keys new to the tree expire with it; without a deadline they are made persistent (a
+-- staged key loses its temporary TTL).
+local function join_tree(x, indexes)
+  for _, i in ipairs(indexes) do
+    if x then redis.call('PEXPIREAT', KEYS[i], x) else redis.call('PERSIST', KEYS[i]) end
+  end
+end
+
+-- HSET (or another variadic command) key with ARGV[first .. last], in chunks that stay under
+-- Lua's unpack limit.
 local function hcall_from(cmd, key, first, last)
   local chunk = {}
   for i = first, last do
@@ -109,28 +146,167 @@ local function hcall_from(cmd, key, first, last)
   if #chunk > 0 then redis.call(cmd, key, unpack(chunk)) end
 end
 
+-- RPUSH the values of list (a Lua table) to key, in chunks under Lua's unpack limit.
+local function push_all(key, list)
+  for i = 1, #list, 1000 do redis.call('RPUSH', key, unpack(list, i, math.min(i + 999, #list))) end
+end
+
 -- Publish a lifecycle event (its JSON built by the caller); '' as channel publishes nothing.
 local function emit(channel, payload)
   if channel ~= '' then redis.call('PUBLISH', channel, payload) end
 end
 
--- A write to a session: bump updated_at, refresh the TTL of its keys, re-score it in the index.
-local function bump(meta, msgs, ids, index, key, ttl_ms, grace_ms)
-  local us, ms = clock()
-  redis.call('HSET', meta, 'updated_at', us)
-  touch({meta, msgs}, ids, ttl_ms, grace_ms)
-  redis.call('ZADD', index, ms, key)
-  return us
+-- Metadata size accounting (meta field 'mb': the bytes of every 'm:'/'e:' field name and value
+-- as stored). The new total after setting ARGV[first .. last] (field/value pairs) and deleting
+-- the fields ARGV[dfirst .. dlast], computed before anything is written.
+local function metadata_after(meta, mb, first, last, dfirst, dlast)
+  local total = tonumber(mb or '-1')
+  if total < 0 then  -- a first-layout session: count what it holds, once
+    total = 0
+    for _, f in ipairs(redis.call('HKEYS', meta)) do
+      local p = string.sub(f, 1, 2)
+      if p == 'm:' or p == 'e:' then total = total + #f + redis.call('HSTRLEN', meta, f) end
+    end
+  end
+  local size = {}
+  for i = dfirst, dlast do size[ARGV[i]] = 0 end
+  for i = first, last, 2 do size[ARGV[i]] = #ARGV[i] + #ARGV[i + 1] end
+  for f, new in pairs(size) do
+    local old = redis.call('HSTRLEN', meta, f)
+    if old > 0 or redis.call('HEXISTS', meta, f) == 1 then old = old + #f end
+    total = total + new - old
+  end
+  return total
 end
 
 -- The digest of a child message inherited from the parent at fork: never merged back.
 local INHERITED = string.rep('\0', 8)
 
--- Whether meta (a child's hash) is a live child of parent: OK, MERGED, or NOT_FOUND (missing,
--- discarded, or a child of another session).
-local function child_state(meta, parent)
-  local f = redis.call('HMGET', meta, 'parent', 'discarded', 'merged_at')
-  if not f[1] or f[2] or f[1] ~= parent then return NOT_FOUND end
+-- Whether b (a bucket: 8-byte digests end to end) holds digest d.
+local function held_in(b, d)
+  if not b or b == '' then return false end
+  local pos = 1
+  while true do
+    local s = string.find(b, d, pos, true)
+    if not s then return false end
+    if (s - 1) % 8 == 0 then return true end
+    pos = s + 1
+  end
+end
+
+-- The id window of a session or child: the 8-byte digests of its newest message ids (and of
+-- call tokens), in two generations of 32 buckets in its ids hash ('a0' .. 'av', 'b0' .. 'bv').
+-- Field 'w' is the current generation's letter and digest count, then 'L' while the first
+-- layout's buckets ('0' .. '7f') are still looked in. When adding k digests would take the
+-- current generation past size, the older generation is dropped first and a new one begins:
+-- the hash holds at most 2 * size + k digests, and every digest among the newest size is found.
+-- open_window reads the state and the buckets of digests ARGV[first], ARGV[first + step] ...
+-- ARGV[last] in one HMGET; returns the window (a table), or nil and the reply that stops the
+-- script (the ids hash KEYS[i] holds a foreign type, or is missing though expected = 'i').
+local B32 = '0123456789abcdefghijklmnopqrstuv'
+
+local function bucket_of(d)
+  local b = string.byte(d, 1) % 32 + 1
+  return string.sub(B32, b, b)
+end
+
+local function open_window(i, expected, first, last, step, extra)
+  local fields, wanted = {'w'}, {}
+  local function want(f)
+    if not wanted[f] then
+      wanted[f] = true
+      fields[#fields + 1] = f
+    end
+  end
+  local digests = {}
+  for j = first, last, step do digests[#digests + 1] = ARGV[j] end
+  for _, d in ipairs(extra or {}) do digests[#digests + 1] = d end
+  for _, d in ipairs(digests) do
+    local b = bucket_of(d)
+    want('a' .. b)
+    want('b' .. b)
+    want(string.format('%x', string.byte(d, 1) % 128))
+  end
+  local got = redis.pcall('HMGET', KEYS[i], unpack(fields))
+  if failed(got) then return nil, refusal(got, i) end
+  if not got[1] and expected then return nil, {DAMAGED, i, 'missing'} end
+  local w = got[1] or 'a0L'
+  local win = {key = i, cur = string.sub(w, 1, 1), count = tonumber(string.match(w, '%d+')),
+    legacy = string.sub(w, -1) == 'L', buckets = {}, dirty = {}, added = {}}
+  for n = 2, #fields do win.buckets[fields[n]] = got[n] or '' end
+  return win
+end
+
+-- Whether the window holds digest d (or it was added by this script already).
+local function has(win, d)
+  if win.added[d] then return true end
+  local b = bucket_of(d)
+  if held_in(win.buckets['a' .. b], d) or held_in(win.buckets['b' .. b], d) then return true end
+  return win.legacy and held_in(win.buckets[string.format('%x', string.byte(d, 1) % 128)], d)
+end
+
+-- Add digests (a list, none held) to the window, dropping the older generation first when the
+-- current one would pass size; written by the caller with save_window.
+local function add(win, digests, size)
+  if #digests == 0 then return end
+  if win.count > 0 and win.count + #digests > size then
+    local old = win.cur == 'a' and 'b' or 'a'
+    local drop = {}
+    for n = 1, 32 do drop[n] = old .. string.sub(B32, n, n) end
+    if win.legacy then
+      for n = 0, 127 do drop[#drop + 1] = string.format('%x', n) end
+      drop[#drop + 1] = 'c'
+      win.legacy = false
+    end
+    redis.call('HDEL', KEYS[win.key], unpack(drop))
+    for f in pairs(win.buckets) do
+      if string.sub(f, 1, 1) == old then win.buckets[f] = '' end
+    end
+    win.cur, win.count = old, 0
+  end
+  for _, d in ipairs(digests) do
+    local f = win.cur .. bucket_of(d)
+    win.buckets[f] = (win.buckets[f] or '') .. d
+    win.dirty[f] = true
+    win.added[d] = true
+  end
+  win.count = win.count + #digests
+end
+
+-- Write the window's changed buckets and its state in one HSET.
+local function save_window(win)
+  local args = {'w', win.cur .. win.count .. (win.legacy and 'L' or '')}
+  for f in pairs(win.dirty) do
+    args[#args + 1] = f
+    args[#args + 1] = win.buckets[f]
+  end
+  redis.call('HSET', KEYS[win.key], unpack(args))
+  win.dirty = {}
+end
+
+-- Whether a child's hash KEYS[c] (fields parent, discarded, merged_at in f) is a live child of
+-- parent: OK, MERGED, or the reply for a child that is not there: {PRUNED, merged_at} when the
+-- root's done zset KEYS[7] remembers its merge, else {NOT_FOUND}.
+local function child_state(f, parent, child_key)
+  if not f[1] then
+    local at = redis.call('ZSCORE', KEYS[7], 'm' .. child_key)
+    if at then return {PRUNED, at} end
+    return {NOT_FOUND}
+  end
+  if f[1] ~= parent or f[2] then return {NOT_FOUND} end
   if f[3] then return MERGED end
   return OK
+end
+
+-- Whether another call holds the child's merge lease (meta fields mt: its token, mx: until when,
+-- ms): a staged merge is under way, and the child takes no messages and no other merge.
+local function leased(mt, mx, now, token)
+  return mt ~= nil and mt ~= token and tonumber(mx or '0') >= now
+end
+
+-- Remember an ended child in the root's done zset (newest 100 kept): 'm' .. key for a merged
+-- one, 'd' .. key for a discarded one, scored by when it ended (us).
+local function tombstone(kind, child_key, us)
+  redis.call('ZADD', KEYS[7], us, kind .. child_key)
+  redis.call('ZREMRANGEBYRANK', KEYS[7], 0, -101)
 end

@@ -1,34 +1,61 @@
 -- append_child_message: append messages to a live, unmerged child only; trim to its max.
--- KEYS[1] child meta hash   KEYS[2] child msgs list   KEYS[3] child ids hash
--- KEYS[4] parent meta hash  KEYS[5] parent msgs list  KEYS[6] parent ids hash
--- KEYS[7] parent's kids zset   KEYS[8] index zset
--- ARGV[1] ttl ms (0 = none)   ARGV[2] expiry-marker grace ms   ARGV[3] parent key
--- ARGV[4] key id the elements are sealed with ('' = cleartext); it must be the parent's
--- ARGV[5 ..] message pairs: 8-byte id digest, stored element (digest .. JSON or sealed)
--- Reply: {OK, number appended} | {NOT_FOUND} | {MERGED} | {KEY_CHANGED, k} | {WRONG_TYPE, i}
--- Events: none. The parent's messages are untouched; its TTL and updated_at are refreshed,
--- so a sub-agent at work keeps its parent alive. Ids the child holds are skipped.
-local bad = wrong_type({'hash', 'list', 'hash', 'hash', 'list', 'hash', 'zset', 'zset'})
+-- KEYS[1..7] the tree's root keys (the parent's; see the prelude)
+-- KEYS[8] child meta hash   KEYS[9] child msgs list   KEYS[10] child ids hash
+-- KEYS[11 ..] the tree's members as the caller knows them
+-- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
+-- ARGV[5] parent key   ARGV[6] child key
+-- ARGV[7] key id the elements are sealed with ('' = cleartext); it must be the parent's
+-- ARGV[8 ..] message pairs: 8-byte id digest, stored element (digest .. JSON or sealed)
+-- Reply: {OK, number appended} | {NOT_FOUND} | {PRUNED, merged_at} | {MERGED}
+--        | {KEY_CHANGED, k} | {WRONG_TYPE, i} | {TREE_CHANGED, ...} | {DAMAGED, ...}
+-- Events: none. The parent's messages are untouched; its updated_at and index entry are
+-- refreshed and the tree kept alive, so a sub-agent at work keeps its parent alive. Ids in the
+-- child's id window (at least the id window, or its max messages when larger) are skipped.
+local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
+  'hash'})
 if bad then return {WRONG_TYPE, bad} end
-local st = child_state(KEYS[1], ARGV[3])
-if st ~= OK then return {st} end
-local k = other_key(KEYS[4], ARGV[4])
-if k then return {KEY_CHANGED, k} end
+local c = redis.call('HMGET', KEYS[8], 'parent', 'discarded', 'merged_at', 'max', 'g', 'h', 'n',
+  'i')
+local st = child_state(c, ARGV[5], ARGV[6])
+if st == MERGED then return {MERGED} end
+if st ~= OK then return st end
+local f = redis.call('HMGET', KEYS[1], 'v', 'k', 'x', 'tg')
+if not f[1] then return gone(1, 2, 3, 5) end
+if (f[2] or '') ~= ARGV[7] then return {KEY_CHANGED, f[2] or ''} end
+local us, now = clock()
+local ttl = tonumber(ARGV[1])
+local extend_now = due(f[3], ttl, now)
+if extend_now and (f[4] or '0') ~= ARGV[3] then return tree_changed(f[4]) end
+local g, h, n = positions(c[5], c[6], c[7], 9)
+if not g then return h end
+local win, stop = open_window(10, c[8], 8, #ARGV, 2)
+if not win then return stop end
 
-local added = 0
-for i = 5, #ARGV, 2 do
-  if not has_digest(KEYS[3], ARGV[i]) then
-    redis.call('RPUSH', KEYS[2], ARGV[i + 1])
-    add_digest(KEYS[3], ARGV[i])
-    added = added + 1
+local digests, elements = {}, {}
+for i = 8, #ARGV, 2 do
+  local d = ARGV[i]
+  if not has(win, d) then
+    digests[#digests + 1] = d
+    elements[#elements + 1] = ARGV[i + 1]
+    win.added[d] = true
   end
 end
-if added > 0 then
-  local max = tonumber(redis.call('HGET', KEYS[1], 'max') or '0')
-  if max > 0 then redis.call('LTRIM', KEYS[2], -max, -1) end
-  touch({KEYS[1], KEYS[2], KEYS[7]}, KEYS[3], ARGV[1], ARGV[2])
-  if redis.call('EXISTS', KEYS[4]) == 1 then
-    bump(KEYS[4], KEYS[5], KEYS[6], KEYS[8], ARGV[3], ARGV[1], ARGV[2])
-  end
+if #digests == 0 then return {OK, 0} end
+local new_keys = {}  -- keys this call creates join the tree's deadline
+if n == h then new_keys[#new_keys + 1] = 9 end
+if not c[8] then new_keys[#new_keys + 1] = 10 end  -- a first-layout child
+push_all(KEYS[9], elements)
+n = n + #elements
+local max = tonumber(c[4] or '0')
+if max > 0 and n - h > max then
+  redis.call('LTRIM', KEYS[9], -max, -1)
+  h = n - max
 end
-return {OK, added}
+win.added = {}
+add(win, digests, math.max(tonumber(ARGV[4]), max))
+save_window(win)
+redis.call('HSET', KEYS[8], 'g', g, 'h', h, 'n', n, 'i', '1')
+redis.call('HSET', KEYS[1], 'updated_at', us)
+redis.call('ZADD', KEYS[4], now, ARGV[5])
+if extend_now then extend(11, ttl, tonumber(ARGV[2]), now) else join_tree(f[3], new_keys) end
+return {OK, #digests}

@@ -1,30 +1,44 @@
 -- compact_messages: replace messages 0..up_to (inclusive) with one summary message, first.
--- KEYS[1] meta hash   KEYS[2] msgs list   KEYS[3] ids hash   KEYS[4] index zset
--- ARGV[1] ttl ms (0 = none)   ARGV[2] expiry-marker grace ms   ARGV[3] session key
--- ARGV[4] up_to (0-based, inclusive)   ARGV[5] summary id digest   ARGV[6] summary JSON
--- ARGV[7] expected prefix of message up_to ('{"id":"<id>",'), or '' for no check
--- ARGV[8] events channel ('' = none)   ARGV[9] 'compact' event JSON
--- ARGV[10] key id the summary is sealed with ('' = cleartext)
+-- KEYS[1..7] the tree's root keys (see the prelude); KEYS[8 ..] the tree's members
+-- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
+-- ARGV[5] session key   ARGV[6] up_to (0-based, inclusive)   ARGV[7] summary id digest
+-- ARGV[8] summary element   ARGV[9] expected prefix of message up_to ('{"id":"<id>",'), or ''
+-- ARGV[10] events channel ('' = none)   ARGV[11] 'compact' event JSON
+-- ARGV[12] key id the summary is sealed with ('' = cleartext)
 -- Reply: {OK, messages removed} | {OUT_OF_RANGE, length} | {STALE} | {NOT_FOUND} | {EXPIRED}
---        | {KEY_CHANGED, k} | {WRONG_TYPE, i}
+--        | {KEY_CHANGED, k} | {WRONG_TYPE, i} | {TREE_CHANGED, ...} | {DAMAGED, ...}
 -- Events: 'compact', only when this call compacted.
 -- Messages appended after the caller read the history stay after the summary. A retried call
--- (the summary's digest already held) changes nothing and answers {OK, 0}.
-local refused = write_refused(ARGV[10])
+-- (the summary's digest in the window) changes nothing and answers {OK, 0}. With an expected
+-- id, a history that no longer reaches up_to is STALE (it changed since it was read), not out
+-- of range. The list begins a new generation.
+local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'g', 'h', 'n', 'i')
+local refused = root_refused(f)
 if refused then return refused end
-if has_digest(KEYS[3], ARGV[5]) then return {OK, 0} end
-local up_to = tonumber(ARGV[4])
-local len = redis.call('LLEN', KEYS[2])
+if (f[2] or '') ~= ARGV[12] then return {KEY_CHANGED, f[2] or ''} end
+local us, now = clock()
+local ttl = tonumber(ARGV[1])
+local extend_now = due(f[3], ttl, now)
+if extend_now and (f[4] or '0') ~= ARGV[3] then return tree_changed(f[4]) end
+local g, h, n = positions(f[5], f[6], f[7], 2)
+if not g then return h end
+local win, stop = open_window(3, f[8], 7, 7, 1)
+if not win then return stop end
+if has(win, ARGV[7]) then return {OK, 0} end
+local up_to, len, expect = tonumber(ARGV[6]), n - h, ARGV[9]
+if up_to >= len and expect ~= '' then return {STALE} end
 if up_to < 0 or up_to >= len then return {OUT_OF_RANGE, len} end
-local expect = ARGV[7]
 if expect ~= '' then
   local m = redis.call('LINDEX', KEYS[2], up_to)
   if string.sub(m, 1, #expect) ~= expect then return {STALE} end
 end
 
+redis.call('HSET', KEYS[1], 'updated_at', us, 'g', g + 1, 'h', 0, 'n', len - up_to)
 redis.call('LTRIM', KEYS[2], up_to + 1, -1)
-redis.call('LPUSH', KEYS[2], ARGV[6])
-add_digest(KEYS[3], ARGV[5])
-bump(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[1], ARGV[2])
-emit(ARGV[8], ARGV[9])
+redis.call('LPUSH', KEYS[2], ARGV[8])
+add(win, {ARGV[7]}, tonumber(ARGV[4]))
+save_window(win)
+redis.call('ZADD', KEYS[4], now, ARGV[5])
+if extend_now then extend(8, ttl, tonumber(ARGV[2]), now) else join_tree(f[3], {2}) end
+emit(ARGV[10], ARGV[11])
 return {OK, up_to + 1}

@@ -1,27 +1,42 @@
--- discard_child: remove an unmerged child without touching its parent.
--- KEYS[1] child meta hash   KEYS[2] child msgs list   KEYS[3] child ids hash
--- KEYS[4] parent's kids zset
--- ARGV[1] parent key   ARGV[2] child key   ARGV[3] call token   ARGV[4] tombstone life ms
--- ARGV[5] events channel ('' = none)   ARGV[6] 'discard' event JSON
--- Reply: {OK} | {NOT_FOUND} | {MERGED} | {WRONG_TYPE, i}
--- Events: 'discard', only when this call discarded. The child's hash stays for ARGV[4] ms as
--- a tombstone holding the token, so a retry of this very call answers OK again.
-local bad = wrong_type({'hash', 'list', 'hash', 'zset'})
+-- discard_child: remove an unmerged child without touching its parent's messages.
+-- KEYS[1..7] the tree's root keys (the parent's; see the prelude)
+-- KEYS[8] child meta hash   KEYS[9] child msgs list   KEYS[10] child ids hash
+-- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
+-- ARGV[5] parent key   ARGV[6] child key   ARGV[7] call token digest
+-- ARGV[8] events channel ('' = none)   ARGV[9] 'discard' event JSON
+-- Reply: {OK, tg, member...} | {NOT_FOUND} | {MERGED} | {WRONG_TYPE, i}
+-- Events: 'discard', only when this call discarded; the first write (ZADD) is refused at OOM. The child's keys go at once; the parent's
+-- done zset keeps a tombstone, and the call token's digest in the parent's id window lets a
+-- retry of this very call answer OK again.
+local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
+  'hash'})
 if bad then return {WRONG_TYPE, bad} end
-local f = redis.call('HMGET', KEYS[1], 'parent', 'discarded', 'merged_at')
-if not f[1] or f[1] ~= ARGV[1] then return {NOT_FOUND} end
-if f[2] then
-  if f[2] == ARGV[3] then return {OK} end
-  return {NOT_FOUND}
+local f = redis.call('HMGET', KEYS[1], 'tg', 'i', 'v', 'x')
+local win, stop = open_window(3, f[2], 1, 0, 1, {ARGV[7]})
+if not win then return stop end
+if has(win, ARGV[7]) then
+  local reply = tree_changed(f[1])
+  reply[1] = OK
+  return reply
 end
-if f[3] then return {MERGED} end
+local c = redis.call('HMGET', KEYS[8], 'parent', 'discarded', 'merged_at', 'mt', 'mx')
+local st = child_state(c, ARGV[5], ARGV[6])
+if st == MERGED or (type(st) == 'table' and st[1] == PRUNED) then return {MERGED} end
+if st ~= OK then return st end
+local us, now = clock()
+if leased(c[4], c[5], now, '') then return {MERGED} end
 
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-local life = tonumber(ARGV[4])
-if life > 0 then
-  redis.call('HSET', KEYS[1], 'parent', ARGV[1], 'discarded', ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], life)
+local tg = tonumber(f[1] or '0') + 1
+if f[3] then  -- a live parent records the discard (a damaged one only loses the child)
+  tombstone('d', ARGV[6], us)
+  add(win, {ARGV[7]}, tonumber(ARGV[4]))
+  save_window(win)
+  redis.call('HSET', KEYS[1], 'tg', tg)
+  join_tree(f[4], {7})
 end
-redis.call('ZREM', KEYS[4], ARGV[2])
-emit(ARGV[5], ARGV[6])
-return {OK}
+redis.call('UNLINK', KEYS[8], KEYS[9], KEYS[10])
+redis.call('ZREM', KEYS[6], ARGV[6])
+emit(ARGV[8], ARGV[9])
+local reply = tree_changed(tg)
+reply[1] = OK
+return reply

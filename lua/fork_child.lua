@@ -1,43 +1,80 @@
 -- fork_child: create a child session of a live parent, inheriting its last N messages.
--- KEYS[1] child meta hash   KEYS[2] child msgs list   KEYS[3] child ids hash
--- KEYS[4] parent meta hash  KEYS[5] parent msgs list  KEYS[6] parent ids hash
--- KEYS[7] parent's kids zset   KEYS[8] index zset
--- ARGV[1] ttl ms (0 = none)   ARGV[2] expiry-marker grace ms   ARGV[3] parent key
--- ARGV[4] child key   ARGV[5] agent name   ARGV[6] config JSON   ARGV[7] max messages (0 = all)
--- ARGV[8] N messages to inherit   ARGV[9] call token   ARGV[10] events channel ('' = none)
--- ARGV[11] 'fork' event JSON   ARGV[12] the caller's key id for the parent ('' = cleartext)
--- Reply: {OK, created_at_us, the child's stored elements} | {PARENT_GONE, NOT_FOUND or EXPIRED}
---        | {EXISTS} | {KEY_CHANGED, k} | {WRONG_TYPE, i}
+-- KEYS[1..7] the tree's root keys (the parent's; see the prelude)
+-- KEYS[8] child meta hash   KEYS[9] child msgs list   KEYS[10] child ids hash
+-- KEYS[11 ..] the tree's members as the caller knows them
+-- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
+-- ARGV[5] parent key   ARGV[6] child key   ARGV[7] agent name   ARGV[8] config JSON
+-- ARGV[9] max messages (0 = all)   ARGV[10] N messages to inherit   ARGV[11] call token
+-- ARGV[12] events channel ('' = none)   ARGV[13] 'fork' event JSON
+-- ARGV[14] the caller's key id for the parent ('' = cleartext)
+-- ARGV[15] inherited messages staged in KEYS[9] by copy_range (0: copy them here), and
+-- ARGV[16] the parent's generation they were copied from
+-- Reply: {OK, created_at_us, tg, the child's stored elements, member...}
+--        | {PARENT_GONE, NOT_FOUND or EXPIRED} | {EXISTS} | {KEY_CHANGED, k} | {WRONG_TYPE, i}
+--        | {TREE_CHANGED, ...} | {STALE} (the parent changed while messages were staged)
 -- Events: 'fork', only when this call created the child (a retry answers OK silently).
 -- Inherited messages are stored with an all-zero digest: they are never merged back.
-local bad = wrong_type({'hash', 'list', 'hash', 'hash', 'list', 'hash', 'zset', 'zset'})
+local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
+  'hash'})
 if bad then return {WRONG_TYPE, bad} end
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  if redis.call('HGET', KEYS[1], 'token') == ARGV[9] then
-    return {OK, redis.call('HGET', KEYS[1], 'created_at'), redis.call('LRANGE', KEYS[2], 0, -1)}
+local staged = tonumber(ARGV[15])
+if redis.call('EXISTS', KEYS[8]) == 1 then
+  local c = redis.call('HMGET', KEYS[8], 'token', 'created_at')
+  if c[1] == ARGV[11] then
+    local reply = tree_changed(redis.call('HGET', KEYS[1], 'tg'))
+    reply[1] = OK
+    table.insert(reply, 2, c[2])
+    table.insert(reply, 4, redis.call('LRANGE', KEYS[9], 0, -1))
+    return reply
   end
   return {EXISTS}
 end
-local st = session_state(KEYS[4], KEYS[6])
-if st ~= OK then return {PARENT_GONE, st} end
-local k = other_key(KEYS[4], ARGV[12])
-if k then return {KEY_CHANGED, k} end
-
-redis.call('DEL', KEYS[2], KEYS[3])
-local n = tonumber(ARGV[8])
-if n > 0 then
-  for _, m in ipairs(redis.call('LRANGE', KEYS[5], -n, -1)) do
-    redis.call('RPUSH', KEYS[2], INHERITED .. m)
-  end
+local f = redis.call('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'g', 'h', 'n')
+if not f[1] then
+  local st = gone(1, 2, 3, 5)
+  if st[1] == DAMAGED then return st end
+  return {PARENT_GONE, st[1]}
 end
-local us = bump(KEYS[4], KEYS[5], KEYS[6], KEYS[8], ARGV[3], ARGV[1], ARGV[2])
-redis.call('HSET', KEYS[1], 'v', '1', 'key', ARGV[4], 'parent', ARGV[3], 'agent', ARGV[5],
-  'config', ARGV[6], 'max', ARGV[7], 'created_at', us, 'token', ARGV[9])
-redis.call('HSET', KEYS[3], 'c', us)
-touch({KEYS[1], KEYS[2], KEYS[7]}, KEYS[3], ARGV[1], ARGV[2])
-local last = redis.call('ZREVRANGE', KEYS[7], 0, 0, 'WITHSCORES')
+if (f[2] or '') ~= ARGV[14] then return {KEY_CHANGED, f[2] or ''} end
+local us, now = clock()
+local ttl = tonumber(ARGV[1])
+local extend_now = due(f[3], ttl, now)
+if extend_now and (f[4] or '0') ~= ARGV[3] then return tree_changed(f[4]) end
+local g, h, n = positions(f[5], f[6], f[7], 2)
+if not g then return h end
+if staged > 0 and (tostring(g) ~= ARGV[16] or redis.call('LLEN', KEYS[9]) ~= staged) then
+  return {STALE}
+end
+
+local tg = tonumber(f[4] or '0') + 1
+redis.call('HSET', KEYS[8], 'v', '1', 'key', ARGV[6], 'parent', ARGV[5], 'agent', ARGV[7],
+  'config', ARGV[8], 'max', ARGV[9], 'created_at', us, 'token', ARGV[11], 'g', 0, 'h', 0,
+  'i', '1')
+if staged == 0 then
+  redis.call('DEL', KEYS[9], KEYS[10])
+  local want = tonumber(ARGV[10])
+  if want > 0 then
+    local copy = {}
+    for _, m in ipairs(redis.call('LRANGE', KEYS[2], -want, -1)) do copy[#copy + 1] = INHERITED .. m end
+    push_all(KEYS[9], copy)
+  end
+else
+  redis.call('DEL', KEYS[10])
+end
+redis.call('HSET', KEYS[10], 'w', 'a0')  -- the child's id window, empty
+redis.call('HSET', KEYS[8], 'n', redis.call('LLEN', KEYS[9]))
+redis.call('HSET', KEYS[1], 'updated_at', us, 'tg', tg)
+redis.call('ZADD', KEYS[4], now, ARGV[5])
+local last = redis.call('ZREVRANGE', KEYS[6], 0, 0, 'WITHSCORES')
 local seq = 1
 if last[2] then seq = tonumber(last[2]) + 1 end
-redis.call('ZADD', KEYS[7], seq, ARGV[4])
-emit(ARGV[10], ARGV[11])
-return {OK, us, redis.call('LRANGE', KEYS[2], 0, -1)}
+redis.call('ZADD', KEYS[6], seq, ARGV[6])
+local x = f[3]
+if extend_now then x = extend(11, ttl, tonumber(ARGV[2]), now) end
+join_tree(x, {6, 8, 9, 10})
+emit(ARGV[12], ARGV[13])
+local reply = tree_changed(tg)
+reply[1] = OK
+table.insert(reply, 2, us)
+table.insert(reply, 4, redis.call('LRANGE', KEYS[9], 0, -1))
+return reply

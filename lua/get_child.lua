@@ -1,9 +1,29 @@
--- get_child: read a child session (merged ones included) in one snapshot. Read-only.
--- KEYS[1] child meta hash   KEYS[2] child msgs list
--- Reply: {OK, meta as flat field/value array, stored elements (digest .. JSON)}
---        | {NOT_FOUND} (never forked, discarded, expired or deleted) | {WRONG_TYPE, i}
-local bad = wrong_type({'hash', 'list'})
+-- get_child: read a child session (merged ones included) in one snapshot; with the version of
+-- what the caller holds already, only the messages added since. Read-only.
+-- KEYS[1] child meta hash   KEYS[2] child msgs list   KEYS[3] the parent's done zset
+-- ARGV[1] child key   ARGV[2] generation and ARGV[3] tail position the caller holds messages
+--         up to ('' = none)
+-- Reply: {OK, meta as a flat field/value array, from, h, n, g, stored elements (digest ..
+--        element) at positions from .. n - 1}
+--        | {NOT_FOUND} (never forked, discarded, expired or deleted) | {PRUNED, merged_at}
+--        | {WRONG_TYPE, i} | {DAMAGED, ...}
+local bad = wrong_type({'hash', 'list', 'zset'})
 if bad then return {WRONG_TYPE, bad} end
-local f = redis.call('HMGET', KEYS[1], 'parent', 'discarded')
-if not f[1] or f[2] then return {NOT_FOUND} end
-return {OK, redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1)}
+local f = redis.call('HMGET', KEYS[1], 'parent', 'discarded', 'g', 'h', 'n')
+if not f[1] then
+  local at = redis.call('ZSCORE', KEYS[3], 'm' .. ARGV[1])
+  if at then return {PRUNED, at} end
+  if redis.call('EXISTS', KEYS[2]) == 1 then return {DAMAGED, 1, 'missing'} end
+  return {NOT_FOUND}
+end
+if f[2] then return {NOT_FOUND} end
+local g, h, n = positions(f[3], f[4], f[5], 2)
+if not g then return h end
+local from = h
+if ARGV[2] == tostring(g) and ARGV[3] ~= '' then
+  local held = tonumber(ARGV[3])
+  if held >= h and held <= n then from = held end
+end
+local elements = {}
+if from < n then elements = redis.call('LRANGE', KEYS[2], from - h, -1) end
+return {OK, redis.call('HGETALL', KEYS[1]), from, h, n, g, elements}

@@ -1,53 +1,135 @@
 -- merge_child: fold a child into its parent in one step: a summary message, or the child's
--- own messages in order; then mark the child merged.
--- KEYS[1] child meta hash   KEYS[2] child msgs list   KEYS[3] child ids hash
--- KEYS[4] parent meta hash  KEYS[5] parent msgs list  KEYS[6] parent ids hash
--- KEYS[7] parent's kids zset   KEYS[8] index zset
--- ARGV[1] ttl ms (0 = none)   ARGV[2] expiry-marker grace ms
--- ARGV[3] parent max messages (0 = all)   ARGV[4] parent key   ARGV[5] call token
--- ARGV[6] 'summary' or 'history'   ARGV[7] summary id digest   ARGV[8] summary JSON
--- ARGV[9] events channel ('' = none)   ARGV[10] 'merge' event JSON
--- ARGV[11] key id the summary is sealed with ('' = cleartext); it must be the parent's
--- Reply: {OK, merged_at_us, messages appended to the parent} | {NOT_FOUND} (child)
---        | {MERGED} | {PARENT_GONE, NOT_FOUND or EXPIRED} | {KEY_CHANGED, k} | {WRONG_TYPE, i}
--- Events: 'merge', only when this call merged. A retry of this very call (same token) finds
--- its own merge and answers OK again; any other second merge gets MERGED. Inherited messages
--- and messages the parent already holds are not appended again.
-local bad = wrong_type({'hash', 'list', 'hash', 'hash', 'list', 'hash', 'zset', 'zset'})
+-- own messages in order; mark the child merged and prune merged children beyond the newest K.
+-- KEYS[1..7] the tree's root keys (the parent's; see the prelude)
+-- KEYS[8] child meta hash   KEYS[9] child msgs list   KEYS[10] child ids hash
+-- KEYS[11] the merge's staging list (see merge_stage)   KEYS[12 ..] the tree's members
+-- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
+-- ARGV[5] parent max messages (0 = all)   ARGV[6] parent key   ARGV[7] child key
+-- ARGV[8] call token   ARGV[9] its digest   ARGV[10] 'summary', 'history' or 'staged'
+-- ARGV[11] summary id digest   ARGV[12] summary element   ARGV[13] events channel ('' = none)
+-- ARGV[14] 'merge' event JSON   ARGV[15] the caller's key id for the parent ('' = cleartext)
+-- ARGV[16] K: merged children kept whole
+-- ARGV[17 .. 19] staged: the parent's generation and tail position the staging list was built
+--   from, and how many of the child's messages it holds after the parent's
+-- Reply: {OK, merged_at_us, messages appended to the parent, tg, member...}
+--        | {NOT_FOUND} (child) | {PRUNED, merged_at} | {MERGED} | {PARENT_GONE, st}
+--        | {KEY_CHANGED, k} | {WRONG_TYPE, i} | {TREE_CHANGED, ...} | {DAMAGED, ...} | {STALE}
+-- Events: 'merge', only when this call merged. A retry of this very call (its token digest in
+-- the parent's id window) answers OK again; any other second merge gets MERGED. Inherited
+-- messages and messages whose ids the parent's window holds are not appended again. With
+-- 'staged', KEYS[11] holds the parent's messages up to ARGV[18], then the child's (merge_stage
+-- built it under this call's lease); the parent's messages appended since go after them and
+-- the staging list replaces the parent's list in one step (a new generation of the list).
+local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
+  'hash', 'list'})
 if bad then return {WRONG_TYPE, bad} end
-local st = child_state(KEYS[1], ARGV[4])
-if st == MERGED then
-  local f = redis.call('HMGET', KEYS[1], 'merge_token', 'merged_at')
-  if f[1] == ARGV[5] then return {OK, f[2], 0} end
-  return {MERGED}
-end
-if st ~= OK then return {st} end
-local pst = session_state(KEYS[4], KEYS[6])
-if pst ~= OK then return {PARENT_GONE, pst} end
-local k = other_key(KEYS[4], ARGV[11])
-if k then return {KEY_CHANGED, k} end
-
-local added = 0
-if ARGV[6] == 'summary' then
-  if not has_digest(KEYS[6], ARGV[7]) then
-    redis.call('RPUSH', KEYS[5], ARGV[8])
-    add_digest(KEYS[6], ARGV[7])
-    added = 1
+local f = redis.call('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'g', 'h', 'n', 'i')
+local mode = ARGV[10]
+local extra = {ARGV[9]}
+if mode == 'summary' then extra[2] = ARGV[11] end
+local win, stop = open_window(3, f[8], 1, 0, 1, extra)
+if not win then return stop end
+local c = redis.call('HMGET', KEYS[8], 'parent', 'discarded', 'merged_at', 'g', 'h', 'n', 'mt',
+  'mx')
+if has(win, ARGV[9]) then  -- this very call merged already: answer as it did
+  local at = c[3] or redis.call('ZSCORE', KEYS[7], 'm' .. ARGV[7])
+  if at then
+    local reply = tree_changed(f[4])
+    reply[1] = OK
+    table.insert(reply, 2, at)
+    table.insert(reply, 3, 0)
+    return reply
   end
-else
-  for _, m in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+end
+local st = child_state(c, ARGV[6], ARGV[7])
+if st == MERGED then return {MERGED} end
+if st ~= OK then return st end
+local us, now = clock()
+if leased(c[7], c[8], now, ARGV[8]) then return {MERGED} end
+if not f[1] then
+  st = gone(1, 2, 3, 5)
+  if st[1] == DAMAGED then return st end
+  return {PARENT_GONE, st[1]}
+end
+if (f[2] or '') ~= ARGV[15] then return {KEY_CHANGED, f[2] or ''} end
+if (f[4] or '0') ~= ARGV[3] then return tree_changed(f[4]) end
+local g, h, n = positions(f[5], f[6], f[7], 2)
+if not g then return h end
+local cg, ch = positions(c[4], c[5], c[6], 9)
+if not cg then return ch end
+
+local digests, elements = {}, {}
+if mode == 'summary' then
+  if not has(win, ARGV[11]) then digests[1], elements[1] = ARGV[11], ARGV[12] end
+elseif mode == 'history' then
+  for _, m in ipairs(redis.call('LRANGE', KEYS[9], 0, -1)) do
     local d = string.sub(m, 1, 8)
-    if d ~= INHERITED and not has_digest(KEYS[6], d) then
-      redis.call('RPUSH', KEYS[5], string.sub(m, 9))
-      add_digest(KEYS[6], d)
-      added = added + 1
+    if d ~= INHERITED and not has(win, d) then
+      digests[#digests + 1] = d
+      elements[#elements + 1] = string.sub(m, 9)
+      win.added[d] = true
     end
   end
+elseif c[7] ~= ARGV[8] or tostring(g) ~= ARGV[17] or tonumber(ARGV[18]) > n then
+  return {STALE}  -- staged: the lease was lost, or the parent's list changed meanwhile
 end
-local max = tonumber(ARGV[3])
-if max > 0 and added > 0 then redis.call('LTRIM', KEYS[5], -max, -1) end
-local us = bump(KEYS[4], KEYS[5], KEYS[6], KEYS[8], ARGV[4], ARGV[1], ARGV[2])
-redis.call('HSET', KEYS[1], 'merged_at', us, 'merge_token', ARGV[5])
-touch({KEYS[1], KEYS[2], KEYS[7]}, KEYS[3], ARGV[1], ARGV[2])
-emit(ARGV[9], ARGV[10])
-return {OK, us, added}
+
+local added = #elements
+redis.call('HSET', KEYS[8], 'merged_at', us)
+if mode == 'staged' then
+  push_all(KEYS[11], redis.call('LRANGE', KEYS[2], math.max(tonumber(ARGV[18]), h) - h, -1))
+  redis.call('RENAME', KEYS[11], KEYS[2])
+  g, h, n, added = g + 1, 0, redis.call('LLEN', KEYS[2]), tonumber(ARGV[19])
+  for _, m in ipairs(redis.call('LRANGE', KEYS[9], -tonumber(ARGV[4]), -1)) do
+    local d = string.sub(m, 1, 8)
+    if d ~= INHERITED and not has(win, d) then
+      digests[#digests + 1] = d
+      win.added[d] = true
+    end
+  end
+else
+  push_all(KEYS[2], elements)
+  n = n + added
+end
+local max = tonumber(ARGV[5])
+if max > 0 and n - h > max then
+  redis.call('LTRIM', KEYS[2], -max, -1)
+  h = n - max
+end
+win.added = {}
+digests[#digests + 1] = ARGV[9]
+add(win, digests, math.max(tonumber(ARGV[4]), max))
+save_window(win)
+redis.call('DEL', KEYS[10])
+redis.call('HDEL', KEYS[8], 'mt', 'mx')
+
+-- Keep the newest K merged children whole; older ones leave a tombstone only.
+local merged = {}
+for i = 12, #KEYS, 3 do
+  local m = redis.call('HMGET', KEYS[i], 'key', 'merged_at')
+  if m[1] and m[2] and m[1] ~= ARGV[7] then merged[#merged + 1] = {tonumber(m[2]), m[1], i} end
+end
+merged[#merged + 1] = {tonumber(us), ARGV[7], 8}
+table.sort(merged, function(a, b) return a[1] > b[1] end)
+local tg = tonumber(f[4] or '0')
+for j = tonumber(ARGV[16]) + 1, #merged do
+  local at, key, i = merged[j][1], merged[j][2], merged[j][3]
+  redis.call('UNLINK', KEYS[i], KEYS[i + 1], KEYS[i + 2])
+  redis.call('ZREM', KEYS[6], key)
+  tombstone('m', key, at)
+  tg = tg + 1
+end
+redis.call('HSET', KEYS[1], 'updated_at', us, 'g', g, 'h', h, 'n', n, 'tg', tg)
+redis.call('ZADD', KEYS[4], now, ARGV[6])
+local ttl = tonumber(ARGV[1])
+if due(f[3], ttl, now) then
+  extend(12, ttl, tonumber(ARGV[2]), now)
+else
+  join_tree(f[3], {2, 7})
+end
+emit(ARGV[13], ARGV[14])
+local reply = tree_changed(tg)
+reply[1] = OK
+table.insert(reply, 2, us)
+table.insert(reply, 3, added)
+return reply

@@ -1,20 +1,35 @@
 -- update: set the given scalar fields and replace all metadata; history untouched.
--- KEYS[1] meta hash   KEYS[2] msgs list   KEYS[3] ids hash   KEYS[4] index zset
--- ARGV[1] ttl ms (0 = none)   ARGV[2] expiry-marker grace ms   ARGV[3] session key
--- ARGV[4] key id metadata values are sealed with ('' = cleartext)
--- ARGV[5] n = number of scalar field/value pairs that follow, ARGV[6 .. 5+2n]
--- ARGV[6+2n ..] metadata pairs: 'm:' .. name, value or 'e:' .. name, sealed value (the new
--- metadata, whole)
+-- KEYS[1..7] the tree's root keys (see the prelude); KEYS[8 ..] the tree's members
+-- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
+-- ARGV[5] session key   ARGV[6] key id metadata values are sealed with ('' = cleartext)
+-- ARGV[7] n = number of scalar field/value pairs that follow, ARGV[8 .. 7+2n]
+-- ARGV[8+2n ..] metadata pairs: 'm:' .. name, value or 'e:' .. name, sealed value (the new
+-- metadata, whole; the caller held it to its size limit)
 -- Reply: {OK, updated_at_us} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k} | {WRONG_TYPE, i}
+--        | {TREE_CHANGED, ...} | {DAMAGED, ...}
 -- Events: none.
-local refused = write_refused(ARGV[4])
+local bad = wrong_type({'hash', 'list', 'hash', 'zset'})
+if bad then return {WRONG_TYPE, bad} end
+local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'tg')
+local refused = root_refused(f)
 if refused then return refused end
+if (f[2] or '') ~= ARGV[6] then return {KEY_CHANGED, f[2] or ''} end
+local us, now = clock()
+local ttl = tonumber(ARGV[1])
+local extend_now = due(f[3], ttl, now)
+if extend_now and (f[4] or '0') ~= ARGV[3] then return tree_changed(f[4]) end
 
+local first = 8 + 2 * tonumber(ARGV[7])
+local mb = 0
+for i = first, #ARGV, 2 do mb = mb + #ARGV[i] + #ARGV[i + 1] end
+redis.call('HSET', KEYS[1], 'updated_at', us, 'mb', mb)
 local old = {}
-for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-  local p = string.sub(f, 1, 2)
-  if p == 'm:' or p == 'e:' then old[#old + 1] = f end
+for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+  local p = string.sub(field, 1, 2)
+  if p == 'm:' or p == 'e:' then old[#old + 1] = field end
 end
 for i = 1, #old, 1000 do redis.call('HDEL', KEYS[1], unpack(old, i, math.min(i + 999, #old))) end
-hcall_from('HSET', KEYS[1], 6, #ARGV)
-return {OK, bump(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[1], ARGV[2])}
+hcall_from('HSET', KEYS[1], 8, #ARGV)
+redis.call('ZADD', KEYS[4], now, ARGV[5])
+if extend_now then extend(8, ttl, tonumber(ARGV[2]), now) end
+return {OK, us}

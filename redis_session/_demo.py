@@ -339,7 +339,9 @@ def _check(store: RedisStore, keys: list[str], ledger: _Ledger, result: DemoResu
         result.unexpected += len(held - expected) + tokens.count(None)
         children = store.children_of(key)
         result.unmerged += sum(1 for c in children if not c.is_merged())
-        result.unmerged += abs(ledger.forks[key] - len(children))
+        # The newest keep_merged_children merged children stay whole; older ones are pruned.
+        kept = min(ledger.forks[key], store.keep_merged_children)
+        result.unmerged += abs(kept - len(children))
 
 
 def cleanup(store: RedisStore, config: DemoConfig) -> int:

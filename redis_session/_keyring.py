@@ -192,22 +192,6 @@ class KeyringOps:
             self._session_kids.clear()
         self._session_kids[owner] = kid
 
-    def _sealed_write(
-        self,
-        owner: str,
-        build: Callable[[Sealer | None], ScriptCall],
-        ctx: Ctx | Callable[[], Ctx],
-    ) -> Op[Any]:
-        """Run the script ``build`` makes, sealing with session ``owner``'s own key: when the
-        script answers ``KEY_CHANGED``, follow the session's key and seal again.
-        """
-        for _ in range(3):
-            reply = yield build(self._sealer(owner))
-            if not (isinstance(reply, list) and reply and reply[0] == Status.KEY_CHANGED):
-                return check(reply, ctx)
-            yield from self._follow(owner, bytes(reply[1]))
-        raise ConcurrentChange(owner, "its encryption key kept changing")
-
     def _opened(self, decode: Callable[[Keyring | None], Any]) -> Op[Any]:
         """``decode(keyring)``; a key id the keyring lacks reloads it once (a rotation began)."""
         try:
@@ -326,10 +310,10 @@ class KeyringOps:
                 return 0
             children = [codec.decode_key(m) for m in kids]
             lists: list[list[bytes]] = [[bytes(m) for m in items]]
+            child_keys = [self.schema.child(c) for c in children]
             if children:
                 got = yield Commands(
-                    [("LRANGE", self.schema.child(c).msgs, 0, -1) for c in children],
-                    transaction=True,
+                    [("LRANGE", ck.msgs, 0, -1) for ck in child_keys], transaction=True
                 )
                 lists += [[bytes(m) for m in page] for page in got]
             args: list[bytes | str | int] = [target, len(children), *children]
@@ -338,7 +322,9 @@ class KeyringOps:
                 args += (len(pairs) // 2, *pairs)
             quads = yield from self._reseal_metadata(key, meta, target)
             args += (len(quads) // 4, *quads)
-            keys = [sk.meta, sk.msgs, sk.kids, *(self.schema.child(c).msgs for c in children)]
+            keys: list[str | bytes] = [sk.meta, sk.msgs, sk.kids]
+            for ck in child_keys:
+                keys += (ck.meta, ck.msgs)
             reply = yield ScriptCall("reseal_session", keys, args)
             if reply[0] == Status.NOT_FOUND:
                 return 0

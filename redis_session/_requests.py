@@ -18,7 +18,7 @@ class ScriptCall:
     """Run script ``name`` (EVALSHA, reloaded on NOSCRIPT) with these KEYS and ARGV."""
 
     name: str
-    keys: Sequence[str]
+    keys: Sequence[str | bytes]
     args: Sequence[bytes | str | int]
     write: bool = True
     """Whether the script may write (only writes wait for replicas)."""

@@ -13,8 +13,12 @@ import redis.asyncio
 
 from . import _url, events
 from ._core import (
+    DEFAULT_DEDUP_WINDOW,
     DEFAULT_EXPIRED_GRACE,
+    DEFAULT_KEEP_MERGED_CHILDREN,
     DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_METADATA_BYTES,
+    DEFAULT_MAX_METADATA_VALUE_BYTES,
     Compute,
     Core,
     Emit,
@@ -78,6 +82,10 @@ class AsyncRedisStore:
         wait_timeout: float | timedelta = 1.0,
         failover_window: float | timedelta = 15.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
+        max_metadata_value_bytes: int = DEFAULT_MAX_METADATA_VALUE_BYTES,
+        dedup_window: int = DEFAULT_DEDUP_WINDOW,
+        keep_merged_children: int = DEFAULT_KEEP_MERGED_CHILDREN,
         passphrase: str | bytes | None = None,
         kdf_work: int = DEFAULT_WORK,
     ) -> None:
@@ -92,6 +100,10 @@ class AsyncRedisStore:
             wait_timeout=wait_timeout,
             failover_window=failover_window,
             max_message_bytes=max_message_bytes,
+            max_metadata_bytes=max_metadata_bytes,
+            max_metadata_value_bytes=max_metadata_value_bytes,
+            dedup_window=dedup_window,
+            keep_merged_children=keep_merged_children,
             passphrase=passphrase,
             kdf_work=kdf_work,
         )
@@ -129,6 +141,19 @@ class AsyncRedisStore:
     def max_history_turns(self) -> int:
         """How many messages a session keeps (the newest); 0 = all."""
         return self._core.max_history_turns
+
+    @property
+    def dedup_window(self) -> int:
+        """How many of a session's newest message ids (and call tokens) its id window holds at
+        least: a retried or repeated append of one of them stores nothing. It is
+        ``max(dedup_window, max_history_turns)``.
+        """
+        return self._core.window
+
+    @property
+    def keep_merged_children(self) -> int:
+        """How many merged children per session stay whole (record and history)."""
+        return self._core.keep_merged_children
 
     @property
     def encrypted(self) -> bool:
@@ -188,7 +213,7 @@ class AsyncRedisStore:
             pipe.execute_command(*command)
         return await pipe.execute(raise_on_error=not request.errors_as_values)
 
-    async def _writer_for(self, key: str) -> Any:
+    async def _writer_for(self, key: str | bytes) -> Any:
         """The client whose connection runs a write to ``key``: on a cluster, the own client of
         the node serving its slot, so that WAIT asks about that very write.
         """
@@ -226,7 +251,7 @@ class AsyncRedisStore:
             if error is None:
                 if acked < core.wait_replicas:
                     raise DurabilityNotReached(
-                        request.keys[0], acked, core.wait_replicas, core.wait_timeout_ms
+                        str(request.keys[0]), acked, core.wait_replicas, core.wait_timeout_ms
                     )
                 return reply
             if not _url.is_failover_error(error) or time.monotonic() > deadline:

@@ -12,6 +12,7 @@ the meta hash; timestamps are microseconds since the epoch from the Redis server
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -36,6 +37,8 @@ from .models import (
     ToolCall,
     UTCDateTime,
 )
+
+log = logging.getLogger("redis_session")
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 SCALAR_FIELDS = ("agent_id", "channel_type", "channel_id", "model")
@@ -399,6 +402,50 @@ def decode_summary(key: str, created: bytes | None, updated: bytes | None) -> Se
 def decode_key(raw: bytes) -> str:
     """An index member back into the session key it is."""
     return _text(raw.decode("utf-8", "replace"), raw, "an index member")
+
+
+def log_bad_record(where: str, exc: Exception) -> None:
+    """Note a damaged record that an operation skipped (one bad record is one bad record)."""
+    log.warning("redis_session: %s skipped a damaged record: %s", where, exc)
+
+
+def index_member(raw: bytes) -> str | None:
+    """The session key an index member names, or None (logged) for one that is not UTF-8."""
+    try:
+        return bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        log_bad_record("list_sessions", CorruptData(repr(bytes(raw)), "index member is not UTF-8"))
+        return None
+
+
+def member_key(raw: bytes) -> str:
+    """A ``kids`` member as the child key it names; one that is not UTF-8 (damaged) keeps its
+    bytes as surrogate escapes, so that its key names can still be sent (:func:`wire`).
+    """
+    return bytes(raw).decode("utf-8", "surrogateescape")
+
+
+def wire(name: str) -> str | bytes:
+    """A key name as sent to Redis: itself, or its bytes when it holds surrogate escapes."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogateescape")
+    return name
+
+
+def is_damaged(child_key: str) -> bool:
+    """Whether a child key read from ``kids`` was not UTF-8 (see :func:`member_key`)."""
+    return isinstance(wire(child_key), bytes)
+
+
+def metadata_only(pairs: Sequence[bytes]) -> list[bytes]:
+    """The metadata entries (``m:`` / ``e:`` fields and their values) among meta-hash pairs."""
+    out: list[bytes] = []
+    for field, value in zip(pairs[::2], pairs[1::2], strict=True):
+        if field[:2] in (b"m:", b"e:"):
+            out += (field, value)
+    return out
 
 
 _CONFIG = TypeAdapter(ChildSessionConfig)

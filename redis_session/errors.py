@@ -7,6 +7,7 @@ Subclasses also inherit the builtin a caller would reach for::
     ├── SessionNotFound (LookupError)        key
     │   ├── SessionExpired                   key
     │   └── ChildNotFound                    key
+    │       └── ChildPruned                  key, merged_at  (merged, its record pruned since)
     ├── ItemNotFound (LookupError)           kind, name    (salts, checksums, secrets)
     ├── DuplicateSession                     key
     ├── ChildAlreadyMerged                   key
@@ -28,6 +29,8 @@ wrapped: retries are configured on the client.
 """
 
 from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
 
 
 class SessionError(Exception):
@@ -54,6 +57,22 @@ class ChildNotFound(SessionNotFound):
 
     def __init__(self, key: str) -> None:
         super().__init__(key, f"child session {key!r} not found")
+
+
+class ChildPruned(ChildNotFound):
+    """The child session under ``key`` was merged (at ``merged_at``) and its record has been
+    pruned since: its messages are in the parent (or its summary is), the child's own history
+    is gone. A subclass of :class:`ChildNotFound`.
+    """
+
+    def __init__(self, key: str, merged_at_us: int) -> None:
+        self.merged_at = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=merged_at_us)
+        SessionNotFound.__init__(
+            self,
+            key,
+            f"child session {key!r} was merged at {self.merged_at.isoformat()} and its record "
+            "pruned since (the newest keep_merged_children merged children are kept whole)",
+        )
 
 
 class DuplicateSession(SessionError):

@@ -2,17 +2,28 @@
 
 A session key is any non-empty string. Its keys in Redis look like::
 
-    <prefix>meta:{<root>}<rest>     hash: scalar fields, ``m:<name>`` metadata entries
+    <prefix>meta:{<root>}<rest>     hash: scalar fields, ``m:<name>`` metadata entries, list
+                                    positions, the tree's deadline and generation
     <prefix>msgs:{<root>}<rest>     list: one JSON message per element, in append order
-    <prefix>ids:{<root>}<rest>      hash: digests of every message id appended (idempotency),
-                                    and the expiry marker (it outlives the data by a grace period)
-    <prefix>kids:{<root>}<rest>     zset: the session's child keys, scored by fork order
+    <prefix>ids:{<root>}<rest>      hash: the id window (digests of the newest message ids and
+                                    call tokens: idempotency)
+    <prefix>kids:{<root>}<rest>     zset: the session's children (live, and merged ones kept
+                                    whole), scored by fork order
+    <prefix>done:{<root>}<rest>     zset: tombstones of ended children (the newest 100)
+    <prefix>mark:{<root>}<rest>     string: the expiry marker (outlives the tree by a grace
+                                    period, so that an expired session is told from none)
+    <prefix>pop:{<root>}<rest>      string: the last popped element, kept briefly for a retry
 
 and a child session (its key made by ``ChildSession.new``) has its own namespace::
 
-    <prefix>child:{<root>}<rest>    hash: parent, agent, config, timestamps, merge/discard marks
+    <prefix>child:{<root>}<rest>    hash: parent, agent, config, timestamps, merge marks,
+                                    list positions
     <prefix>cmsgs:{<root>}<rest>    list: 8-byte id digest + JSON per message
-    <prefix>cids:{<root>}<rest>     hash: id digests (idempotency of child appends)
+    <prefix>cids:{<root>}<rest>     hash: the child's id window
+    <prefix>stage:{<root>}<rest>    list: a large merge's staging list (briefly)
+
+A session and its children form a tree that expires as one: every key above shares the
+deadline in the session's meta hash.
 
 ``root`` is the part of the key before its first ``":child:"`` (the whole key when there is
 none) and ``rest`` what follows. A child key is ``<parent>:child:<agent>:<ns>``, so its root is
@@ -96,12 +107,15 @@ def hash_tag(key: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SessionKeys:
-    """The Redis key names of one session (or child session)."""
+    """The Redis key names of one session: the root of its tree."""
 
     meta: str
     msgs: str
     ids: str
     kids: str
+    done: str
+    mark: str
+    pop: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +125,7 @@ class ChildKeys:
     meta: str
     msgs: str
     ids: str
+    stage: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,14 +155,22 @@ class KeySchema:
         p = self.prefix
         return SessionKeys(
             meta=f"{p}meta:{body}", msgs=f"{p}msgs:{body}", ids=f"{p}ids:{body}",
-            kids=f"{p}kids:{body}",
+            kids=f"{p}kids:{body}", done=f"{p}done:{body}", mark=f"{p}mark:{body}",
+            pop=f"{p}pop:{body}",
         )  # fmt: skip
 
+    @lru_cache(maxsize=4096)  # noqa: B019
     def child(self, key: str) -> ChildKeys:
-        """The key names of child session ``key`` (in its parent's slot)."""
-        body = self._body(key)
+        """The key names of child session ``key`` (in its parent's slot). A ``kids`` member
+        that is not UTF-8 comes as a str with surrogate escapes (see ``codec.member_key``);
+        its names go to Redis through ``codec.wire``.
+        """
         p = self.prefix
-        return ChildKeys(meta=f"{p}child:{body}", msgs=f"{p}cmsgs:{body}", ids=f"{p}cids:{body}")
+        body = self._body(key)
+        return ChildKeys(
+            meta=f"{p}child:{body}", msgs=f"{p}cmsgs:{body}", ids=f"{p}cids:{body}",
+            stage=f"{p}stage:{body}",
+        )  # fmt: skip
 
     @lru_cache(maxsize=4096)  # noqa: B019
     def index_of(self, key: str) -> str:

@@ -10,6 +10,8 @@ from typing import Any, NoReturn
 from .errors import (
     ChildAlreadyMerged,
     ChildNotFound,
+    ChildPruned,
+    ConcurrentChange,
     CorruptData,
     DuplicateSession,
     InvalidArgument,
@@ -37,6 +39,10 @@ class Status(IntEnum):
     WRONG_TYPE = 9
     PARENT_GONE = 10
     KEY_CHANGED = 11
+    TREE_CHANGED = 12
+    DAMAGED = 13
+    TOO_LARGE = 14
+    PRUNED = 15
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,13 +50,14 @@ class Ctx:
     """What an operation knows that its exception should carry."""
 
     key: str = ""
-    keys: Sequence[str] = ()
+    keys: Sequence[str | bytes] = ()
     child: bool = False
     kind: str = ""
     name: str = ""
     index: int = -1
     expect_id: str = ""
     parent: str = ""
+    argument: str = ""
 
 
 def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
@@ -78,9 +85,42 @@ def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
                 raise SessionExpired(ctx.parent)
             raise SessionNotFound(ctx.parent)
         case Status.WRONG_TYPE:
-            where = ctx.keys[int(reply[1]) - 1]
+            where = _key_name(ctx.keys[int(reply[1]) - 1])
             raise CorruptData(ctx.key or ctx.name, f"Redis key {where!r} holds a foreign type")
+        case Status.DAMAGED:
+            raise CorruptData(ctx.key or ctx.name, damage(ctx.keys, reply))
+        case Status.TOO_LARGE:
+            raise InvalidArgument(
+                ctx.argument or "metadata",
+                f"would make the session's metadata {int(reply[1]):,} bytes as stored, over "
+                f"max_metadata_bytes={int(reply[2]):,}",
+            )
+        case Status.PRUNED:
+            raise ChildPruned(ctx.key, int(float(reply[1])))
+        case Status.TREE_CHANGED:
+            raise ConcurrentChange(ctx.key, "its children kept changing")
     raise SessionError(f"unknown script status {status!r}")
+
+
+def _key_name(name: str | bytes) -> str:
+    return name.decode("utf-8", "replace") if isinstance(name, bytes) else name
+
+
+def damage(keys: Sequence[str | bytes], reply: Sequence[Any]) -> str:
+    """What a ``DAMAGED`` reply ``{13, i, what, found, expected}`` says about ``keys[i - 1]``."""
+    where = _key_name(keys[int(reply[1]) - 1])
+    what = reply[2].decode() if isinstance(reply[2], bytes) else str(reply[2])
+    if what == "foreign":
+        return f"Redis key {where!r} holds a hash this store did not write (no schema version)"
+    if what == "length":
+        return (
+            f"Redis key {where!r} holds {int(reply[3])} messages where the session records "
+            f"{int(reply[4])} (evicted, or changed by another writer)"
+        )
+    return (
+        f"Redis key {where!r} is missing while the session's other keys exist (evicted under "
+        "memory pressure, or removed by hand): the session is damaged"
+    )
 
 
 def check(reply: Any, ctx: Ctx | Callable[[], Ctx]) -> Sequence[Any]:

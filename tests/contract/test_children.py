@@ -171,14 +171,21 @@ async def test_children_share_the_parents_ttl(backend: Backend, make_store: Stor
     store = make_store(ttl=60)
     await parent(store, key="t")
     child = await store.fork_child("t", "a")
+    await store.append_child_message(child.key, msg("work"))
     raw = backend.sync_client()
     schema = backend.schema
     ck, pk = schema.child(child.key), schema.session("t")
-    raw.pexpire(pk.meta, 5000)
-    raw.pexpire(pk.msgs, 5000)
+    names = (ck.meta, ck.msgs, ck.ids, pk.meta, pk.msgs, pk.ids, pk.kids)
+    deadline = int(raw.hget(pk.meta, "x"))
+    for name in names:
+        assert raw.pexpiretime(name) == deadline, name  # one deadline for the whole tree
+    # A write to the child that finds the deadline near moves every key of the tree.
+    raw.hset(pk.meta, "x", deadline - 59_000)
     await store.append_child_message(child.key, msg("keeps the parent alive"))
-    for name in (ck.meta, ck.msgs, pk.meta, pk.msgs, pk.kids):
-        assert 55_000 < raw.pttl(name) <= 60_000, name
+    moved = int(raw.hget(pk.meta, "x"))
+    assert moved > deadline - 2_000
+    for name in names:
+        assert raw.pexpiretime(name) == moved, name
 
 
 def test_child_keys_live_in_the_parents_slot() -> None:

@@ -15,6 +15,7 @@ from redis_session import (
     SessionNotFound,
     StaleCompaction,
 )
+from redis_session.codec import message_digest
 from redis_session.scripts import script_source
 from tests.conftest import Backend, StoreFactory
 
@@ -51,13 +52,17 @@ def test_a_retried_pop_script_pops_once(backend: Backend) -> None:
     store = backend.sync_store()
     store.create(Session(key="r", history=[Message(role="user", content=c) for c in "abc"]))
     k = backend.schema.session("r")
-    keys = [k.meta, k.msgs, k.ids, backend.schema.index_of("r")]
+    keys = [k.meta, k.msgs, k.ids, backend.schema.index_of("r"), k.mark, k.kids, k.done, k.pop]
     pop = backend.sync_client().register_script(script_source("pop_message"))
-    first = pop(keys=keys, args=[0, 0, "r", "token-1", b"", b""])
-    again = pop(keys=keys, args=[0, 0, "r", "token-1", b"", b""])
+
+    def args(token: str) -> list[Any]:
+        return [0, 0, "0", 1000, "r", token, message_digest("pop:" + token), b"", b"", 60_000]
+
+    first = pop(keys=keys, args=args("token-1"))
+    again = pop(keys=keys, args=args("token-1"))
     assert first == again and first[0] == 0
     assert [m.content for m in store.get_history("r")] == ["a", "b"]
-    assert pop(keys=keys, args=[0, 0, "r", "token-2", b"", b""])[0] == 0
+    assert pop(keys=keys, args=args("token-2"))[0] == 0
     assert [m.content for m in store.get_history("r")] == ["a"]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -253,8 +254,9 @@ async def test_get_history_last_n(store: Any) -> None:
     assert contents(await store.get_history("h", last=3)) == ["7", "8", "9"]
     assert contents(await store.get_history("h", last=50)) == [str(i) for i in range(10)]
     assert len(await store.get_history("h")) == 10
+    assert await store.get_history("h", last=0) == []  # as get(key, last=0): no message
     with pytest.raises(InvalidArgument, match="last"):
-        await store.get_history("h", last=0)
+        await store.get_history("h", last=-1)
     with pytest.raises(SessionNotFound):
         await store.get_history("none", last=2)
 
@@ -371,13 +373,19 @@ async def test_ttl_is_refreshed_by_every_write(backend: Backend, make_store: Sto
 
     keys = backend.schema.session("ttl")
     await store.create(Session(key="ttl", history=[msg("a")]))
-    for k in (keys.meta, keys.msgs):
-        raw.pexpire(k, 1000)
-    raw.pexpire(keys.ids, 1000)
+    # Every key of the tree expires at one deadline: ttl plus a step of ttl/16 (1.875 s).
+    for k in (keys.meta, keys.msgs, keys.ids):
+        assert 30_000 - 500 < raw.pttl(k) <= 31_875
+    assert 40_000 - 500 < raw.pttl(keys.mark) <= 41_875  # the expiry marker: + grace
+    # A write that finds the deadline closer than ttl moves it (and every key with it).
+    raw.hset(keys.meta, "x", int(time.time() * 1000) + 1000)
     await store.append_message("ttl", msg("b"))
-    assert 25_000 < raw.pttl(keys.meta) <= 30_000
-    assert 25_000 < raw.pttl(keys.msgs) <= 30_000
-    assert 35_000 < raw.pttl(keys.ids) <= 40_000
+    for k in (keys.meta, keys.msgs, keys.ids):
+        assert 30_000 - 500 < raw.pttl(k) <= 31_875, k
+    deadline = int(raw.hget(keys.meta, "x"))
+    # A write that finds the deadline at least ttl away leaves every TTL alone.
+    await store.append_message("ttl", msg("c"))
+    assert int(raw.hget(keys.meta, "x")) == deadline
 
 
 async def test_expired_session(make_store: StoreFactory) -> None:

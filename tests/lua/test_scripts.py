@@ -29,8 +29,15 @@ def test_header_declares_keys_argv_and_reply(name: str) -> None:
     text = (lua_dir() / f"{name}.lua").read_text()
     header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("--"))
     assert header.startswith(f"-- {name}:")
-    for used in set(re.findall(r"KEYS\[(\d+)\]", text)):
-        assert f"KEYS[{used}]" in header, f"{name}: KEYS[{used}] not described"
+    described: set[int] = set()
+    open_from = None  # "KEYS[8 ..]": every key from 8 on
+    for first, dots, last in re.findall(r"KEYS\[(\d+)\s*(\.\.)?\s*(\d*)\]", header):
+        if dots and not last:
+            open_from = int(first) if open_from is None else min(open_from, int(first))
+        described |= set(range(int(first), int(last or first) + 1))
+    for used in {int(i) for i in re.findall(r"KEYS\[(\d+)\]", text)}:
+        covered = used in described or (open_from is not None and used >= open_from)
+        assert covered, f"{name}: KEYS[{used}] not described"
     assert "Reply:" in header
     if "ARGV" in text.replace(header, ""):
         assert "ARGV[" in header
@@ -43,10 +50,15 @@ def test_portable_lua(name: str) -> None:
     )
     for word in FORBIDDEN:
         assert word not in code, f"{name} uses {word}"
-    # No globals: every assignment at column 0 declares a local.
+    # No globals: every assignment at column 0 declares a local or assigns one declared so.
+    declared: set[str] = set()
     for line in code.splitlines():
-        if re.match(r"^[A-Za-z_][\w.]*\s*=", line):
-            pytest.fail(f"{name}: global assignment {line!r}")
+        if m := re.match(r"^local\s+(?:function\s+(\w+)|([\w\s,]+?)\s*(?:=|$))", line):
+            declared |= {m[1]} if m[1] else {v.strip() for v in m[2].split(",")}
+        elif m := re.match(r"^([A-Za-z_][\w]*(?:\s*,\s*[A-Za-z_]\w*)*)\s*=[^=]", line):
+            names = {v.strip() for v in m[1].split(",")}
+            if not names <= declared:
+                pytest.fail(f"{name}: global assignment {line!r}")
 
 
 @pytest.mark.parametrize("flavour_name", ["sync", "async"])
@@ -70,12 +82,17 @@ def _script(backend: Backend, name: str) -> Any:
     return backend.sync_client().register_script(script_source(name))
 
 
+def _root_keys(backend: Backend, key: str) -> list[str]:
+    k = backend.schema.session(key)
+    return [k.meta, k.msgs, k.ids, backend.schema.index_of(key), k.mark, k.kids, k.done]
+
+
 def test_a_retried_append_script_stores_nothing_twice(backend: Backend) -> None:
     store = backend.sync_store()
     store.create(Session(key="r"))
-    k = backend.schema.session("r")
-    keys = [k.meta, k.msgs, k.ids, backend.schema.index_of("r")]
-    args = [0, 0, 0, "r", b"", 0, *message_args([Message(role="user", content="x")], "m")]
+    keys = _root_keys(backend, "r")
+    pairs = message_args([Message(role="user", content="x")], "m")
+    args = [0, 0, "0", 1000, 0, "r", b"", 0, 0, *pairs]
     append = _script(backend, "append_message")
     assert append(keys=keys, args=args) == [0, 1]
     assert append(keys=keys, args=args) == [0, 0]
@@ -84,30 +101,79 @@ def test_a_retried_append_script_stores_nothing_twice(backend: Backend) -> None:
 def test_a_retried_compaction_script_changes_nothing(backend: Backend) -> None:
     store = backend.sync_store()
     store.create(Session(key="c", history=[Message(role="user", content=str(i)) for i in range(4)]))
-    k = backend.schema.session("c")
-    keys = [k.meta, k.msgs, k.ids, backend.schema.index_of("c")]
+    keys = _root_keys(backend, "c")
     summary = message_args([Message(role="system", content="S")], "s")
+    args = [0, 0, "0", 1000, "c", 1, *summary, b"", "", "", b""]
     compact = _script(backend, "compact_messages")
-    assert compact(keys=keys, args=[0, 0, "c", 1, *summary, b"", "", "", b""]) == [0, 2]
-    assert compact(keys=keys, args=[0, 0, "c", 1, *summary, b"", "", "", b""]) == [0, 0]
+    assert compact(keys=keys, args=args) == [0, 2]
+    assert compact(keys=keys, args=args) == [0, 0]
     assert [m.content for m in store.get_history("c")] == ["S", "2", "3"]
+
+
+def _window_probe(backend: Backend) -> Any:
+    """A script that runs the prelude's id window on KEYS[1]: ARGV[1] 'add' or 'has', the
+    window size, then digests.
+    """
+    prelude = (lua_dir() / f"{PRELUDE}.lua").read_text()
+    body = """
+local win = open_window(1, false, 3, #ARGV, 1)
+if ARGV[1] == 'add' then
+  local new = {}
+  for i = 3, #ARGV do if not has(win, ARGV[i]) then new[#new + 1] = ARGV[i] end end
+  add(win, new, tonumber(ARGV[2]))
+  save_window(win)
+  return #new
+end
+local out = {}
+for i = 3, #ARGV do out[i - 2] = has(win, ARGV[i]) and 1 or 0 end
+return out
+"""
+    return backend.sync_client().register_script(prelude_for(prelude, body) + body)
 
 
 def test_digest_lookup_is_aligned(backend: Backend) -> None:
     """A digest found only across the boundary of two stored digests is not held."""
-    raw = backend.sync_client()
     ids = backend.schema.session("al").ids
-    first, second = b"\x00\x80CCCCCC", b"\x80BBBBBBB"  # both in bucket 0 (first byte % 128)
-    raw.hset(ids, "0", first + second)
+    first, second = b"\x00\x80CCCCCC", b"\x80BBBBBBB"  # both in bucket 0 (first byte % 32)
+    probe = _window_probe(backend)
+    assert probe(keys=[ids], args=["add", 100, first, second]) == 2
     straddling = (first + second)[1:9]  # b"\x80CCCCCC\x80", also bucket 0
-    assert straddling[0] % 128 == 0
-    probe = raw.register_script(
-        (lua_dir() / f"{PRELUDE}.lua").read_text()
-        + "\nlocal out = {}"
-        + "\nfor i, d in ipairs(ARGV) do out[i] = has_digest(KEYS[1], d) and 1 or 0 end"
-        + "\nreturn out"
-    )
-    assert probe(keys=[ids], args=[first, second, straddling, b"\x00nothing"]) == [1, 1, 0, 0]
+    assert straddling[0] % 32 == 0
+    assert probe(keys=[ids], args=["has", 100, first, second, straddling, b"\x00nothing"]) == [
+        1, 1, 0, 0,
+    ]  # fmt: skip
+
+
+def test_the_window_keeps_the_newest_ids_and_stays_bounded(backend: Backend) -> None:
+    ids = backend.schema.session("w").ids
+    probe = _window_probe(backend)
+    digests = [i.to_bytes(8, "big") for i in range(1000)]
+    for d in digests:  # one at a time, window of 64
+        assert probe(keys=[ids], args=["add", 64, d]) == 1
+    found = probe(keys=[ids], args=["has", 64, *digests])
+    assert all(found[-64:])  # the newest 64 are always there
+    assert sum(found) <= 2 * 64  # and at most two generations
+    raw = backend.sync_client()
+    held = sum(len(v) for f, v in raw.hgetall(ids).items() if f != b"w") // 8
+    assert held == sum(found)
+    big = [(5000 + i).to_bytes(8, "big") for i in range(200)]  # a batch larger than the window
+    assert probe(keys=[ids], args=["add", 64, *big]) == 200
+    assert all(probe(keys=[ids], args=["has", 64, *big]))
+
+
+def test_first_layout_digests_are_found_until_the_window_turned_over(backend: Backend) -> None:
+    raw = backend.sync_client()
+    ids = backend.schema.session("legacy").ids
+    old = b"\x05" + b"O" * 7
+    raw.hset(ids, mapping={"5": old, "c": "1"})  # the first layout: bucket = first byte % 128
+    probe = _window_probe(backend)
+    assert probe(keys=[ids], args=["has", 64, old]) == [1]
+    new = [(100 + i).to_bytes(8, "big") for i in range(64)]
+    probe(keys=[ids], args=["add", 64, *new])
+    assert probe(keys=[ids], args=["has", 64, old]) == [1]  # the window has not turned yet
+    probe(keys=[ids], args=["add", 64, (999).to_bytes(8, "big")])
+    assert probe(keys=[ids], args=["has", 64, old]) == [0]
+    assert not raw.hexists(ids, "5") and not raw.hexists(ids, "c")
 
 
 def test_a_script_gets_the_prelude_parts_it_uses_and_no_others() -> None:
@@ -133,7 +199,7 @@ def test_a_script_gets_the_prelude_parts_it_uses_and_no_others() -> None:
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
 def test_every_prelude_name_a_script_uses_is_defined_in_what_is_sent(name: str) -> None:
     prelude = (lua_dir() / f"{PRELUDE}.lua").read_text()
-    defined = set(re.findall(r"^local function (\w+)", prelude, re.M)) | {"INHERITED", "OK"}
+    defined = set(re.findall(r"^local function (\w+)", prelude, re.M)) | {"INHERITED", "B32"}
     source = script_source(name)
     for used in defined & set(re.findall(r"\w+", source)):
         assert re.search(rf"^local (function )?{used}\b", source, re.M), f"{name}: {used}"

@@ -93,12 +93,15 @@ def test_audit_finds_orphans_missing_ttls_and_stale_index_entries() -> None:
     raw.zadd("p:index", {"nobody": 1})
     audit = audit_keys(raw, "p:", ttl=True, deleted={"b"})
     assert audit.without_ttl == ["p:msgs:{a}"]
+    assert audit.off_deadline == []  # a's meta hash (its deadline) is gone; b's keys agree
     assert sorted(audit.orphans) == [
         "p:child:{a}:child:helper:" + child.key.rsplit(":", 1)[1],
         "p:cids:{a}:child:helper:" + child.key.rsplit(":", 1)[1],
         "p:cmsgs:{a}:child:helper:" + child.key.rsplit(":", 1)[1],
     ]
-    assert audit.dangling == ["p:kids:{a}", "p:msgs:{a}"]
+    assert audit.dangling == ["p:ids:{a}", "p:kids:{a}", "p:msgs:{a}"]
     assert sorted(audit.stale_index) == ["a", "nobody"]
     assert "p:meta:{b}" in audit.leftovers and "index entry b" in audit.leftovers
     assert not audit.ok
+    raw.pexpire("p:ids:{b}", 5000)  # one key of b's tree no longer expires with the rest
+    assert [n.split(" ")[0] for n in audit_keys(raw, "p:", ttl=True).off_deadline] == ["p:ids:{b}"]

@@ -167,8 +167,11 @@ def check_histories(ledger: Ledger, histories: dict[str, list[str] | None]) -> V
 _UNESCAPE = re.compile(r"%(25|7B|7D)")
 _PLAIN = {"25": "%", "7B": "{", "7D": "}"}
 _BODY = re.compile(r"^\{(?P<root>[^{}]*)\}(?P<rest>.*)$", re.S)
-SESSION_KINDS = ("meta", "msgs", "ids", "kids")
-CHILD_KINDS = ("child", "cmsgs", "cids")
+SESSION_KINDS = ("meta", "msgs", "ids", "kids", "done", "mark", "pop")
+CHILD_KINDS = ("child", "cmsgs", "cids", "stage")
+TREE_KINDS = ("meta", "msgs", "ids", "kids", "done", "child", "cmsgs", "cids")
+"""Keys that expire exactly at their tree's deadline (the marker outlives it by the grace
+period, a pop key and a staging list may go sooner)."""
 
 
 def _unescape(text: str) -> str:
@@ -194,19 +197,22 @@ class KeyAudit:
     orphans: list[str] = field(default_factory=list)
     """Child keys whose parent session, or whose own child hash, is gone."""
     dangling: list[str] = field(default_factory=list)
-    """A session's messages or children list without its hash (the ids hash alone is the
-    expiry marker, by design)."""
+    """A session's messages, id window or children without its hash (the expiry marker alone
+    outlives the tree, by design)."""
+    off_deadline: list[str] = field(default_factory=list)
+    """Keys of a tree that do not expire at the tree's deadline (its root's meta field x)."""
     stale_index: list[str] = field(default_factory=list)
     leftovers: list[str] = field(default_factory=list)
     """Keys of sessions whose deletion was acknowledged."""
     tombstones: int = 0
+    """Ended children remembered (in ``done`` zsets; at most 100 per session)."""
     unknown_keys: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not (
             self.without_ttl or self.orphans or self.dangling or self.stale_index
-            or self.leftovers or self.unknown_keys
+            or self.leftovers or self.unknown_keys or self.off_deadline
         )  # fmt: skip
 
 
@@ -226,8 +232,12 @@ def audit_keys(
     pipe = client.pipeline(transaction=False)
     for name in names:
         pipe.pttl(name)
-    ttls = dict(zip(names, pipe.execute(), strict=True))
+        pipe.pexpiretime(name)
+    replies = pipe.execute()
+    ttls = dict(zip(names, replies[::2], strict=True))
+    expiry = dict(zip(names, replies[1::2], strict=True))
     present = set(names)
+    deadlines: dict[str, int] = {}  # root meta key -> its tree's deadline
     for name in names:
         kind, _, body = name[len(prefix) :].partition(":")
         if name == schema.index_of(""):
@@ -246,6 +256,13 @@ def audit_keys(
             audit.unknown_keys.append(name)
             continue
         key = decoded
+        root = key.split(CHILD_MARKER, 1)[0] if kind in CHILD_KINDS else key
+        root_meta = schema.session(root).meta
+        if ttl and kind in TREE_KINDS and root_meta in present:
+            if root_meta not in deadlines:
+                deadlines[root_meta] = int(client.hget(root_meta, "x") or -1)
+            if expiry[name] != deadlines[root_meta]:
+                audit.off_deadline.append(f"{name} ({expiry[name]} != {deadlines[root_meta]})")
         if kind in CHILD_KINDS:
             parsed = parent_of(key) if CHILD_MARKER in key else None
             if parsed is None:
@@ -253,13 +270,15 @@ def audit_keys(
                 continue
             parent_meta = schema.session(parsed[0]).meta
             if kind == "child" and client.hexists(name, "discarded"):
-                audit.tombstones += 1  # a discarded child's token, kept for a retry; has a TTL
+                audit.tombstones += 1  # the first layout's tombstone of a discarded child
                 continue
             if parent_meta not in present or schema.child(key).meta not in present:
                 audit.orphans.append(name)
         else:
+            if kind == "done":
+                audit.tombstones += client.zcard(name)
             if key in deleted:
                 audit.leftovers.append(name)
-            if kind in ("msgs", "kids") and schema.session(key).meta not in present:
+            if kind in ("msgs", "ids", "kids", "done") and schema.session(key).meta not in present:
                 audit.dangling.append(name)
     return audit

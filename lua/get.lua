@@ -1,0 +1,44 @@
+-- get: read a session (or only its list positions) and its messages in one snapshot; with the
+-- version of what the caller holds already, only the messages added since. Read-only: it runs
+-- on a read-only replica and when Redis is out of memory.
+-- KEYS[1] meta hash   KEYS[2] msgs list   KEYS[3] ids hash   KEYS[4] expiry marker
+-- ARGV[1] the newest N messages wanted (-1 = all)   ARGV[2] '1': the meta hash too
+-- ARGV[3] the session token, ARGV[4] generation and ARGV[5] tail position the caller holds
+--         messages up to ('' = none)
+-- Reply: {OK, meta as a flat field/value array (or {}), from, h, n, g, token, elements}: the
+--        elements are the messages at positions from .. n - 1 (absolute, in generation g; the
+--        list holds h .. n - 1)
+--        | {NOT_FOUND} | {EXPIRED} | {WRONG_TYPE, i} | {DAMAGED, ...}
+-- Events: none. Positions: see the prelude (a first-layout session reads as h = 0, n = its
+-- length, token ''). When the caller's token and generation match and its tail position lies
+-- in h .. n, from is that position (only the new messages travel); else from is where the
+-- wanted messages begin.
+local want_meta = ARGV[2] == '1'
+local t = redis.call('TYPE', KEYS[3])['ok']
+if t ~= 'none' and t ~= 'hash' then return {WRONG_TYPE, 3} end
+local meta
+if want_meta then
+  meta = redis.pcall('HGETALL', KEYS[1])
+  if failed(meta) then return refusal(meta, 1) end
+  if #meta == 0 then return gone(1, 2, 3, 4) end
+end
+local f = redis.pcall('HMGET', KEYS[1], 'v', 'token', 'g', 'h', 'n')
+if failed(f) then return refusal(f, 1) end
+if not f[1] then
+  if want_meta then return {OK, meta, 0, 0, 0, 0, '', {}} end  -- Python names what is wrong
+  return gone(1, 2, 3, 4)
+end
+local g, h, n = positions(f[3], f[4], f[5], 2)
+if not g then return h end
+local want = tonumber(ARGV[1])
+local first = h
+if want >= 0 then first = math.max(h, n - want) end
+local from = first
+local token = f[2] or ''
+if ARGV[3] == token and ARGV[4] == tostring(g) and ARGV[5] ~= '' then
+  local held = tonumber(ARGV[5])
+  if held >= h and held <= n then from = math.max(first, held) end
+end
+local elements = {}
+if from < n then elements = redis.call('LRANGE', KEYS[2], from - h, -1) end
+return {OK, meta or {}, from, h, n, g, token, elements}

@@ -1,0 +1,164 @@
+"""The store's options and what every operation shares: key names, the session tree, and the
+loop that runs a write script until the session's key and the tree's members are the ones it
+was built for.
+
+A session and its children form a tree that expires as one. Every key of the tree expires at
+the deadline held by the session's meta hash; a write that finds the deadline less than
+``ttl`` away moves it to ``ttl + ttl/16`` from now and every key with it, so most writes touch
+no TTL at all (a session expires between ``ttl`` and ``ttl * 17/16`` after its last write). To
+move the children's keys the script needs their names in ``KEYS``: the store remembers each
+tree's members (its generation ``tg`` and child keys, from the replies of the scripts that
+change them) and sends them along; a script that needs them and finds another generation
+answers ``TREE_CHANGED`` with the members, and the write is sent again (a second round trip,
+at most once per deadline step for a worker whose knowledge is stale).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from . import codec
+from ._args import duration_ms, non_negative_int
+from ._keyring import KeyringOps
+from ._requests import Op, ScriptCall
+from .crypto import DEFAULT_WORK, Sealer
+from .errors import ConcurrentChange, InvalidArgument
+from .keys import KeySchema, SessionKeys
+from .status import Ctx, Status, check
+
+DEFAULT_EXPIRED_GRACE = timedelta(days=1)
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_METADATA_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_METADATA_VALUE_BYTES = 1024 * 1024
+DEFAULT_DEDUP_WINDOW = 1000
+MIN_DEDUP_WINDOW = 64
+DEFAULT_KEEP_MERGED_CHILDREN = 4
+KEY_CACHE = 4096  # sessions whose key names and tree a store keeps at hand
+WRITE_ATTEMPTS = 4
+Tree = tuple[str, tuple[str | bytes, ...], tuple[str, ...]]
+NO_TREE: Tree = ("0", (), ())
+
+
+class CoreBase(KeyringOps):
+    """Options, key names and the session trees a store knows of."""
+
+    def __init__(
+        self,
+        *,
+        prefix: str = "rs:",
+        ttl: float | timedelta | None = None,
+        max_history_turns: int = 0,
+        expired_grace: float | timedelta = DEFAULT_EXPIRED_GRACE,
+        publish_events: bool = True,
+        cluster: bool = False,
+        wait_replicas: int = 0,
+        wait_timeout: float | timedelta = 1.0,
+        failover_window: float | timedelta = 15.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
+        max_metadata_value_bytes: int = DEFAULT_MAX_METADATA_VALUE_BYTES,
+        dedup_window: int = DEFAULT_DEDUP_WINDOW,
+        keep_merged_children: int = DEFAULT_KEEP_MERGED_CHILDREN,
+        passphrase: str | bytes | None = None,
+        kdf_work: int = DEFAULT_WORK,
+    ) -> None:
+        self.schema = KeySchema(prefix, cluster=cluster)
+        self._key_cache: dict[str, tuple[SessionKeys, tuple[str, ...]]] = {}
+        self._trees: dict[str, Tree] = {}
+        self._init_crypto(passphrase, kdf_work)
+        self.channel = self.schema.events_channel if publish_events else ""
+        self.ttl_ms = 0 if ttl is None else duration_ms(ttl, "ttl")
+        self.grace_ms = duration_ms(expired_grace, "expired_grace", allow_zero=True)
+        self.max_history_turns = non_negative_int(max_history_turns, "max_history_turns")
+        self.wait_replicas = non_negative_int(wait_replicas, "wait_replicas")
+        self.max_message_bytes = non_negative_int(max_message_bytes, "max_message_bytes")
+        self.max_metadata_bytes = non_negative_int(max_metadata_bytes, "max_metadata_bytes")
+        self.max_metadata_value_bytes = non_negative_int(
+            max_metadata_value_bytes, "max_metadata_value_bytes"
+        )
+        self.dedup_window = non_negative_int(dedup_window, "dedup_window")
+        if self.dedup_window < MIN_DEDUP_WINDOW:
+            raise InvalidArgument(
+                "dedup_window", f"must be >= {MIN_DEDUP_WINDOW}, got {dedup_window}"
+            )
+        self.keep_merged_children = non_negative_int(keep_merged_children, "keep_merged_children")
+        self.wait_timeout_ms = duration_ms(wait_timeout, "wait_timeout")
+        self.failover_window_ms = duration_ms(failover_window, "failover_window", allow_zero=True)
+        #: Digests a session's id window keeps at least (its newest message ids and tokens).
+        self.window = max(self.dedup_window, self.max_history_turns)
+        #: How long a popped element is kept for a retry of its pop (redis-py's retries and a
+        #: failover ride-through fit in it).
+        self.pop_keep_ms = max(self.failover_window_ms, 60_000)
+
+    @property
+    def ttl(self) -> timedelta | None:
+        """The sliding TTL of every session tree, or None when sessions never expire."""
+        return timedelta(milliseconds=self.ttl_ms) if self.ttl_ms else None
+
+    def _keys(self, key: str) -> tuple[SessionKeys, tuple[str, ...]]:
+        """The key names of session ``key`` and the root KEYS of its tree's scripts (meta,
+        msgs, ids, index, marker, kids, done; cached: hot path).
+        """
+        known = self._key_cache.get(key)
+        if known is None:
+            sk = self.schema.session(key)
+            index = self.schema.index_of(key)
+            known = sk, (sk.meta, sk.msgs, sk.ids, index, sk.mark, sk.kids, sk.done)
+            if len(self._key_cache) >= KEY_CACHE:
+                self._key_cache.clear()
+            self._key_cache[key] = known
+        return known
+
+    def _tree(self, root: str) -> Tree:
+        """What this store knows of ``root``'s tree: its generation, its members' KEYS (meta,
+        msgs, ids per child) and the member child keys.
+        """
+        return self._trees.get(root, NO_TREE)
+
+    def _learn_tree(self, root: str, tg: Any, members: Sequence[Any]) -> None:
+        """Remember ``root``'s tree as a script reported it (``tg`` and the raw kids members)."""
+        children: list[str] = []
+        names: list[str | bytes] = []
+        for raw in members:
+            child = codec.member_key(raw)  # a damaged member: its keys are still named
+            ck = self.schema.child(child)
+            names += (codec.wire(ck.meta), codec.wire(ck.msgs), codec.wire(ck.ids))
+            children.append(child)
+        if len(self._trees) >= KEY_CACHE:
+            self._trees.clear()
+        generation = bytes(tg).decode() if isinstance(tg, bytes) else str(tg)
+        self._trees[root] = (generation, tuple(names), tuple(children))
+
+    def _forget_tree(self, root: str) -> None:
+        self._trees.pop(root, None)
+
+    def _head(self, root: str) -> list[Any]:
+        """The ARGV every tree-writing script begins with: ttl, grace, the tree generation this
+        store knows, the id window.
+        """
+        return [self.ttl_ms, self.grace_ms, self._tree(root)[0], self.window]
+
+    def _write(
+        self,
+        root: str,
+        build: Callable[[Sealer | None], ScriptCall],
+        ctx: Ctx | Callable[[], Ctx],
+    ) -> Op[Any]:
+        """Run the write script ``build`` makes, sealing with session ``root``'s own key and
+        naming the tree's members as this store knows them: when the script answers
+        ``KEY_CHANGED`` follow the session's key, when it answers ``TREE_CHANGED`` learn the
+        members, and send it again.
+        """
+        for _ in range(WRITE_ATTEMPTS):
+            reply = yield build(self._sealer(root))
+            if type(reply) is list and reply:
+                if reply[0] == Status.KEY_CHANGED:
+                    yield from self._follow(root, bytes(reply[1]))
+                    continue
+                if reply[0] == Status.TREE_CHANGED:
+                    self._learn_tree(root, reply[1], reply[2:])
+                    continue
+            return check(reply, ctx)
+        raise ConcurrentChange(root, "its encryption key or its children kept changing")

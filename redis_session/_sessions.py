@@ -1,0 +1,404 @@
+"""Session operations (sans-I/O generators; see ``_core``): create, read, update, delete,
+append, compact, pop, list.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from . import codec
+from ._args import message as message_arg
+from ._args import non_negative_int, optional_str, text, token
+from ._args import session as session_arg
+from ._base import CoreBase
+from ._requests import Commands, Emit, Op, ScriptCall
+from .crypto import Sealer
+from .errors import ConcurrentChange, CorruptData, InvalidArgument, PassphraseRequired
+from .events import new_event
+from .keys import check_key
+from .models import LifecycleEventType, Message, MessageRole, Session, SessionSummary
+from .status import Ctx, Status, check
+
+TIMEOUT_NOTICE = "[This response was interrupted due to a timeout]"
+DELETE_ATTEMPTS = 8
+SCAN_COUNT = 1000  # index entries a ZSCAN step looks at
+_GLOB_SPECIAL = re.compile(r"[*?\[\]\\]")  # escaped in a MATCH pattern
+
+
+class SessionOps(CoreBase):
+    """The session operations of a store."""
+
+    def _metadata_pairs(
+        self, entries: Mapping[str, str], argument: str
+    ) -> Callable[[Sealer | None], list[bytes]]:
+        """Validate ``entries`` now (types, and each value against
+        ``max_metadata_value_bytes``), before anything is sealed; the function returned gives
+        their meta-hash pairs for a sealer (None: the cleartext pairs, built once).
+        """
+        plain = codec.metadata_args(entries, argument)
+        limit = self.max_metadata_value_bytes
+        if limit:
+            for name, value in zip(plain[::2], plain[1::2], strict=True):
+                if len(value) > limit:
+                    where = f"{argument}[{name[2:].decode()!r}]"
+                    raise InvalidArgument(
+                        where, f"is {len(value):,} bytes, over max_metadata_value_bytes={limit:,}"
+                    )
+        return lambda sealer: (
+            plain if sealer is None else codec.metadata_args(entries, argument, sealer)
+        )
+
+    def _check_metadata_total(self, pairs: Sequence[bytes], argument: str) -> None:
+        """Refuse metadata (all of a session's, as stored) over ``max_metadata_bytes``."""
+        limit = self.max_metadata_bytes
+        total = sum(map(len, pairs))
+        if limit and total > limit:
+            raise InvalidArgument(
+                argument, f"is {total:,} bytes as stored, over max_metadata_bytes={limit:,}"
+            )
+
+    def create(self, session: Session) -> Op[Session]:
+        session = session_arg(session)
+        key = session.key
+        _, keys = self._keys(key)
+        sealer = self._sealer(key)
+        self._metadata_pairs(session.metadata, "session.metadata")
+        meta = codec.meta_args(session, sealer)
+        self._check_metadata_total(codec.metadata_only(meta), "session.metadata")
+        event, payload = new_event(LifecycleEventType.CREATE, key)
+        args = [
+            *self._head(key), key, token(), self.channel, payload, len(meta) // 2, *meta,
+        ]  # fmt: skip
+        history = codec.message_args(session.history, "session.history", self.max_message_bytes)
+        args += codec.seal_pairs(
+            history, session.history, sealer, "session.history", self.max_message_bytes
+        )
+        reply = check((yield ScriptCall("create", keys, args)), Ctx(key, keys))
+        self._forget_tree(key)
+        if self.schema.cluster and int(reply[2]):
+            # Not atomic with the script (another slot): a crash right here leaves this index
+            # shard unlisted until repair_index(); the session itself is whole.
+            yield Commands([("SADD", self.schema.index_registry, keys[3])])
+        yield Emit(event)
+        now = codec.to_datetime(int(reply[1]))
+        return session.model_copy(update={"created_at": now, "updated_at": now})
+
+    def _read(self, key: str, last: int, with_meta: bool) -> Op[Sequence[Any]]:
+        """The ``get`` script's reply for session ``key`` (``last`` < 0: every message)."""
+        sk = self._keys(key)[0]
+        read_keys = (sk.meta, sk.msgs, sk.ids, sk.mark)
+        args = (last, "1" if with_meta else "0", "", "", "")
+        reply = yield ScriptCall("get", read_keys, args, write=False)
+        return check(reply, Ctx(key, read_keys))
+
+    def get(self, key: str, last: int | None = None) -> Op[Session]:
+        key = check_key(key)
+        n = -1 if last is None else non_negative_int(last, "last")
+        # One read-only script: a consistent snapshot without MULTI/EXEC, which Redis refuses
+        # when it is out of memory; it also runs on a read-only replica.
+        reply = yield from self._read(key, n, True)
+        meta, items = reply[1], reply[7]
+        if self.keyring is None:
+            return codec.decode_session(key, meta, items)
+        session: Session = yield from self._opened(
+            lambda ring: codec.decode_session(key, meta, items, ring)
+        )
+        return session
+
+    def get_history(self, key: str, last: int | None = None) -> Op[list[Message]]:
+        key = check_key(key)
+        n = -1 if last is None else non_negative_int(last, "last")
+        reply = yield from self._read(key, n, False)
+        items = reply[7]
+        if self.keyring is None:  # no passphrase: the read path stays as lean as before
+            return codec.decode_messages(key, items)
+        history: list[Message] = yield from self._opened(
+            lambda ring: codec.decode_messages(key, items, ring)
+        )
+        return history
+
+    def update(self, session: Session) -> Op[None]:
+        session = session_arg(session)
+        key = session.key
+        _, keys = self._keys(key)
+        scalars = codec.scalar_args(session, skip_empty=True)
+        metadata = self._metadata_pairs(session.metadata, "session.metadata")
+
+        def build(sealer: Sealer | None) -> ScriptCall:
+            meta = metadata(sealer)
+            self._check_metadata_total(meta, "session.metadata")
+            kid = b"" if sealer is None else sealer.kid
+            args = [*self._head(key), key, kid, len(scalars) // 2, *scalars, *meta]
+            return ScriptCall("update", (*keys, *self._tree(key)[1]), args)
+
+        yield from self._write(key, build, Ctx(key, keys))
+
+    def update_metadata(
+        self, key: str, set: Mapping[str, str] | None = None, delete: Iterable[str] = ()
+    ) -> Op[None]:
+        key = check_key(key)
+        if isinstance(delete, str):
+            raise InvalidArgument("delete", "must be an iterable of names, not a single str")
+        gone = codec.metadata_fields(delete)
+        entries = {} if set is None else set
+        pairs = self._metadata_pairs(entries, "set")
+        _, keys = self._keys(key)
+
+        def build(sealer: Sealer | None) -> ScriptCall:
+            put = pairs(sealer)
+            kid = b"" if sealer is None else sealer.kid
+            args = [
+                *self._head(key), key, kid, self.max_metadata_bytes, len(gone), *gone, *put,
+            ]  # fmt: skip
+            return ScriptCall("update_metadata", (*keys, *self._tree(key)[1]), args)
+
+        yield from self._write(key, build, Ctx(key, keys, argument="set"))
+
+    def delete(self, key: str) -> Op[bool]:
+        key = check_key(key)
+        sk, keys = self._keys(key)
+        event, payload = new_event(LifecycleEventType.DELETE, key)
+        for _ in range(DELETE_ATTEMPTS):
+            (members,) = yield Commands([("ZRANGE", sk.kids, 0, -1)])
+            all_keys: list[str | bytes] = [*keys, sk.pop]
+            children: list[bytes] = []
+            for raw in members:
+                raw = bytes(raw)
+                ck = self.schema.child(codec.member_key(raw))  # a damaged member too
+                all_keys += map(codec.wire, (ck.meta, ck.msgs, ck.ids, ck.stage))
+                children.append(raw)
+            reply = yield ScriptCall("delete", all_keys, (key, self.channel, payload, *children))
+            if reply[0] != Status.CONFLICT:
+                existed = bool(check(reply, Ctx(key, all_keys))[1])
+                self._forget_tree(key)
+                if existed:
+                    yield Emit(event)
+                return existed
+        raise ConcurrentChange(key, "children kept changing while the session was deleted")
+
+    def append_messages(
+        self,
+        key: str,
+        messages: Sequence[Message],
+        *,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Op[int]:
+        if isinstance(messages, Message) or not isinstance(messages, Sequence):
+            raise InvalidArgument("messages", "must be a sequence of Message")
+        if not messages:
+            check_key(key)
+            if metadata is not None:
+                self._metadata_pairs(metadata, "metadata")
+            return 0
+        pairs = codec.message_args(messages, "messages", self.max_message_bytes)
+        return (yield from self._append(key, messages, pairs, "messages", metadata))
+
+    def append_message(
+        self, key: str, msg: Message, *, metadata: Mapping[str, str] | None = None
+    ) -> Op[bool]:
+        # The hot path, written out: one generator, nothing built twice.
+        if type(msg) is not Message:
+            msg = message_arg(msg)
+        key = check_key(key)
+        if self.passphrase is not None or metadata:
+            pairs = codec.message_args([msg], "msg", self.max_message_bytes)
+            return (yield from self._append(key, [msg], pairs, "msg", metadata)) == 1
+        if metadata is not None:  # an empty mapping: nothing to set, but still a mapping
+            codec.metadata_args(metadata, "metadata")
+        keys = self._keys(key)[1]
+        tree = self._trees.get(key)
+        args = (
+            self.ttl_ms, self.grace_ms, "0" if tree is None else tree[0], self.window,
+            self.max_history_turns, key, b"", self.max_metadata_bytes, 0,
+            codec.message_digest(msg.id),
+            codec.check_size(codec.encode_message(msg), self.max_message_bytes, "msg"),
+        )  # fmt: skip
+        reply = yield ScriptCall(
+            "append_message", keys if tree is None else (*keys, *tree[1]), args
+        )
+        if type(reply) is list and reply[0] == Status.OK:
+            return int(reply[1]) == 1
+        if type(reply) is list and reply[0] == Status.KEY_CHANGED:
+            raise PassphraseRequired(key)
+        if type(reply) is list and reply[0] == Status.TREE_CHANGED:
+            self._learn_tree(key, reply[1], reply[2:])
+            pairs = codec.message_args([msg], "msg", self.max_message_bytes)
+            return (yield from self._append(key, [msg], pairs, "msg", metadata)) == 1
+        return int(check(reply, lambda: Ctx(key, keys))[1]) == 1
+
+    def _append(
+        self,
+        key: str,
+        messages: Sequence[Message],
+        pairs: list[bytes],
+        argument: str,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Op[int]:
+        key = check_key(key)
+        keys = self._keys(key)[1]
+        entries = {} if metadata is None else metadata
+        metadata_pairs = self._metadata_pairs(entries, "metadata")
+
+        def build(sealer: Sealer | None) -> ScriptCall:
+            kid = b"" if sealer is None else sealer.kid
+            put = metadata_pairs(sealer)
+            args: list[bytes | str | int] = [
+                *self._head(key), self.max_history_turns, key, kid, self.max_metadata_bytes,
+                len(put), *put,
+            ]  # fmt: skip
+            args += codec.seal_pairs(pairs, messages, sealer, argument, self.max_message_bytes)
+            return ScriptCall("append_message", (*keys, *self._tree(key)[1]), args)
+
+        reply = yield from self._write(key, build, lambda: Ctx(key, keys, argument="metadata"))
+        return int(reply[1])
+
+    def annotate_timeout(self, key: str, partial: str) -> Op[bool]:
+        text(partial, "partial")
+        msg = Message(role=MessageRole.ASSISTANT, content=TIMEOUT_NOTICE)
+        return (yield from self.append_message(key, msg))
+
+    def compact_messages(
+        self, key: str, up_to_index: int, summary: str, *, expect_id: str | None = None
+    ) -> Op[int]:
+        key = check_key(key)
+        index = non_negative_int(up_to_index, "up_to_index")
+        text(summary, "summary")
+        optional_str(expect_id, "expect_id")
+        msg = Message(role=MessageRole.SYSTEM, content="[Compacted Summary]\n" + summary)
+        expect = codec.id_prefix(expect_id) if expect_id else b""
+        _, keys = self._keys(key)
+        event, payload = new_event(LifecycleEventType.COMPACT, key)
+        pairs = codec.message_args([msg], "summary", self.max_message_bytes)
+
+        def build(sealer: Sealer | None) -> ScriptCall:
+            args = [
+                *self._head(key),
+                key,
+                index,
+                *codec.seal_pairs(pairs, [msg], sealer, "summary", self.max_message_bytes),
+                expect,
+                self.channel,
+                payload,
+                b"" if sealer is None else sealer.kid,
+            ]
+            return ScriptCall("compact_messages", (*keys, *self._tree(key)[1]), args)
+
+        ctx = Ctx(key, keys, index=index, expect_id=expect_id or "")
+        reply = yield from self._write(key, build, ctx)
+        if int(reply[1]):
+            yield Emit(event)
+        return int(reply[1])
+
+    def pop_message(self, key: str, *, expect_id: str | None = None) -> Op[Message | None]:
+        key = check_key(key)
+        optional_str(expect_id, "expect_id")
+        expect = codec.id_prefix(expect_id) if expect_id else b""
+        sk, keys = self._keys(key)
+        call = token()
+        digest = codec.message_digest("pop:" + call)
+
+        def build(sealer: Sealer | None) -> ScriptCall:
+            kid = b"" if sealer is None else sealer.kid
+            args = (*self._head(key), key, call, digest, expect, kid, self.pop_keep_ms)
+            return ScriptCall("pop_message", (*keys, sk.pop, *self._tree(key)[1]), args)
+
+        ctx = Ctx(key, keys, index=-1, expect_id=expect_id or "", kind="pop", name=key)
+        reply = yield from self._write(key, build, ctx)
+        if len(reply) < 2:
+            return None
+        (msg,) = yield from self._opened(
+            lambda ring: codec.decode_messages(key, [bytes(reply[1])], ring)
+        )
+        popped: Message = msg
+        return popped
+
+    def list_sessions(
+        self, limit: int | None = None, offset: int = 0, *, prefix: str | None = None
+    ) -> Op[list[SessionSummary]]:
+        count = -1 if limit is None else non_negative_int(limit, "limit")
+        first = non_negative_int(offset, "offset")
+        if prefix is not None:
+            codec.text_arg(prefix, "prefix")
+        if count == 0:
+            return []
+        indexes = yield from self._indexes()
+        if not indexes:
+            return []
+        if prefix:
+            live = yield from self._summaries((yield from self._matching(indexes, prefix)))
+            return live[first:] if count < 0 else live[first : first + count]
+        want = -1 if count < 0 else first + count  # live rows needed, -1 = all
+        window = want
+        while True:
+            # The newest `window` entries of every index shard, merged newest first; then the
+            # sessions' own timestamps, which also drop entries of sessions gone meanwhile.
+            last = -1 if window < 0 else window - 1
+            pages = yield Commands([("ZREVRANGE", i, 0, last, "WITHSCORES") for i in indexes])
+            rows = sorted(
+                ((float(score), member) for page in pages for member, score in page),
+                reverse=True,
+            )
+            live = yield from self._summaries([member for _, member in rows])
+            exhausted = window < 0 or all(len(page) < window for page in pages)
+            if exhausted or len(live) >= want:
+                return live[first:] if count < 0 else live[first : first + count]
+            window *= 2
+
+    def _matching(self, indexes: list[str], prefix: str) -> Op[list[bytes]]:
+        """The index members that begin with ``prefix``, newest first: the server filters
+        (``ZSCAN ... MATCH``), so only matching entries cross the network.
+        """
+        pattern = _GLOB_SPECIAL.sub(r"\\\g<0>", prefix) + "*"
+        found: dict[bytes, float] = {}
+        for index in indexes:
+            cursor: Any = 0
+            while True:  # ends: ZSCAN comes back to cursor 0 after a full iteration
+                (reply,) = yield Commands(
+                    [("ZSCAN", index, cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)]
+                )
+                cursor, entries = reply
+                for member, score in entries:
+                    found[bytes(member)] = float(score)
+                if int(cursor) == 0:
+                    break
+        return [key for key, _ in sorted(found.items(), key=lambda kv: kv[1], reverse=True)]
+
+    def _indexes(self) -> Op[list[str]]:
+        if not self.schema.cluster:
+            return self.schema.all_indexes()
+        (members,) = yield Commands([("SMEMBERS", self.schema.index_registry)])
+        return sorted(codec.decode_key(m) for m in members)
+
+    def repair_index(self) -> Op[int]:
+        """Register every existing index shard (cluster); returns how many were missing."""
+        if not self.schema.cluster:
+            return 0
+        shards = self.schema.all_indexes()
+        exists = yield Commands([("EXISTS", s) for s in shards])
+        found = [s for s, n in zip(shards, exists, strict=True) if n]
+        known = set((yield from self._indexes()))
+        missing = [s for s in found if s not in known]
+        if missing:
+            yield Commands([("SADD", self.schema.index_registry, *missing)])
+        return len(missing)
+
+    def _summaries(self, members: list[bytes]) -> Op[list[SessionSummary]]:
+        """The summaries of the sessions the index members name; a member that is not a key
+        this store wrote (not UTF-8) is skipped and logged, not raised for everybody.
+        """
+        keys = [k for k in map(codec.index_member, members) if k is not None]
+        if not keys:
+            return []
+        metas = [self.schema.session(k).meta for k in keys]
+        found = yield Commands([("HMGET", m, "created_at", "updated_at") for m in metas])
+        out = []
+        for key, (created, updated) in zip(keys, found, strict=True):
+            if created is None:
+                continue
+            try:
+                out.append(codec.decode_summary(key, created, updated))
+            except CorruptData as exc:
+                codec.log_bad_record("list_sessions", exc)
+        return out
