@@ -35,8 +35,7 @@ end
 -- Server clock: microseconds since the epoch as a decimal string, and milliseconds as a number.
 local function clock()
   local t = redis.call('TIME')
-  local us = t[1] .. string.format('%06d', tonumber(t[2]))
-  return us, tonumber(string.sub(us, 1, -4))
+  return t[1] .. string.format('%06d', t[2]), t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
 -- Index of the first KEYS[i] whose type is neither 'none' nor types[i], or nil.
@@ -89,14 +88,20 @@ end
 -- length. Returns g, h, n, or nil and the DAMAGED reply when the list KEYS[l] is missing though
 -- the session records messages (evicted). A list of another length was changed behind the
 -- store's back (another writer): its positions begin a new generation, which a writer records.
-local function positions(g, h, n, l)
+-- g = false: the caller did not read g (the hot path); it stays false unless the positions
+-- begin anew, when it is read from the meta hash KEYS[m].
+local function positions(g, h, n, l, m)
   local len = redis.pcall('LLEN', KEYS[l])
   if failed(len) then return nil, refusal(len, l) end
   if not n then return 0, 0, len end
-  h, n, g = tonumber(h or '0'), tonumber(n), tonumber(g or '0')
-  if len == n - h then return g, h, n end
+  h, n = tonumber(h or '0'), tonumber(n)
+  if len == n - h then
+    if g == false then return false, h, n end
+    return tonumber(g or '0'), h, n
+  end
   if len == 0 then return nil, {DAMAGED, l, 'length', 0, n - h} end
-  return g + 1, 0, len
+  if g == false then g = redis.call('HGET', KEYS[m], 'g') end
+  return tonumber(g or '0') + 1, 0, len
 end
 
 -- Whether a write at now (ms) must move the tree's deadline x (the root's meta field 'x').
@@ -111,15 +116,20 @@ local function tree_changed(tg)
   return reply
 end
 
--- Move the tree's deadline to now + ttl + ttl/16 (so that most writes need not touch any TTL)
--- and every key of the tree with it: the root's keys, KEYS[first ..] (the members) and the
--- expiry marker, which lives grace ms longer. Returns the new deadline.
-local function extend(first, ttl, grace, now)
-  local x = now + ttl + math.floor(ttl / 16)
-  redis.call('HSET', KEYS[1], 'x', x)
+-- Every key of the tree expires at its deadline x: the root's keys, KEYS[first ..] (the
+-- members) and the expiry marker, which lives grace ms longer.
+local function expire_tree(first, x, grace)
   redis.call('SET', KEYS[5], '1', 'PXAT', x + grace)
   for _, i in ipairs({1, 2, 3, 6, 7}) do redis.call('PEXPIREAT', KEYS[i], x) end
   for i = first, #KEYS do redis.call('PEXPIREAT', KEYS[i], x) end
+end
+
+-- Move the tree's deadline to now + ttl + ttl/16 (so that most writes need not touch any TTL)
+-- and every key of the tree with it (see expire_tree). Returns the new deadline.
+local function extend(first, ttl, grace, now)
+  local x = now + ttl + math.floor(ttl / 16)
+  redis.call('HSET', KEYS[1], 'x', x)
+  expire_tree(first, x, grace)
   return x
 end
 
@@ -182,105 +192,126 @@ end
 -- The digest of a child message inherited from the parent at fork: never merged back.
 local INHERITED = string.rep('\0', 8)
 
--- Whether b (a bucket: 8-byte digests end to end) holds digest d.
-local function held_in(b, d)
-  if not b or b == '' then return false end
-  local pos = 1
+-- The id window of a session or child: the 8-byte digests of its newest message ids (and of
+-- call tokens) in 64 buckets of its ids hash, named by one byte: 128 + the digest's first
+-- byte % 64 (no clash with 'w' or with the first layout's hex names). A bucket holds two
+-- generations: a 3-byte count of its current-generation digests, those digests (newest
+-- first), then the previous generation's. Field 'w' is the current generation's digest count
+-- (then 'L' while the first layout's buckets, '0' .. '7f', are still looked in). When adding
+-- k digests would take the current generation past size, every bucket drops its previous
+-- generation first (once per size appends) and a new one begins: the hash holds at most
+-- 2 * size + k digests, and every one of the newest size is found. An append of one message
+-- reads and writes one bucket.
+local function bucket_of(d)
+  return string.char(128 + string.byte(d, 1) % 64)
+end
+
+local function count_of(bucket)
+  if #bucket < 3 then return 0 end
+  local a, b, c = string.byte(bucket, 1, 3)
+  return (a * 256 + b) * 256 + c
+end
+
+-- Whether bucket (a window bucket, or a first-layout one when offset is 1) holds digest d.
+local function held_in(bucket, d, offset)
+  if not bucket or #bucket < offset + 7 then return false end
+  local pos = offset
   while true do
-    local s = string.find(b, d, pos, true)
+    local s = string.find(bucket, d, pos, true)
     if not s then return false end
-    if (s - 1) % 8 == 0 then return true end
+    if (s - offset) % 8 == 0 then return true end
     pos = s + 1
   end
 end
 
--- The id window of a session or child: the 8-byte digests of its newest message ids (and of
--- call tokens), in two generations of 32 buckets in its ids hash ('a0' .. 'av', 'b0' .. 'bv').
--- Field 'w' is the current generation's letter and digest count, then 'L' while the first
--- layout's buckets ('0' .. '7f') are still looked in. When adding k digests would take the
--- current generation past size, the older generation is dropped first and a new one begins:
--- the hash holds at most 2 * size + k digests, and every digest among the newest size is found.
--- open_window reads the state and the buckets of digests ARGV[first], ARGV[first + step] ...
--- ARGV[last] in one HMGET; returns the window (a table), or nil and the reply that stops the
--- script (the ids hash KEYS[i] holds a foreign type, or is missing though expected = 'i').
-local B32 = '0123456789abcdefghijklmnopqrstuv'
-
-local function bucket_of(d)
-  local b = string.byte(d, 1) % 32 + 1
-  return string.sub(B32, b, b)
-end
-
+-- open_window reads the window's state and the buckets of digests ARGV[first],
+-- ARGV[first + step] ... ARGV[last] and of the digests in extra (a list) in one HMGET (a
+-- second one for first-layout buckets while they are looked in). Returns the window (a
+-- table: bucket values by field name, key, count, legacy, dirty), or nil and the reply that
+-- stops the script: the ids hash KEYS[i] holds a foreign type, or is missing though expected
+-- (the session records list positions: its window exists).
 local function open_window(i, expected, first, last, step, extra)
-  local fields, wanted = {'w'}, {}
-  local function want(f)
-    if not wanted[f] then
-      wanted[f] = true
-      fields[#fields + 1] = f
+  local fields
+  if first == last and not extra then  -- one digest (the common append): no bookkeeping
+    fields = {'w', bucket_of(ARGV[first])}
+  else
+    local seen = {}
+    fields = {'w'}
+    local function want(d)
+      local b = bucket_of(d)
+      if not seen[b] then
+        seen[b] = true
+        fields[#fields + 1] = b
+      end
     end
-  end
-  local digests = {}
-  for j = first, last, step do digests[#digests + 1] = ARGV[j] end
-  for _, d in ipairs(extra or {}) do digests[#digests + 1] = d end
-  for _, d in ipairs(digests) do
-    local b = bucket_of(d)
-    want('a' .. b)
-    want('b' .. b)
-    want(string.format('%x', string.byte(d, 1) % 128))
+    for j = first, last, step do want(ARGV[j]) end
+    if extra then for _, d in ipairs(extra) do want(d) end end
   end
   local got = redis.pcall('HMGET', KEYS[i], unpack(fields))
   if failed(got) then return nil, refusal(got, i) end
   if not got[1] and expected then return nil, {DAMAGED, i, 'missing'} end
-  local w = got[1] or 'a0L'
-  local win = {key = i, cur = string.sub(w, 1, 1), count = tonumber(string.match(w, '%d+')),
-    legacy = string.sub(w, -1) == 'L', buckets = {}, dirty = {}, added = {}}
-  for n = 2, #fields do win.buckets[fields[n]] = got[n] or '' end
+  local w = got[1] or (expected and '0' or '0L')
+  local win = {key = i, count = tonumber(string.match(w, '%d+')), legacy = string.sub(w, -1) == 'L',
+    dirty = {}}
+  for n = 2, #fields do win[fields[n]] = got[n] or '' end
+  if win.legacy then  -- a first-layout session: its old buckets count until the window turns
+    local old = {}
+    for j = first, last, step do old[#old + 1] = string.format('%x', string.byte(ARGV[j], 1) % 128) end
+    if extra then
+      for _, d in ipairs(extra) do old[#old + 1] = string.format('%x', string.byte(d, 1) % 128) end
+    end
+    local values = redis.call('HMGET', KEYS[i], unpack(old))
+    for n, f in ipairs(old) do win[f] = values[n] or '' end
+  end
   return win
 end
 
--- Whether the window holds digest d (or it was added by this script already).
+-- Whether the window holds digest d.
 local function has(win, d)
-  if win.added[d] then return true end
-  local b = bucket_of(d)
-  if held_in(win.buckets['a' .. b], d) or held_in(win.buckets['b' .. b], d) then return true end
-  return win.legacy and held_in(win.buckets[string.format('%x', string.byte(d, 1) % 128)], d)
+  if held_in(win[bucket_of(d)], d, 4) then return true end
+  return win.legacy and held_in(win[string.format('%x', string.byte(d, 1) % 128)], d, 1)
 end
 
--- Add digests (a list, none held) to the window, dropping the older generation first when the
--- current one would pass size; written by the caller with save_window.
+-- Add digests (a list, none held) to the window, turning it over first when the current
+-- generation would pass size; written by save_window.
 local function add(win, digests, size)
   if #digests == 0 then return end
   if win.count > 0 and win.count + #digests > size then
-    local old = win.cur == 'a' and 'b' or 'a'
-    local drop = {}
-    for n = 1, 32 do drop[n] = old .. string.sub(B32, n, n) end
+    local all = {}
+    for n = 1, 64 do all[n] = string.char(127 + n) end
+    local values = redis.call('HMGET', KEYS[win.key], unpack(all))
+    for n, f in ipairs(all) do  -- the current generation becomes the previous one
+      local v = values[n] or ''
+      win[f] = '\0\0\0' .. string.sub(v, 4, 3 + 8 * count_of(v))
+      win.dirty[f] = true
+    end
     if win.legacy then
+      local drop = {'c'}
       for n = 0, 127 do drop[#drop + 1] = string.format('%x', n) end
-      drop[#drop + 1] = 'c'
+      redis.call('HDEL', KEYS[win.key], unpack(drop))
       win.legacy = false
     end
-    redis.call('HDEL', KEYS[win.key], unpack(drop))
-    for f in pairs(win.buckets) do
-      if string.sub(f, 1, 1) == old then win.buckets[f] = '' end
-    end
-    win.cur, win.count = old, 0
+    win.count = 0
   end
   for _, d in ipairs(digests) do
-    local f = win.cur .. bucket_of(d)
-    win.buckets[f] = (win.buckets[f] or '') .. d
+    local f = bucket_of(d)
+    local v = win[f] or ''
+    local c = count_of(v) + 1
+    win[f] = string.char(math.floor(c / 65536), math.floor(c / 256) % 256, c % 256) .. d
+      .. string.sub(v, 4)
     win.dirty[f] = true
-    win.added[d] = true
   end
   win.count = win.count + #digests
 end
 
 -- Write the window's changed buckets and its state in one HSET.
 local function save_window(win)
-  local args = {'w', win.cur .. win.count .. (win.legacy and 'L' or '')}
+  local args = {'w', win.count .. (win.legacy and 'L' or '')}
   for f in pairs(win.dirty) do
     args[#args + 1] = f
-    args[#args + 1] = win.buckets[f]
+    args[#args + 1] = win[f]
   end
-  redis.call('HSET', KEYS[win.key], unpack(args))
+  for i = 1, #args, 1000 do redis.call('HSET', KEYS[win.key], unpack(args, i, math.min(i + 999, #args))) end
   win.dirty = {}
 end
 
@@ -301,7 +332,7 @@ end
 -- Whether another call holds the child's merge lease (meta fields mt: its token, mx: until when,
 -- ms): a staged merge is under way, and the child takes no messages and no other merge.
 local function leased(mt, mx, now, token)
-  return mt ~= nil and mt ~= token and tonumber(mx or '0') >= now
+  return mt and mt ~= token and tonumber(mx or '0') >= now or false
 end
 
 -- Remember an ended child in the root's done zset (newest 100 kept): 'm' .. key for a merged

@@ -15,7 +15,7 @@ local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset'
   'hash'})
 if bad then return {WRONG_TYPE, bad} end
 local c = redis.call('HMGET', KEYS[8], 'parent', 'discarded', 'merged_at', 'max', 'g', 'h', 'n',
-  'i')
+  'mt', 'mx')
 local st = child_state(c, ARGV[5], ARGV[6])
 if st == MERGED then return {MERGED} end
 if st ~= OK then return st end
@@ -23,12 +23,13 @@ local f = redis.call('HMGET', KEYS[1], 'v', 'k', 'x', 'tg')
 if not f[1] then return gone(1, 2, 3, 5) end
 if (f[2] or '') ~= ARGV[7] then return {KEY_CHANGED, f[2] or ''} end
 local us, now = clock()
+if leased(c[8], c[9], now, '') then return {MERGED} end  -- a large merge of it is under way
 local ttl = tonumber(ARGV[1])
 local extend_now = due(f[3], ttl, now)
 if extend_now and (f[4] or '0') ~= ARGV[3] then return tree_changed(f[4]) end
 local g, h, n = positions(c[5], c[6], c[7], 9)
 if not g then return h end
-local win, stop = open_window(10, c[8], 8, #ARGV, 2)
+local win, stop = open_window(10, c[7], 8, #ARGV, 2)
 if not win then return stop end
 
 local digests, elements = {}, {}
@@ -37,13 +38,12 @@ for i = 8, #ARGV, 2 do
   if not has(win, d) then
     digests[#digests + 1] = d
     elements[#elements + 1] = ARGV[i + 1]
-    win.added[d] = true
   end
 end
 if #digests == 0 then return {OK, 0} end
 local new_keys = {}  -- keys this call creates join the tree's deadline
 if n == h then new_keys[#new_keys + 1] = 9 end
-if not c[8] then new_keys[#new_keys + 1] = 10 end  -- a first-layout child
+if not c[7] then new_keys[#new_keys + 1] = 10 end  -- a first-layout child
 push_all(KEYS[9], elements)
 n = n + #elements
 local max = tonumber(c[4] or '0')
@@ -51,10 +51,9 @@ if max > 0 and n - h > max then
   redis.call('LTRIM', KEYS[9], -max, -1)
   h = n - max
 end
-win.added = {}
 add(win, digests, math.max(tonumber(ARGV[4]), max))
 save_window(win)
-redis.call('HSET', KEYS[8], 'g', g, 'h', h, 'n', n, 'i', '1')
+redis.call('HSET', KEYS[8], 'g', g, 'h', h, 'n', n)
 redis.call('HSET', KEYS[1], 'updated_at', us)
 redis.call('ZADD', KEYS[4], now, ARGV[5])
 if extend_now then extend(11, ttl, tonumber(ARGV[2]), now) else join_tree(f[3], new_keys) end

@@ -11,7 +11,7 @@
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
   'hash'})
 if bad then return {WRONG_TYPE, bad} end
-local f = redis.call('HMGET', KEYS[1], 'tg', 'i', 'v', 'x')
+local f = redis.call('HMGET', KEYS[1], 'tg', 'n', 'v', 'x')
 local win, stop = open_window(3, f[2], 1, 0, 1, {ARGV[7]})
 if not win then return stop end
 if has(win, ARGV[7]) then

@@ -48,8 +48,7 @@ end
 
 local tg = tonumber(f[4] or '0') + 1
 redis.call('HSET', KEYS[8], 'v', '1', 'key', ARGV[6], 'parent', ARGV[5], 'agent', ARGV[7],
-  'config', ARGV[8], 'max', ARGV[9], 'created_at', us, 'token', ARGV[11], 'g', 0, 'h', 0,
-  'i', '1')
+  'config', ARGV[8], 'max', ARGV[9], 'created_at', us, 'token', ARGV[11], 'g', 0, 'h', 0)
 if staged == 0 then
   redis.call('DEL', KEYS[9], KEYS[10])
   local want = tonumber(ARGV[10])
@@ -61,7 +60,7 @@ if staged == 0 then
 else
   redis.call('DEL', KEYS[10])
 end
-redis.call('HSET', KEYS[10], 'w', 'a0')  -- the child's id window, empty
+redis.call('HSET', KEYS[10], 'w', '0')  -- the child's id window, empty
 redis.call('HSET', KEYS[8], 'n', redis.call('LLEN', KEYS[9]))
 redis.call('HSET', KEYS[1], 'updated_at', us, 'tg', tg)
 redis.call('ZADD', KEYS[4], now, ARGV[5])

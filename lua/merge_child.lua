@@ -23,11 +23,11 @@
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
   'hash', 'list'})
 if bad then return {WRONG_TYPE, bad} end
-local f = redis.call('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'g', 'h', 'n', 'i')
+local f = redis.call('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'g', 'h', 'n')
 local mode = ARGV[10]
 local extra = {ARGV[9]}
 if mode == 'summary' then extra[2] = ARGV[11] end
-local win, stop = open_window(3, f[8], 1, 0, 1, extra)
+local win, stop = open_window(3, f[7], 1, 0, 1, extra)
 if not win then return stop end
 local c = redis.call('HMGET', KEYS[8], 'parent', 'discarded', 'merged_at', 'g', 'h', 'n', 'mt',
   'mx')
@@ -58,16 +58,16 @@ if not g then return h end
 local cg, ch = positions(c[4], c[5], c[6], 9)
 if not cg then return ch end
 
-local digests, elements = {}, {}
+local digests, elements, taken = {}, {}, {}
 if mode == 'summary' then
   if not has(win, ARGV[11]) then digests[1], elements[1] = ARGV[11], ARGV[12] end
 elseif mode == 'history' then
   for _, m in ipairs(redis.call('LRANGE', KEYS[9], 0, -1)) do
     local d = string.sub(m, 1, 8)
-    if d ~= INHERITED and not has(win, d) then
+    if d ~= INHERITED and not taken[d] and not has(win, d) then
       digests[#digests + 1] = d
       elements[#elements + 1] = string.sub(m, 9)
-      win.added[d] = true
+      taken[d] = true
     end
   end
 elseif c[7] ~= ARGV[8] or tostring(g) ~= ARGV[17] or tonumber(ARGV[18]) > n then
@@ -82,9 +82,9 @@ if mode == 'staged' then
   g, h, n, added = g + 1, 0, redis.call('LLEN', KEYS[2]), tonumber(ARGV[19])
   for _, m in ipairs(redis.call('LRANGE', KEYS[9], -tonumber(ARGV[4]), -1)) do
     local d = string.sub(m, 1, 8)
-    if d ~= INHERITED and not has(win, d) then
+    if d ~= INHERITED and not taken[d] and not has(win, d) then
       digests[#digests + 1] = d
-      win.added[d] = true
+      taken[d] = true
     end
   end
 else
@@ -96,7 +96,6 @@ if max > 0 and n - h > max then
   redis.call('LTRIM', KEYS[2], -max, -1)
   h = n - max
 end
-win.added = {}
 digests[#digests + 1] = ARGV[9]
 add(win, digests, math.max(tonumber(ARGV[4]), max))
 save_window(win)

@@ -14,7 +14,7 @@
 -- while it is there). A call retried after a lost reply finds its token in the window and gets
 -- the element it popped from the pop key (kept ARGV[10] ms, never past the tree's deadline),
 -- popping nothing more. The list begins a new generation.
-local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'g', 'h', 'n', 'i')
+local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'g', 'h', 'n')
 local refused = root_refused(f)
 if refused then return refused end
 if (f[2] or '') ~= ARGV[9] then return {KEY_CHANGED, f[2] or ''} end
@@ -24,7 +24,7 @@ local extend_now = due(f[3], ttl, now)
 if extend_now and (f[4] or '0') ~= ARGV[3] then return tree_changed(f[4]) end
 local g, h, n = positions(f[5], f[6], f[7], 2)
 if not g then return h end
-local win, stop = open_window(3, f[8], 7, 7, 1)
+local win, stop = open_window(3, f[7], 7, 7, 1)
 if not win then return stop end
 if has(win, ARGV[7]) then
   local kept = redis.call('GET', KEYS[8])

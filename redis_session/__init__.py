@@ -19,6 +19,7 @@ from .context import (
 from .errors import (
     ChildAlreadyMerged,
     ChildNotFound,
+    ChildPruned,
     ConcurrentChange,
     CorruptData,
     DecryptionFailed,
@@ -60,6 +61,7 @@ __all__ = [
     "AsyncStore",
     "ChildAlreadyMerged",
     "ChildNotFound",
+    "ChildPruned",
     "ChildSession",
     "ChildSessionConfig",
     "ChildSessionStore",

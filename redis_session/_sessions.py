@@ -69,7 +69,8 @@ class SessionOps(CoreBase):
         self._check_metadata_total(codec.metadata_only(meta), "session.metadata")
         event, payload = new_event(LifecycleEventType.CREATE, key)
         args = [
-            *self._head(key), key, token(), self.channel, payload, len(meta) // 2, *meta,
+            *self._head(key), key, token(), self.channel, payload, codec.SCHEMA_VERSION,
+            b"" if sealer is None else sealer.kid, len(meta) // 2, *meta,
         ]  # fmt: skip
         history = codec.message_args(session.history, "session.history", self.max_message_bytes)
         args += codec.seal_pairs(

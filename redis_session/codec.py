@@ -294,13 +294,11 @@ def _micros(key: str, raw: bytes | None, what: str) -> int:
 
 
 def meta_args(session: Session, sealer: Sealer | None = None) -> list[bytes]:
-    """Field/value pairs of the meta hash for a new session (timestamps are the script's).
-
-    A sealed session records its key id in field ``k``.
+    """Field/value pairs of the meta hash for a new session, but for what the script writes
+    itself (timestamps, list positions, the schema version :data:`SCHEMA_VERSION` and the key
+    id ``k`` of a sealed session).
     """
-    out = [b"key", text_arg(session.key, "session.key"), b"v", SCHEMA_VERSION]
-    if sealer is not None:
-        out += (b"k", sealer.kid)
+    out = [b"key", text_arg(session.key, "session.key")]
     return (
         out
         + scalar_args(session, skip_empty=False)

@@ -75,7 +75,7 @@ def test_microsecond_timestamps_are_exact() -> None:
 
 def test_decode_session_reports_the_key() -> None:
     meta = meta_args(Session(key="k", metadata={"a": "b"}))
-    meta += [b"created_at", b"1", b"updated_at", b"2"]
+    meta += [b"v", b"1", b"created_at", b"1", b"updated_at", b"2"]  # the script writes these
     s = decode_session("k", meta, [])
     assert s.metadata == {"a": "b"} and s.created_at == to_datetime(1)
     with pytest.raises(CorruptData, match="'k'.*updated_at"):

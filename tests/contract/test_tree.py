@@ -1,0 +1,295 @@
+"""A session tree lives and dies as one, and nothing of it grows without bound (issue #13).
+
+TTL cases use short TTLs and bounded waits; memory bounds are measured with ``MEMORY USAGE``
+over every key of the test's prefix (on fakeredis, which has no ``MEMORY`` command, with the
+length of ``DUMP``, a close stand-in for what a key holds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from redis_session import (
+    ChildNotFound,
+    ChildPruned,
+    ChildSessionConfig,
+    InvalidArgument,
+    Message,
+    Session,
+    SessionExpired,
+)
+from tests.conftest import Backend, StoreFactory
+
+
+def msg(content: str, role: str = "user") -> Message:
+    return Message(role=role, content=content)
+
+
+def contents(messages: list[Message]) -> list[str]:
+    return [m.content for m in messages]
+
+
+def prefix_keys(backend: Backend) -> list[bytes]:
+    raw = backend.sync_client()
+    return sorted(bytes(k) for k in raw.scan_iter(match=f"{backend.prefix}*", count=1000))
+
+
+def prefix_bytes(backend: Backend) -> int:
+    raw = backend.sync_client()
+    keys = prefix_keys(backend)
+    if backend.fake_server is not None:
+        return sum(len(raw.dump(k) or b"") for k in keys)
+    return sum(int(raw.memory_usage(k, samples=0) or 0) for k in keys)
+
+
+async def wait_until(predicate: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await predicate():
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+# -- one expiry for the tree ------------------------------------------------------------------
+
+
+async def test_a_busy_parent_keeps_its_children_alive(make_store: StoreFactory) -> None:
+    store = make_store(ttl=0.6)
+    await store.create(Session(key="p"))
+    child = await store.fork_child("p", "tool-wait")
+    await store.append_child_message(child.key, msg("waiting on a tool"))
+    started = time.monotonic()
+    while time.monotonic() - started < 1.5:  # 2.5 TTLs of parent writes, none to the child
+        await store.append_message("p", msg(f"turn {time.monotonic()}"))
+        await asyncio.sleep(0.1)
+    assert contents((await store.get_child(child.key)).history) == ["waiting on a tool"]
+    assert [c.key for c in await store.children_of("p")] == [child.key]
+
+
+async def test_a_busy_child_keeps_its_parent_and_siblings_alive(make_store: StoreFactory) -> None:
+    store = make_store(ttl=0.6)
+    await store.create(Session(key="p", history=[msg("question")]))
+    busy = await store.fork_child("p", "busy")
+    idle = await store.fork_child("p", "idle")
+    started = time.monotonic()
+    while time.monotonic() - started < 1.5:
+        await store.append_child_message(busy.key, msg(f"step {time.monotonic()}"))
+        await asyncio.sleep(0.1)
+    assert contents(await store.get_history("p")) == ["question"]
+    assert (await store.get_child(idle.key)).history == []
+    assert {c.key for c in await store.children_of("p")} == {busy.key, idle.key}
+
+
+async def test_a_worker_that_does_not_know_the_children_still_keeps_them_alive(
+    make_store: StoreFactory,
+) -> None:
+    forker, appender = make_store(ttl=0.6), make_store(ttl=0.6)
+    await forker.create(Session(key="p"))
+    await appender.append_message("p", msg("first"))  # learns a tree without children
+    child = await forker.fork_child("p", "late")  # the appender does not hear of it
+    started = time.monotonic()
+    while time.monotonic() - started < 1.5:
+        await appender.append_message("p", msg(f"turn {time.monotonic()}"))
+        await asyncio.sleep(0.1)
+    assert (await forker.get_child(child.key)).merged_at is None
+
+
+async def test_the_whole_tree_goes_at_once_and_leaves_only_its_marker(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    store = make_store(ttl=0.4, expired_grace=0.6, keep_merged_children=1)
+    await store.create(Session(key="p", history=[msg("q")], metadata={"a": "1"}))
+    live = await store.fork_child("p", "live", ChildSessionConfig(inherit_history=1))
+    await store.append_child_message(live.key, msg("work"))
+    merged = await store.fork_child("p", "merged")
+    await store.merge_child(merged.key, "done")
+    gone = await store.fork_child("p", "gone")
+    await store.discard_child(gone.key)
+    await store.pop_message("p")  # leaves a pop key for a retry
+    assert len(prefix_keys(backend)) > 8
+
+    async def only_markers() -> bool:
+        left = [k for k in prefix_keys(backend) if k != backend.schema.index_registry.encode()]
+        index = backend.schema.index_of("p").encode()
+        return all(b":mark:" in k or k == index for k in left)
+
+    assert await wait_until(only_markers, 2.0)
+    with pytest.raises(SessionExpired):
+        await store.get("p")
+    for key in (live.key, merged.key):
+        with pytest.raises(ChildNotFound):
+            await store.get_child(key)
+
+    async def nothing_left() -> bool:
+        left = prefix_keys(backend)
+        return all(b":mark:" not in k and b"meta:" not in k for k in left)
+
+    assert await wait_until(nothing_left, 2.0)  # the marker goes after expired_grace too
+    assert await store.list_sessions() == []
+
+
+# -- merged and discarded children are bounded ------------------------------------------------
+
+
+async def _cycles(store: Any, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        child = await store.fork_child("p", "sub", ChildSessionConfig(inherit_history=20))
+        await store.append_child_messages(
+            child.key, [msg(f"c{i}.{j}", "assistant") for j in range(2)]
+        )
+        await store.merge_child(child.key, "" if i % 2 else f"summary {i}")
+        spare = await store.fork_child("p", "spare")
+        await store.discard_child(spare.key)
+
+
+async def test_fork_merge_cycles_do_not_grow_the_tree(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    store = make_store(max_history_turns=100)
+    history = [msg(f"p{i} " + "lorem ipsum dolor sit amet " * 8) for i in range(100)]
+    await store.create(Session(key="p", history=history))
+    await _cycles(store, 10)
+    keys_10, bytes_10 = len(prefix_keys(backend)), prefix_bytes(backend)
+    await _cycles(store, 90, start=10)
+    keys_100, bytes_100 = len(prefix_keys(backend)), prefix_bytes(backend)
+    print(f"\n10 cycles: {keys_10} keys, {bytes_10:,} B; 100: {keys_100} keys, {bytes_100:,} B")
+    assert keys_100 <= keys_10 + 5
+    assert bytes_100 <= 1.6 * bytes_10
+    kept = await store.children_of("p")
+    assert len(kept) == store.keep_merged_children and all(c.is_merged() for c in kept)
+
+
+async def test_a_pruned_child_says_it_was_merged(make_store: StoreFactory) -> None:
+    store = make_store(keep_merged_children=1)
+    await store.create(Session(key="p"))
+    first = await store.fork_child("p", "a")
+    await store.append_child_message(first.key, msg("a's work"))
+    await store.merge_child(first.key, "")
+    assert contents((await store.get_child(first.key)).history) == ["a's work"]  # kept whole
+    second = await store.fork_child("p", "b")
+    await store.merge_child(second.key, "b's summary")
+    with pytest.raises(ChildPruned) as info:
+        await store.get_child(first.key)
+    assert isinstance(info.value, ChildNotFound) and info.value.key == first.key
+    assert "merged" in str(info.value) and info.value.merged_at.year >= 2024
+    assert [c.key for c in await store.children_of("p")] == [second.key]
+    assert contents(await store.get_history("p")) == ["a's work", "b's summary"]
+
+
+async def test_keep_nothing_prunes_at_merge(make_store: StoreFactory) -> None:
+    store = make_store(keep_merged_children=0)
+    await store.create(Session(key="p"))
+    child = await store.fork_child("p", "a")
+    assert await store.merge_child(child.key, "s") == 1
+    with pytest.raises(ChildPruned):
+        await store.get_child(child.key)
+    assert await store.children_of("p") == []
+
+
+async def test_a_discarded_child_is_gone_at_once(backend: Backend, store: Any) -> None:
+    await store.create(Session(key="p"))
+    child = await store.fork_child("p", "a")
+    await store.append_child_message(child.key, msg("x"))
+    await store.discard_child(child.key)
+    ck = backend.schema.child(child.key)
+    raw = backend.sync_client()
+    assert not any(raw.exists(name) for name in (ck.meta, ck.msgs, ck.ids))
+    with pytest.raises(ChildNotFound) as info:
+        await store.get_child(child.key)
+    assert type(info.value) is ChildNotFound
+
+
+# -- idempotency with bounded memory ----------------------------------------------------------
+
+
+async def test_the_id_window_stops_the_session_growing(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    store = make_store(max_history_turns=50)
+    await store.create(Session(key="s"))
+    body = "the quick brown fox jumps over the lazy dog " * 5
+
+    async def append(first: int, n: int) -> None:
+        for i in range(first, first + n, 10):  # ten messages per call, 10 ids each
+            await store.append_messages("s", [msg(f"{j} {body}") for j in range(i, i + 10)])
+
+    await append(0, 2_000)
+    after_2k = prefix_bytes(backend)
+    await append(2_000, 18_000)
+    after_20k = prefix_bytes(backend)
+    print(f"\nafter 2,000 appends {after_2k:,} B, after 20,000 {after_20k:,} B")
+    assert after_20k <= 1.25 * after_2k + 4096
+    assert len(await store.get_history("s")) == 50
+
+
+async def test_a_retry_within_the_window_is_stored_once_and_an_older_one_again(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store(dedup_window=64)
+    await store.create(Session(key="s"))
+    early = msg("early")
+    await store.append_message("s", early)
+    for i in range(63):  # early is still among the newest 64 ids
+        await store.append_message("s", msg(str(i)))
+    assert await store.append_message("s", early) is False
+    for i in range(64, 200):  # now it is not
+        await store.append_message("s", msg(str(i)))
+    assert await store.append_message("s", early) is True  # documented: stored again
+    assert contents(await store.get_history("s")).count("early") == 2
+
+
+async def test_merges_and_batches_use_the_same_window(make_store: StoreFactory) -> None:
+    store = make_store(dedup_window=64)
+    await store.create(Session(key="p"))
+    child = await store.fork_child("p", "a")
+    work = [msg(f"w{i}", "assistant") for i in range(3)]
+    await store.append_child_messages(child.key, work)
+    assert await store.merge_child(child.key, "") == 3
+    assert await store.append_messages("p", work) == 0  # the merged ids are in the window
+    batch = [msg("b0"), msg("b1")]
+    assert await store.append_messages("p", batch) == 2
+    assert await store.append_messages("p", [*batch, msg("b2")]) == 1
+
+
+# -- popped content, metadata limits ----------------------------------------------------------
+
+
+async def test_popped_content_leaves_the_meta_hash_and_goes_after_the_retry_window(
+    backend: Backend, store: Any
+) -> None:
+    await store.create(Session(key="p", history=[msg("keep"), msg("secret to pop")]))
+    popped = await store.pop_message("p")
+    assert popped is not None and popped.content == "secret to pop"
+    raw = backend.sync_client()
+    keys = backend.schema.session("p")
+    assert not any(b"secret" in v for v in raw.hgetall(keys.meta).values())
+    assert 0 < raw.pttl(keys.pop) <= 60_000  # kept for a retry of the pop, then gone
+
+
+async def test_metadata_limits(make_store: StoreFactory) -> None:
+    store = make_store(max_metadata_bytes=1000, max_metadata_value_bytes=300)
+    big = "x" * 400
+    with pytest.raises(InvalidArgument, match=r"session.metadata\['a'\].*max_metadata_value"):
+        await store.create(Session(key="s", metadata={"a": big}))
+    with pytest.raises(InvalidArgument, match="session.metadata.*max_metadata_bytes"):
+        await store.create(Session(key="s", metadata={f"k{i}": "y" * 200 for i in range(5)}))
+    await store.create(Session(key="s", metadata={"a": "y" * 200}))
+    with pytest.raises(InvalidArgument, match=r"set\['b'\].*max_metadata_value"):
+        await store.update_metadata("s", set={"b": big})
+    for i in range(3):
+        await store.update_metadata("s", set={f"b{i}": "z" * 200})
+    with pytest.raises(InvalidArgument, match="set.*max_metadata_bytes"):
+        await store.update_metadata("s", set={"b9": "z" * 200})
+    with pytest.raises(InvalidArgument, match="metadata.*max_metadata_bytes"):
+        await store.append_message("s", msg("m"), metadata={"b9": "z" * 200})
+    assert (await store.get("s")).history == []  # the refused append wrote nothing
+    await store.update_metadata("s", set={"b2": "short"}, delete=["b0"])  # shrinks: fine
+    await store.update_metadata("s", set={"b9": "z" * 200})
+    assert sorted((await store.get("s")).metadata) == ["a", "b1", "b2", "b9"]
+    with pytest.raises(InvalidArgument, match="max_metadata_bytes"):
+        make_store(max_metadata_bytes=-1)
