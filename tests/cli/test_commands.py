@@ -14,7 +14,7 @@ import pytest
 from click.testing import Result
 
 from redis_session import ChildSessionConfig, Message, Session, SessionNotFound
-from redis_session.cli import passphrase_option
+from redis_session.cli._common import passphrase_option
 
 from .conftest import Place, invoke, seed
 
