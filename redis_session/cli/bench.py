@@ -6,7 +6,7 @@ The measuring machinery is imported when the command runs, not with the CLI.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -15,8 +15,11 @@ from rich.text import Text
 
 from ._common import DEFAULT_URL, echo_json, json_option, make_console
 
+if TYPE_CHECKING:
+    from ..bench import Bench
 
-def _bench_table(bench: Any) -> Table:
+
+def _bench_table(bench: Bench) -> Table:
     table = Table(title="store vs raw redis-py floors (µs; ratio of medians)", title_justify="left")
     for name in ("case", "store med", "store p99", "floor med", "floor p99", "ratio", "target"):
         table.add_column(name, justify="left" if name == "case" else "right")
@@ -65,13 +68,13 @@ def bench(url: str, rounds: int, get_rounds: int, gc_mode: str, check: bool, as_
     """
     if url.split("://", 1)[0] not in ("redis", "rediss", "unix"):
         raise click.UsageError("bench needs a real Redis server: --url redis://host:port/db")
-    from .. import _bench  # heavy imports, only for this command
+    from .. import bench as measuring  # heavy imports, only for this command
 
     started = time.perf_counter()
-    runner = _bench.Bench(url, rounds, get_rounds or max(50, rounds // 10))
+    runner = measuring.Bench(url, rounds, get_rounds or max(50, rounds // 10))
     console = make_console(stderr=as_json)
     try:
-        info = _bench.server_info(runner)
+        info = measuring.server_info(runner)
         console.print(
             Text(f"redis {info['redis_version']} at {url}, {rounds} rounds, prefix {runner.prefix}")
         )
@@ -83,8 +86,8 @@ def bench(url: str, rounds: int, get_rounds: int, gc_mode: str, check: bool, as_
             console=console,
         )
         with progress:
-            task = progress.add_task("setup", total=_bench.PHASE_COUNT)
-            _bench.run_phases(
+            task = progress.add_task("setup", total=measuring.PHASE_COUNT)
+            measuring.run_phases(
                 runner,
                 gc_mode=gc_mode,
                 on_phase=lambda name, s: progress.update(
@@ -94,10 +97,10 @@ def bench(url: str, rounds: int, get_rounds: int, gc_mode: str, check: bool, as_
     finally:
         runner.cleanup()
         runner.client.close()
-    passed = _bench.all_targets_pass(runner)
+    passed = measuring.all_targets_pass(runner)
     total = time.perf_counter() - started
     if as_json:
-        echo_json(_bench.payload(runner, info, gc_mode=gc_mode, passed=passed, total=total))
+        echo_json(measuring.payload(runner, info, gc_mode=gc_mode, passed=passed, total=total))
     else:
         out = make_console()
         out.print(_bench_table(runner))
