@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from ._common import DEFAULT_URL, echo_json, json_option, make_console
+from ._common import DEFAULT_URL, CliError, echo_json, json_option, make_console, text
 
 if TYPE_CHECKING:
     from ..bench import Bench
@@ -76,7 +76,7 @@ def bench(url: str, rounds: int, get_rounds: int, gc_mode: str, check: bool, as_
     try:
         info = measuring.server_info(runner)
         console.print(
-            Text(f"redis {info['redis_version']} at {url}, {rounds} rounds, prefix {runner.prefix}")
+            text(f"redis {info['redis_version']} at {url}, {rounds} rounds, prefix {runner.prefix}")
         )
         progress = Progress(
             TextColumn("{task.description:<44}"),
@@ -112,4 +112,4 @@ def bench(url: str, rounds: int, get_rounds: int, gc_mode: str, check: bool, as_
         verdict = "all targets met" if passed else "some targets missed"
         out.print(f"{verdict}; {total:.1f} s", style="green" if passed else "red")
     if check and not passed:
-        raise click.exceptions.Exit(1)
+        raise CliError("some benchmark targets were missed (see the table)", kind="TargetMissed")

@@ -4,6 +4,7 @@ consistency check (see :mod:`._simulation`).
 
 from __future__ import annotations
 
+import shlex
 import uuid
 from typing import Any
 
@@ -14,15 +15,15 @@ from rich.text import Text
 
 from ..models import SessionLifecycleEvent
 from . import _simulation
-from ._common import Target, echo_json, json_option, make_console
+from ._common import CliError, Target, echo_json, json_option, literal, make_console, text
 
 
 def _event_line(event: SessionLifecycleEvent) -> Text:
     line = Text("  event ", style="dim")
-    line.append(f"{event.type:<8}", style="bold cyan")
-    line.append(event.key or event.parent_key)
+    line.append(f"{literal(event.type):<8}", style="bold cyan")
+    line.append(literal(event.key or event.parent_key))
     if event.child_key:
-        line.append(f"  ← {event.agent_name}", style="magenta")
+        line.append(literal(f"  ← {event.agent_name}"), style="magenta")
     return line
 
 
@@ -52,7 +53,7 @@ def _demo_table(result: _simulation.DemoResult, url: str, prefix: str) -> Table:
     table.add_column(style="bold")
     table.add_column()
     for name, value in rows:
-        table.add_row(name, Text(value))
+        table.add_row(name, text(value))
     return table
 
 
@@ -85,13 +86,7 @@ def _demo_json(result: _simulation.DemoResult, url: str, prefix: str) -> dict[st
     }
 
 
-def _verdict(result: _simulation.DemoResult) -> Text:
-    if result.ok:
-        return Text(
-            f"consistency OK: nothing lost or duplicated ({result.messages:,} messages, "
-            f"all children merged, all events seen)",
-            style="bold green",
-        )
+def _problems(result: _simulation.DemoResult) -> str:
     problems = [
         f"{n} {what}"
         for n, what in (
@@ -103,8 +98,17 @@ def _verdict(result: _simulation.DemoResult) -> Text:
         )
         if n
     ]
-    problems += result.errors
-    return Text("consistency FAILED: " + "; ".join(problems), style="bold red")
+    return "; ".join(problems + result.errors)
+
+
+def _verdict(result: _simulation.DemoResult) -> Text:
+    if result.ok:
+        return Text(
+            f"consistency OK: nothing lost or duplicated ({result.messages:,} messages, "
+            f"all children merged, all events seen)",
+            style="bold green",
+        )
+    return text(f"consistency FAILED: {_problems(result)}", "bold red")
 
 
 @click.command(short_help="Simulated agent workers, then a consistency check.")
@@ -147,7 +151,9 @@ def demo(
         console.print(
             Text.assemble(
                 ("demo", "bold"),
-                f": {workers} agent workers × {turns} turns on {sessions} sessions, store {url}",
+                literal(
+                    f": {workers} agent workers × {turns} turns on {sessions} sessions, store {url}"
+                ),
             )
         )
         progress = Progress(
@@ -182,7 +188,16 @@ def demo(
         out = make_console()
         out.print(_demo_table(result, url, prefix))
         out.print(_verdict(result))
-        if keep:
-            out.print(f"kept: redis-session ls --url {url} --prefix {prefix}")
+        if keep and Target(url, prefix).is_memory:
+            out.print(
+                text(
+                    "not kept: a memory:// store lives inside this process and is gone with it; "
+                    "give --url of a Redis server with --keep to look at the sessions with ls",
+                    "dim",
+                )
+            )
+        elif keep:
+            hint = shlex.join(["redis-session", "ls", "--url", url, "--prefix", prefix])
+            out.print(text(f"kept: {hint}"))
     if not result.ok:
-        raise click.exceptions.Exit(1)
+        raise CliError(f"consistency check failed: {_problems(result)}", kind="ConsistencyFailed")

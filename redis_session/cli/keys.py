@@ -7,7 +7,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from .._keyring import RekeyProgress, RekeyReport
-from ._common import Target, echo_json, json_option, make_console, passphrase_option, store_options
+from ._common import (
+    NEW_PASSPHRASE_ENV,
+    PASSPHRASE_ENV,
+    Target,
+    ask_passphrase,
+    echo_json,
+    json_option,
+    make_console,
+    passphrase_option,
+    store_options,
+)
 
 
 def _rekey_summary(report: RekeyReport) -> str:
@@ -22,11 +32,10 @@ def _rekey_summary(report: RekeyReport) -> str:
 @passphrase_option
 @click.option(
     "--new-passphrase",
-    envvar="REDIS_SESSION_NEW_PASSPHRASE",
-    prompt=True,
-    hide_input=True,
-    confirmation_prompt=True,
-    help="The passphrase to rotate to; env REDIS_SESSION_NEW_PASSPHRASE.",
+    envvar=NEW_PASSPHRASE_ENV,
+    default=None,
+    help=f"The passphrase to rotate to; env {NEW_PASSPHRASE_ENV}. Asked for (twice) when "
+    "missing and stdin is a terminal.",
 )
 @click.option(
     "--batch-size",
@@ -37,14 +46,25 @@ def _rekey_summary(report: RekeyReport) -> str:
 )
 @json_option
 def rekey(
-    target: Target, passphrase: str, new_passphrase: str, batch_size: int, as_json: bool
+    target: Target,
+    passphrase: str | None,
+    new_passphrase: str | None,
+    batch_size: int,
+    as_json: bool,
 ) -> None:
     """Rotate an encrypted store to a new passphrase and data key, re-sealing every session.
 
     Online: workers with either passphrase keep reading and writing meanwhile. An interrupted
     rotation resumes when run again with the same new passphrase. Afterwards the old
-    passphrase opens nothing.
+    passphrase opens nothing. A passphrase not given (option or environment) is asked for on
+    the terminal; without one (stdin a pipe or /dev/null) that is an error, exit status 1.
     """
+    if passphrase is None:
+        passphrase = ask_passphrase("Passphrase", option="--passphrase", envvar=PASSPHRASE_ENV)
+    if new_passphrase is None:
+        new_passphrase = ask_passphrase(
+            "New passphrase", option="--new-passphrase", envvar=NEW_PASSPHRASE_ENV, confirm=True
+        )
     if not new_passphrase:
         raise click.UsageError("the new passphrase is empty")
     if new_passphrase == passphrase:

@@ -9,22 +9,31 @@ from typing import Any
 
 import click
 from rich.table import Table
-from rich.text import Text
 
 from ..errors import SessionNotFound
 from ..keys import KeySchema, parent_of
 from ..models import ChildSession, Message, Session
 from ..store import RedisStore
 from ._common import (
-    DEFAULT_PREFIX,
     PIPELINE_BATCH,
+    CliError,
     Target,
+    echo,
     echo_json,
     human_bytes,
     json_option,
     make_console,
+    passphrase_option,
+    repeat_command,
     store_options,
+    text,
     when,
+)
+
+MEMORY_NOTE = (
+    "memory:// is a store inside one process: it starts empty in every new process, so "
+    "sessions written by another one (a worker, `redis-session demo`) are not here; "
+    "give --url of a Redis server to see those"
 )
 
 
@@ -45,8 +54,12 @@ def _message_counts(store: RedisStore, keys: Sequence[str]) -> list[int]:
 @click.option("--limit", type=click.IntRange(1), default=20, show_default=True, help="Page size.")
 @click.option("--page", type=click.IntRange(1), default=1, show_default=True)
 @json_option
-def ls_(target: Target, limit: int, page: int, as_json: bool) -> None:
-    """List sessions, most recently updated first, one page at a time."""
+@click.pass_context
+def ls_(ctx: click.Context, target: Target, limit: int, page: int, as_json: bool) -> None:
+    """List sessions, most recently updated first, one page at a time.
+
+    Reads no session content: an encrypted store lists without its passphrase.
+    """
     with target.open() as store:
         rows = store.list_sessions(limit=limit + 1, offset=(page - 1) * limit)
         more, rows = len(rows) > limit, rows[:limit]
@@ -66,9 +79,12 @@ def ls_(target: Target, limit: int, page: int, as_json: bool) -> None:
         return
     console = make_console()
     if not rows:
-        console.print(f"no sessions under prefix {target.prefix!r} (page {page})")
+        console.print(text(f"no sessions under prefix {target.prefix!r} (page {page})"))
+        if target.is_memory:
+            console.print(text(f"note: {MEMORY_NOTE}", "dim"))
         return
-    table = Table(title=f"sessions under {target.prefix!r}, page {page}", title_justify="left")
+    title = text(f"sessions under {target.prefix!r}, page {page}")
+    table = Table(title=title, title_justify="left")
     table.add_column("#", justify="right", style="dim")
     table.add_column("key", overflow="fold")
     table.add_column("messages", justify="right")
@@ -76,13 +92,10 @@ def ls_(target: Target, limit: int, page: int, as_json: bool) -> None:
     table.add_column("created (UTC)")
     first = (page - 1) * limit
     for n, (row, count) in enumerate(zip(rows, counts, strict=True), start=first + 1):
-        table.add_row(str(n), Text(row.key), str(count), when(row.updated_at), when(row.created_at))
+        table.add_row(str(n), text(row.key), str(count), when(row.updated_at), when(row.created_at))
     console.print(table)
     if more:
-        hint = f"redis-session ls --page {page + 1} --limit {limit}"
-        if target.prefix != DEFAULT_PREFIX:
-            hint += f" --prefix {target.prefix}"
-        console.print(Text(f"more: {hint}", style="dim"))
+        console.print(text(f"more: {repeat_command(ctx, page=page + 1)}", "dim"))
 
 
 def _message_table(messages: Sequence[Message], first: int) -> Table:
@@ -93,12 +106,13 @@ def _message_table(messages: Sequence[Message], first: int) -> Table:
     table.add_column("author")
     table.add_column("content", overflow="fold")
     for n, msg in enumerate(messages, start=first):
-        content = Text(msg.content)
+        content = text(msg.content, multiline=True)
         for call in msg.tool_calls:
-            content.append(f"\n→ {call.name}({call.input})", style="yellow")
+            content.append_text(text(f"\n→ {call.name}({call.input})", "yellow", multiline=True))
             if call.output:
-                content.append(f" = {call.output}", style="yellow")
-        table.add_row(str(n), when(msg.timestamp), msg.role.value, Text(msg.author), content)
+                content.append_text(text(f" = {call.output}", "yellow", multiline=True))
+        role = text(msg.role.value)
+        table.add_row(str(n), when(msg.timestamp), role, text(msg.author), content)
     return table
 
 
@@ -120,15 +134,15 @@ def _show_session(
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
-    head.add_row("session", Text(session.key))
+    head.add_row("session", text(session.key))
     for name in ("agent_id", "channel_type", "channel_id", "model"):
         value = getattr(session, name)
         if value:
-            head.add_row(name, Text(value))
+            head.add_row(name, text(value))
     head.add_row("created", f"{when(session.created_at)} UTC")
     head.add_row("updated", f"{when(session.updated_at)} UTC")
     for name, value in sorted(session.metadata.items()):
-        head.add_row(f"metadata {name}", Text(value))
+        head.add_row(text(f"metadata {name}"), text(value, multiline=True))
     head.add_row("messages", f"{total}" + (f" (showing the last {len(shown)})" if last else ""))
     if children:
         merged = sum(1 for c in children if c.is_merged())
@@ -137,7 +151,7 @@ def _show_session(
         )
     for child in children:
         if not child.is_merged():  # the merged ones are in --json
-            head.add_row("open child", Text(f"{child.key}  ({child.agent_name})"))
+            head.add_row("open child", text(f"{child.key}  ({child.agent_name})"))
     console.print(head)
     if shown:
         console.print(_message_table(shown, first))
@@ -154,8 +168,8 @@ def _show_child(child: ChildSession, last: int | None, as_json: bool) -> None:
         return
     console = make_console()
     state = f"merged {when(child.merged_at)} UTC" if child.is_merged() else "open"
-    console.print(Text(f"child session {child.key}", style="bold"))
-    console.print(Text(f"parent {child.parent_key}, agent {child.agent_name}, {state}"))
+    console.print(text(f"child session {child.key}", "bold"))
+    console.print(text(f"parent {child.parent_key}, agent {child.agent_name}, {state}"))
     console.print(f"messages {total}" + (f" (showing the last {len(shown)})" if last else ""))
     if shown:
         console.print(_message_table(shown, total - len(shown)))
@@ -165,23 +179,34 @@ def _show_child(child: ChildSession, last: int | None, as_json: bool) -> None:
 @store_options
 @click.argument("key")
 @click.option("--last", type=click.IntRange(1), default=None, help="Only the newest N messages.")
+@passphrase_option
 @json_option
-def show(target: Target, key: str, last: int | None, as_json: bool) -> None:
-    """Show one session (or child session): its fields, children and messages."""
-    with target.open() as store:
+def show(target: Target, key: str, last: int | None, passphrase: str | None, as_json: bool) -> None:
+    """Show one session (or child session): its fields, children and messages.
+
+    Sealed content is opened with --passphrase (env REDIS_SESSION_PASSPHRASE), asked for on
+    a terminal when it is needed and missing.
+    """
+
+    def read(store: RedisStore) -> ChildSession | tuple[Session, list[ChildSession], int]:
         try:
             session = store.get(key, last)  # --last N reads only the newest N messages
         except SessionNotFound:
             if parent_of(key) is None:
                 raise
-            _show_child(store.get_child(key), last, as_json)
-            return
+            return store.get_child(key)
         total = len(session.history)
         if last is not None and total == last:  # there may be more: count them
             client: Any = store.client
             total = max(total, int(client.llen(KeySchema(store.prefix).session(key).msgs)))
-        children = store.children_of(key)
-    _show_session(session, children, last, as_json, total)
+        return session, store.children_of(key), total
+
+    found = target.read(passphrase, read)
+    if isinstance(found, ChildSession):
+        _show_child(found, last, as_json)
+    else:
+        session, children, total = found
+        _show_session(session, children, last, as_json, total)
 
 
 @click.command(short_help="Replace old messages of a session with one summary.")
@@ -191,28 +216,41 @@ def show(target: Target, key: str, last: int | None, as_json: bool) -> None:
     "--keep", type=click.IntRange(0), default=10, show_default=True, help="Newest messages kept."
 )
 @click.option("--summary", default=None, help="Summary text [default: a note of what was cut].")
+@passphrase_option
 @json_option
-def compact(target: Target, key: str, keep: int, summary: str | None, as_json: bool) -> None:
-    """Replace all but the newest --keep messages of KEY with one summary message."""
-    with target.open() as store:
-        history = store.get_history(key)
+def compact(
+    target: Target,
+    key: str,
+    keep: int,
+    summary: str | None,
+    passphrase: str | None,
+    as_json: bool,
+) -> None:
+    """Replace all but the newest --keep messages of KEY with one summary message.
+
+    Sealed content is opened (and the summary sealed) with --passphrase (env
+    REDIS_SESSION_PASSPHRASE), asked for on a terminal when it is needed and missing.
+    """
+
+    def run(store: RedisStore) -> tuple[int, int, int, int]:
+        history = store.get_history(key)  # sealed: PassphraseRequired here, before any write
         up_to = len(history) - keep - 1
         removed = 0
         if up_to >= 0:
-            if summary is None:
+            note = summary
+            if note is None:
                 span = f"{when(history[0].timestamp)} to {when(history[up_to].timestamp)} UTC"
-                summary = f"{up_to + 1} earlier messages ({span}) compacted by redis-session"
-            removed = store.compact_messages(key, up_to, summary, expect_id=history[up_to].id)
-        after = len(store.get_history(key))
+                note = f"{up_to + 1} earlier messages ({span}) compacted by redis-session"
+            removed = store.compact_messages(key, up_to, note, expect_id=history[up_to].id)
+        return len(history), up_to, removed, len(store.get_history(key))
+
+    before, up_to, removed, after = target.read(passphrase, run)
     if as_json:
-        echo_json({"key": key, "before": len(history), "removed": removed, "after": after})
+        echo_json({"key": key, "before": before, "removed": removed, "after": after})
     elif up_to < 0:
-        click.echo(f"{key}: nothing to compact ({len(history)} messages, keeping {keep})")
+        echo(f"{key}: nothing to compact ({before} messages, keeping {keep})")
     else:
-        click.echo(
-            f"{key}: compacted messages 0..{up_to} into one summary "
-            f"({len(history)} → {after} messages)"
-        )
+        echo(f"{key}: compacted messages 0..{up_to} into one summary ({before} → {after} messages)")
 
 
 @click.command(short_help="Delete sessions (messages and children included).")
@@ -221,7 +259,10 @@ def compact(target: Target, key: str, keep: int, summary: str | None, as_json: b
 @click.option("--missing-ok", is_flag=True, help="Exit 0 even when a key has no session.")
 @json_option
 def delete(target: Target, keys: tuple[str, ...], missing_ok: bool, as_json: bool) -> None:
-    """Delete sessions (with their messages and children)."""
+    """Delete sessions (with their messages and children).
+
+    Opens no session content: an encrypted store deletes without its passphrase.
+    """
     with target.open() as store:
         done = {key: store.delete(key) for key in keys}
     missing = [k for k, existed in done.items() if not existed]
@@ -230,10 +271,10 @@ def delete(target: Target, keys: tuple[str, ...], missing_ok: bool, as_json: boo
     else:
         for key, existed in done.items():
             if existed:
-                click.echo(f"deleted {key}")
+                echo(f"deleted {key}")
     if missing and not missing_ok:
         names = ", ".join(repr(k) for k in missing)
-        raise click.ClickException(f"no session {names} under prefix {target.prefix!r}")
+        raise CliError(f"no session {names} under prefix {target.prefix!r}", kind="SessionNotFound")
 
 
 @dataclass
@@ -284,7 +325,8 @@ def stats(target: Target, top: int, limit: int | None, as_json: bool) -> None:
     """Sessions, messages and memory per session (MEMORY USAGE of each session's keys).
 
     Memory covers a session's own keys (fields, messages, id digests, child list), not the
-    keys of its children; 'n/a' when the server has no MEMORY USAGE (memory://).
+    keys of its children; 'n/a' when the server has no MEMORY USAGE (memory://). Reads no
+    session content: an encrypted store is measured without its passphrase.
     """
     with target.open() as store:
         rows = _collect_stats(store, limit)
@@ -313,7 +355,7 @@ def stats(target: Target, top: int, limit: int | None, as_json: bool) -> None:
         return
     console = make_console()
     table = Table(
-        title=f"sessions under {target.prefix!r}", show_header=False, title_justify="left"
+        title=text(f"sessions under {target.prefix!r}"), show_header=False, title_justify="left"
     )
     table.add_column(style="bold")
     table.add_column(justify="right")
@@ -333,5 +375,5 @@ def stats(target: Target, top: int, limit: int | None, as_json: bool) -> None:
         big.add_column("messages", justify="right")
         big.add_column("memory", justify="right")
         for r in largest:
-            big.add_row(Text(r.key), f"{r.messages:,}", human_bytes(r.memory))
+            big.add_row(text(r.key), f"{r.messages:,}", human_bytes(r.memory))
         console.print(big)
