@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import click
 
-from . import bench, demo, events, keys, sessions
+from . import acl, bench, demo, events, keys, sessions
 from ._common import EXIT_CODES, CliGroup, Target, json_option, passphrase_option, store_options
 
 __all__ = ["Target", "cli", "json_option", "main", "passphrase_option", "store_options"]
@@ -62,6 +62,7 @@ for command in (
     sessions.delete,
     sessions.stats,
     keys.rekey,
+    acl.acl,
     bench.bench,
 ):
     cli.add_command(command)
