@@ -8,8 +8,8 @@ affects both alike. Nothing here is part of the library's API, and no library mo
 One module per concern: :mod:`.settings` (sizes, targets, the floor script), :mod:`.messages`
 (realistic inputs), :mod:`.timing` (samples, rows, interleaved loops), :mod:`.wire` (counting
 round trips, the core's requests taken without I/O), :mod:`.cases` (append cases and their timed
-operations), :mod:`.runner` (one run's set-up and phases), :mod:`.run` (a whole run) and
-:mod:`.report` (verdicts, JSON, text tables).
+operations), :mod:`.runner` (one run's set-up and phases), :mod:`.reads` (the reads phase),
+:mod:`.run` (a whole run) and :mod:`.report` (verdicts, JSON, text tables).
 """
 
 from __future__ import annotations
