@@ -5,11 +5,12 @@ Redis (the suite's ``redis_server``) or on a named in-process ``memory://`` serv
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,6 +110,7 @@ def run(
     full_env.update({"COLUMNS": "200", **(env or {})})
     return subprocess.run(
         [*command, *args],
+        stdin=subprocess.DEVNULL,  # as in a pipeline: never the terminal running the tests
         capture_output=True,
         text=True,
         timeout=SUBPROCESS_TIMEOUT,
@@ -129,3 +131,70 @@ def command(request: pytest.FixtureRequest) -> list[str]:
     if not Path(cmd[0]).exists():
         pytest.fail(f"{cmd[0]} is missing: run pip install -e . in this environment")
     return cmd
+
+
+@dataclass
+class Terminal:
+    """What a run in a pseudo-terminal showed (stdout and stderr interleaved, as on screen)."""
+
+    returncode: int
+    screen: str
+
+
+def run_in_terminal(
+    command: list[str],
+    *args: str,
+    answers: Sequence[tuple[str, str]],
+    env: dict[str, str] | None = None,
+    timeout: float = SUBPROCESS_TIMEOUT,
+) -> Terminal:
+    """Run the CLI with a pseudo-terminal as stdin, stdout and stderr, as a user at a terminal
+    does, in a session of its own (so a prompt can never reach the terminal running the tests).
+    Each ``(prompt, answer)`` is typed once ``prompt`` shows, in order. Bounded by ``timeout``.
+    """
+    full_env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("REDIS_URL", "REDIS_SESSION_"))
+    }
+    full_env.update({"COLUMNS": "200", "TERM": "dumb", **(env or {})})
+    main, child = os.openpty()
+    proc = subprocess.Popen(
+        [*command, *args],
+        stdin=child,
+        stdout=child,
+        stderr=child,
+        env=full_env,
+        start_new_session=True,
+        close_fds=True,
+    )
+    os.close(child)
+    screen = b""
+    pending = list(answers)
+    seen = 0
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no end within {timeout} s; screen so far: {screen!r}")
+            ready, _, _ = select.select([main], [], [], min(left, 0.2))
+            if ready:
+                try:
+                    chunk = os.read(main, 65536)
+                except OSError:  # EIO: the child closed its side
+                    chunk = b""
+                if not chunk:
+                    break
+                screen += chunk
+            if pending and pending[0][0].encode() in screen[seen:]:
+                prompt, answer = pending.pop(0)
+                seen = screen.index(prompt.encode(), seen) + len(prompt)
+                os.write(main, answer.encode() + b"\n")
+            if not ready and proc.poll() is not None:
+                break
+        returncode = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        os.close(main)
+    return Terminal(returncode, screen.decode(errors="replace").replace("\r\n", "\n"))

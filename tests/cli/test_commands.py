@@ -14,7 +14,7 @@ import pytest
 from click.testing import Result
 
 from redis_session import ChildSessionConfig, Message, Session, SessionNotFound
-from redis_session.cli import passphrase_option
+from redis_session.cli._common import passphrase_option
 
 from .conftest import Place, invoke, seed
 
@@ -36,7 +36,8 @@ def test_ls_pages_most_recent_first(place: Place) -> None:
     out = human.stdout
     assert "s4" in out and "s3" in out and "s2" not in out
     assert out.index("s4") < out.index("s3")
-    assert "more: redis-session ls --page 2 --limit 2" in out
+    hint = f"more: redis-session ls --url {place.url} --prefix {place.prefix} --limit 2 --page 2"
+    assert hint in out
 
 
 def test_ls_without_sessions(place: Place) -> None:
@@ -339,12 +340,12 @@ def test_usage_errors_are_status_2() -> None:
     assert invoke("ls", "--limit", "0").exit_code == 2
 
 
-def test_passphrase_option_for_commands_to_come() -> None:
+def test_passphrase_option_reads_the_environment_and_never_prompts() -> None:
     seen: dict[str, Any] = {}
 
     @click.command()
     @passphrase_option
-    def probe(passphrase: str) -> None:
+    def probe(passphrase: str | None) -> None:
         seen["passphrase"] = passphrase
 
     from click.testing import CliRunner
@@ -352,5 +353,7 @@ def test_passphrase_option_for_commands_to_come() -> None:
     result = CliRunner().invoke(probe, [], env={"REDIS_SESSION_PASSPHRASE": "s3cret"})
     assert result.exit_code == 0
     assert seen == {"passphrase": "s3cret"}
-    CliRunner().invoke(probe, [], input="typed\n")
-    assert seen == {"passphrase": "typed"}
+    result = CliRunner().invoke(probe, [], input="typed\n")
+    assert result.exit_code == 0
+    assert seen == {"passphrase": None}  # resolved later, only when content needs it
+    assert result.output == ""

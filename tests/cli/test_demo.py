@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from redis_session import Message, RedisStore
-from redis_session._demo import DemoConfig, run_demo
+from redis_session.cli._simulation import DemoConfig, run_demo
 
 from .conftest import Place, invoke
 

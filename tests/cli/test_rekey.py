@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from redis_session import Message, RedisStore, RekeyProgress, Session, WrongPassphrase
-from redis_session.cli import cli
+from redis_session.cli import _common, cli
 
 from .conftest import Place, invoke, run
 
@@ -80,7 +80,9 @@ def test_rekey_json(real: Place) -> None:
     assert_rotated(real, keys, messages=2)
 
 
-def test_rekey_takes_passphrases_from_environment_and_prompt(real: Place) -> None:
+def test_rekey_takes_passphrases_from_environment_and_prompt(
+    real: Place, monkeypatch: pytest.MonkeyPatch
+) -> None:
     keys = seed_encrypted(real, 2)
     env = {"REDIS_SESSION_PASSPHRASE": OLD, "REDIS_SESSION_NEW_PASSPHRASE": NEW}
     result = invoke("rekey", *real.args(), "--json", env=env)
@@ -89,6 +91,7 @@ def test_rekey_takes_passphrases_from_environment_and_prompt(real: Place) -> Non
     assert_rotated(real, keys)
 
     typed = f"{OLD} typed"
+    monkeypatch.setattr(_common, "stdin_is_tty", lambda: True)  # CliRunner's stdin is a pipe
     prompted = CliRunner().invoke(
         cli,
         ["rekey", *real.args(), "--passphrase", NEW, "--json"],

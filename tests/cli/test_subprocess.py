@@ -71,7 +71,18 @@ def test_version_and_help(command: list[str]) -> None:
     version = run(command, "--version")
     assert version.returncode == 0 and version.stdout.startswith("redis-session, version ")
     helped = run(command, "--help")
-    for name in ("demo", "ls", "show", "events", "compact", "delete", "stats", "bench"):
+    for name in (
+        "demo",
+        "ls",
+        "show",
+        "events",
+        "compact",
+        "delete",
+        "stats",
+        "rekey",
+        "acl",
+        "bench",
+    ):
         assert f"  {name} " in helped.stdout
 
 

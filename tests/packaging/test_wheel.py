@@ -1,12 +1,17 @@
-"""The wheel carries the Lua scripts, and an installed wheel works on its own."""
+"""The wheel carries the Lua scripts, and an installed wheel works on its own; wheel and sdist
+carry the LICENSE and the metadata a package index shows (classifiers, project URLs).
+"""
 
 from __future__ import annotations
 
+import email
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import textwrap
 import zipfile
+from email.message import Message
 from pathlib import Path
 
 import pytest
@@ -35,26 +40,70 @@ SMOKE = textwrap.dedent(
 )
 
 
+def _build(kind: str, out: Path) -> Path:
+    subprocess.run(
+        [sys.executable, "-m", "build", f"--{kind}", "--no-isolation", "--outdir", str(out),
+         str(ROOT)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    (built,) = out.glob("redis_session-*.whl" if kind == "wheel" else "redis_session-*.tar.gz")
+    return built
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "build",
-            "--wheel",
-            "--no-isolation",
-            "--outdir",
-            str(out),
-            str(ROOT),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    (built,) = out.glob("redis_session-*.whl")
-    return built
+    return _build("wheel", tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _build("sdist", tmp_path_factory.mktemp("sdist"))
+
+
+LICENSE_TEXT = (ROOT / "LICENSE").read_text(encoding="utf-8")
+REPOSITORY = "https://github.com/redis-session/redis-session"
+
+
+def _check_metadata(meta: Message) -> None:
+    assert meta["Name"] == "redis-session"
+    assert (meta["License-Expression"] or meta["License"]) == "MIT"
+    classifiers = meta.get_all("Classifier") or []
+    for expected in (
+        "Typing :: Typed",
+        "Framework :: AsyncIO",
+        "Programming Language :: Python :: 3",
+    ):
+        assert expected in classifiers, classifiers
+    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL") or [])
+    assert set(urls) == {"Homepage", "Repository", "Issues", "Documentation"}
+    assert all(u.startswith(REPOSITORY) for u in urls.values()), urls
+    assert urls["Issues"] == f"{REPOSITORY}/issues"
+
+
+def test_the_license_is_mit_for_the_redis_session_authors() -> None:
+    assert LICENSE_TEXT.startswith("MIT License\n\nCopyright (c) 2026 the redis_session authors\n")
+    assert 'THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND' in LICENSE_TEXT
+
+
+def test_wheel_carries_the_license_and_the_index_metadata(wheel: Path) -> None:
+    archive = zipfile.ZipFile(wheel)
+    info = next(n.split("/")[0] for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+    licenses = [n for n in archive.namelist() if n.startswith(info) and "LICENSE" in n]
+    assert licenses, archive.namelist()
+    assert all(archive.read(n).decode() == LICENSE_TEXT for n in licenses)
+    _check_metadata(email.message_from_bytes(archive.read(f"{info}/METADATA")))
+
+
+def test_sdist_carries_the_license_and_the_index_metadata(sdist: Path) -> None:
+    with tarfile.open(sdist) as archive:
+        names = archive.getnames()
+        top = names[0].split("/")[0]
+        license_file = archive.extractfile(f"{top}/LICENSE")
+        assert license_file is not None, names
+        assert license_file.read().decode() == LICENSE_TEXT
+        pkg_info = archive.extractfile(f"{top}/PKG-INFO")
+        assert pkg_info is not None
+        _check_metadata(email.message_from_bytes(pkg_info.read()))
 
 
 def test_wheel_holds_every_script_and_the_type_marker(wheel: Path) -> None:

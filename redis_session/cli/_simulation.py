@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .errors import StaleCompaction
-from .models import ChildSessionConfig, Message, Session, SessionLifecycleEvent, ToolCall
-from .store import RedisStore
+from ..errors import StaleCompaction
+from ..models import ChildSessionConfig, Message, Session, SessionLifecycleEvent, ToolCall
+from ..store import RedisStore
 
 T = TypeVar("T")
 TOKEN = re.compile(r"<#([^>]+)>")

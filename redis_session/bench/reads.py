@@ -1,0 +1,147 @@
+"""The reads phase: ``get`` of 1,000 messages and ``get_history(last=20)`` at 1,000 and
+10,000 messages, each against its raw floor, with where the time goes.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .. import codec
+from .cases import history_ops
+from .settings import GET_TARGET, GET_WARMUP, HISTORY_TARGET
+from .timing import SyncOp, Timings, run_interleaved, timed_row
+from .wire import bare_commands, first_commands
+
+if TYPE_CHECKING:
+    from .runner import Bench
+
+
+def measure_reads(bench: Bench) -> None:
+    """Time ``get`` and ``get_history(last=20)`` against their floors; adds the rows, the
+    "where the time goes" tables and the 10k/1k flatness to ``bench``.
+    """
+    raw: Any = bench.client
+    store = bench.store
+    loads = orjson.loads
+    key_1k, key_10k = bench.sessions[1_000], bench.sessions[10_000]
+    msgs_1k = bench.schema.session(key_1k).msgs
+    msgs_10k = bench.schema.session(key_10k).msgs
+    # get() sends no script: one MULTI/EXEC of HGETALL meta, LRANGE msgs, HEXISTS ids
+    get_req = first_commands(bench.core.get(key_1k))
+    get_bare = bare_commands(raw, get_req)
+    get_reply = get_bare()
+    assert not any(isinstance(x, Exception) for x in get_reply), get_reply
+    get_meta: dict[bytes, bytes] = get_reply[0]
+    items_1k: list[bytes] = list(get_reply[1])
+    assert len(store.get(key_1k).history) == 1_000 == len(items_1k)
+
+    def store_get(_: int) -> object:
+        return store.get(key_1k)
+
+    def floor_get(_: int) -> object:
+        return [loads(x) for x in raw.lrange(msgs_1k, 0, -1)]
+
+    def lrange_get(_: int) -> object:
+        return raw.lrange(msgs_1k, 0, -1)
+
+    def script_get(_: int) -> object:
+        return get_bare()
+
+    def decode_get(_: int) -> object:
+        return codec.decode_session(key_1k, get_meta, items_1k)
+
+    def orjson_get(_: int) -> object:
+        return [loads(x) for x in items_1k]
+
+    sk_1k = bench.schema.session(key_1k)
+
+    def multi_get(_: int) -> object:
+        pipe = raw.pipeline(transaction=True)
+        pipe.exists(sk_1k.meta).hgetall(sk_1k.meta).lrange(sk_1k.msgs, 0, -1)
+        return pipe.execute()
+
+    names = ("store", "floor", "lrange", "script", "decode", "orjson", "multi")
+    g = {n: Timings(n) for n in names}
+    run_interleaved(
+        bench.get_rounds,
+        [
+            (store_get, g["store"]),
+            (floor_get, g["floor"]),
+            (lrange_get, g["lrange"]),
+            (script_get, g["script"]),
+            (decode_get, g["decode"]),
+            (orjson_get, g["orjson"]),
+            (multi_get, g["multi"]),
+        ],
+        warmup=GET_WARMUP,
+    )
+    bench.rows.append(
+        timed_row("get (1,000 msgs) vs LRANGE+orjson", g["store"], g["floor"], GET_TARGET)
+    )
+    bench.where.append(
+        (
+            "get (1,000 msgs)",
+            {
+                "raw LRANGE 0 -1 (no parsing)": g["lrange"].median,
+                "floor: LRANGE + orjson.loads per item": g["floor"].median,
+                "orjson.loads x1000 alone (no I/O)": g["orjson"].median,
+                "store's get MULTI/EXEC, bare redis-py (no decode)": g["script"].median,
+                "codec.decode_session alone (no I/O)": g["decode"].median,
+                "store.get": g["store"].median,
+                "-> server+transfer extra (bare - LRANGE)": g["script"].median - g["lrange"].median,
+                "-> decode extra (decode - orjson)": g["decode"].median - g["orjson"].median,
+                "-> rest (store - bare - decode)": g["store"].median
+                - g["script"].median
+                - g["decode"].median,
+                "alternative read, no Lua: MULTI EXISTS+HGETALL+LRANGE": g["multi"].median,
+            },
+        )
+    )
+
+    hist: dict[int, dict[str, Timings]] = {}
+    ops: list[tuple[SyncOp, Timings]] = []
+    for size, key, msgs in ((10_000, key_10k, msgs_10k), (1_000, key_1k, msgs_1k)):
+        req = first_commands(bench.core.get_history(key, 20))
+        (command,) = req.commands
+        meta = bench.core.schema.session(key).meta
+        parts = ("store", "floor", "script", "decode", "multi")
+        h = {n: Timings(f"{n}@{size}") for n in parts}
+        hist[size] = h
+        ops += history_ops(
+            store, raw, functools.partial(raw.execute_command, *command), meta, key, msgs, h
+        )
+        assert len(store.get_history(key, last=20)) == 20
+    orj20 = Timings("orjson20")
+    items_20 = items_1k[-20:]
+    ops.append((lambda _: [loads(x) for x in items_20], orj20))
+    run_interleaved(bench.rounds, ops)
+    for size in (10_000, 1_000):
+        h = hist[size]
+        bench.rows.append(
+            timed_row(f"get_history(last=20) @{size:,}", h["store"], h["floor"], HISTORY_TARGET)
+        )
+        bench.where.append(
+            (
+                f"get_history(last=20) @{size:,}",
+                {
+                    "floor: LRANGE -20 -1 + orjson.loads per item": h["floor"].median,
+                    "store's get_history request, bare redis-py": h["script"].median,
+                    "store.get_history": h["store"].median,
+                    "codec.decode_messages x20 alone (no I/O)": h["decode"].median,
+                    "orjson.loads x20 alone (no I/O)": orj20.median,
+                    "-> request extra (bare - floor + orjson)": h["script"].median
+                    - (h["floor"].median - orj20.median),
+                    "-> decode extra (decode - orjson)": h["decode"].median - orj20.median,
+                    "-> rest (store - bare - decode)": h["store"].median
+                    - h["script"].median
+                    - h["decode"].median,
+                    "alternative read, no Lua: MULTI EXISTS+LRANGE (no parse)": h["multi"].median,
+                },
+            )
+        )
+    bench.extra["history_flatness_10k_over_1k"] = (
+        hist[10_000]["store"].median / hist[1_000]["store"].median
+    )

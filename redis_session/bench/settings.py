@@ -1,0 +1,31 @@
+"""The benchmark's sizes, warm-ups, TTLs, targets and the floor script."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+TTL = timedelta(hours=1)
+GRACE = timedelta(days=1)
+MAX_TURNS = 1_000_000  # > any size here: the store's script runs LTRIM but never trims
+SIZES = (0, 1_000, 10_000)
+PREFILL_BATCH = 500
+WARMUP = 200
+GET_WARMUP = 20
+
+# Targets: the store's median over the floor's median must be at most this.
+APPEND_TARGET = 1.25
+GET_TARGET = 2.0
+HISTORY_TARGET = 1.3
+BYTES_TARGET = 1.1
+
+FLOOR_LUA = """
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('LTRIM', KEYS[1], ARGV[2], -1)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+redis.call('HSET', KEYS[2], 'updated_at', ARGV[5])
+redis.call('ZADD', KEYS[3], ARGV[6], ARGV[7])
+return 1
+"""
+
+# -- realistic messages ----------------------------------------------------------------------

@@ -1,0 +1,86 @@
+"""Counting round trips on the client's socket and script calls on the server, and the
+requests the store's core would send (taken from it without I/O).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable
+from typing import Any
+
+import redis
+import redis.asyncio
+import redis.asyncio.connection
+import redis.connection
+
+from .._core import Commands, Request, ScriptCall
+
+
+class Wire:
+    """How many times a counting connection wrote a request to its socket."""
+
+    writes = 0
+
+
+class CountingConnection(redis.connection.Connection):
+    """A redis-py connection that counts its writes (one per command or per pipeline)."""
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        """Count the write, then send it."""
+        Wire.writes += 1
+        super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
+
+
+class AsyncCountingConnection(redis.asyncio.connection.Connection):
+    """The asyncio flavour of :class:`CountingConnection`."""
+
+    async def send_packed_command(
+        self, command: bytes | str | Iterable[bytes], check_health: bool = True
+    ) -> None:
+        """Count the write, then send it."""
+        Wire.writes += 1
+        await super().send_packed_command(command, check_health)
+
+
+def evalsha_stats(client: Any) -> tuple[int, int]:
+    """``(calls, µs)`` of EVALSHA on the server so far (INFO commandstats)."""
+    stats: dict[str, Any] = client.info("commandstats")
+    entry = stats.get("cmdstat_evalsha", {"calls": 0, "usec": 0})
+    return int(entry["calls"]), int(entry["usec"])
+
+
+def first_request(op: Generator[Request, Any, Any]) -> Request:
+    """The request an operation of the store's core would send first (no I/O)."""
+    request = next(op)
+    op.close()
+    return request
+
+
+def first_script(op: Generator[Request, Any, Any]) -> ScriptCall:
+    """:func:`first_request` of an operation that starts with a Lua script."""
+    request = first_request(op)
+    assert isinstance(request, ScriptCall), request
+    return request
+
+
+def first_commands(op: Generator[Request, Any, Any]) -> Commands:
+    """:func:`first_request` of an operation that starts with plain commands."""
+    request = first_request(op)
+    assert isinstance(request, Commands), request
+    return request
+
+
+def bare_commands(client: Any, request: Commands) -> Callable[[], list[Any]]:
+    """Send ``request``'s commands as plain redis-py would: one pipeline (MULTI/EXEC with
+    ``transaction``), the commands' own reply parsing, errors as values when it asks so.
+    """
+    commands = [tuple(c) for c in request.commands]
+    transaction = request.transaction
+    raise_on_error = not request.errors_as_values
+
+    def send() -> list[Any]:
+        pipe = client.pipeline(transaction=transaction)
+        for command in commands:
+            pipe.execute_command(*command)
+        return pipe.execute(raise_on_error=raise_on_error)  # type: ignore[no-any-return]
+
+    return send

@@ -1,0 +1,115 @@
+"""``redis-session bench``: the store against raw redis-py floors on a real Redis.
+
+The measuring machinery is imported when the command runs, not with the CLI.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from ._common import DEFAULT_URL, CliError, echo_json, json_option, make_console, text
+
+if TYPE_CHECKING:
+    from ..bench import Bench
+
+
+def _bench_table(bench: Bench) -> Table:
+    table = Table(title="store vs raw redis-py floors (µs; ratio of medians)", title_justify="left")
+    for name in ("case", "store med", "store p99", "floor med", "floor p99", "ratio", "target"):
+        table.add_column(name, justify="left" if name == "case" else "right")
+    table.add_column("verdict")
+    for r in bench.rows:
+        unit = "B" if r.unit == "B" else ""
+
+        def num(v: float | None, unit: str = unit) -> str:
+            return "-" if v is None else f"{v:,.1f}{unit}"
+
+        style = {"PASS": "green", "FAIL": "bold red"}.get(r.verdict, "dim")
+        table.add_row(
+            r.case,
+            num(r.store),
+            num(r.store_p99),
+            num(r.floor),
+            num(r.floor_p99),
+            f"{r.ratio:.2f}×",
+            "-" if r.target is None else f"≤ {r.target:.2f}×",
+            Text(r.verdict, style=style),
+        )
+    return table
+
+
+@click.command(short_help="Benchmark the store against raw redis-py floors.")
+@click.option(
+    "--url",
+    envvar="REDIS_URL",
+    default=DEFAULT_URL,
+    show_default=True,
+    help="A real Redis server (redis:// or unix://); env REDIS_URL.",
+)
+@click.option(
+    "--rounds", type=click.IntRange(1), default=3000, show_default=True, help="Timed rounds."
+)
+@click.option(
+    "--get-rounds", type=click.IntRange(0), default=0, help="Rounds of get() [default: rounds/10]."
+)
+@click.option("--gc", "gc_mode", type=click.Choice(["freeze", "on", "off"]), default="freeze")
+@click.option("--check", is_flag=True, help="Exit 1 when a target is missed.")
+@json_option
+def bench(url: str, rounds: int, get_rounds: int, gc_mode: str, check: bool, as_json: bool) -> None:
+    """Benchmark the store against raw redis-py floors (interleaved timings) on a real Redis.
+
+    Holds up to ~130 MB in Redis meanwhile under a bench:<random>: prefix, deleted at the end.
+    """
+    if url.split("://", 1)[0] not in ("redis", "rediss", "unix"):
+        raise click.UsageError("bench needs a real Redis server: --url redis://host:port/db")
+    from .. import bench as measuring  # heavy imports, only for this command
+
+    started = time.perf_counter()
+    runner = measuring.Bench(url, rounds, get_rounds or max(50, rounds // 10))
+    console = make_console(stderr=as_json)
+    try:
+        info = measuring.server_info(runner)
+        console.print(
+            text(f"redis {info['redis_version']} at {url}, {rounds} rounds, prefix {runner.prefix}")
+        )
+        progress = Progress(
+            TextColumn("{task.description:<44}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        with progress:
+            task = progress.add_task("setup", total=measuring.PHASE_COUNT)
+            measuring.run_phases(
+                runner,
+                gc_mode=gc_mode,
+                on_phase=lambda name, s: progress.update(
+                    task, advance=1, description=f"{name}: done"
+                ),
+            )
+    finally:
+        runner.cleanup()
+        runner.client.close()
+    passed = measuring.all_targets_pass(runner)
+    total = time.perf_counter() - started
+    if as_json:
+        echo_json(measuring.payload(runner, info, gc_mode=gc_mode, passed=passed, total=total))
+    else:
+        out = make_console()
+        out.print(_bench_table(runner))
+        rt = runner.extra["round_trips"]
+        out.print(
+            f"round trips per append: {rt['sync_client_writes_per_append']:.2f} (sync), "
+            f"{rt['async_client_writes_per_append']:.2f} (async); target 1"
+        )
+        verdict = "all targets met" if passed else "some targets missed"
+        out.print(f"{verdict}; {total:.1f} s", style="green" if passed else "red")
+    if check and not passed:
+        raise CliError("some benchmark targets were missed (see the table)", kind="TargetMissed")
