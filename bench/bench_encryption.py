@@ -48,7 +48,7 @@ from typing import Any
 import orjson
 
 from redis_session import codec, crypto
-from redis_session._bench import (
+from redis_session.bench import (
     GC_MODES,
     GET_WARMUP,
     MAX_TURNS,

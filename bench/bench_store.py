@@ -45,7 +45,7 @@ from pathlib import Path
 
 import orjson
 
-from redis_session._bench import (
+from redis_session.bench import (
     GET_WARMUP,
     MAX_TURNS,
     TTL,

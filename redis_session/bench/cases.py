@@ -82,7 +82,7 @@ def history_ops(
     store's request sent bare, decoding alone, and a MULTI/EXEC alternative.
     """
     loads = orjson.loads
-    items: list[bytes] = list(bare())
+    items: list[bytes] = list(bare()[7])  # the get script's elements
 
     def store_op(_: int) -> object:
         return store.get_history(key, last=20)

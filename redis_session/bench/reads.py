@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -13,7 +12,7 @@ from .. import codec
 from .cases import history_ops
 from .settings import GET_TARGET, GET_WARMUP, HISTORY_TARGET
 from .timing import SyncOp, Timings, run_interleaved, timed_row
-from .wire import bare_commands, first_commands
+from .wire import bare_script, first_script
 
 if TYPE_CHECKING:
     from .runner import Bench
@@ -29,13 +28,12 @@ def measure_reads(bench: Bench) -> None:
     key_1k, key_10k = bench.sessions[1_000], bench.sessions[10_000]
     msgs_1k = bench.schema.session(key_1k).msgs
     msgs_10k = bench.schema.session(key_10k).msgs
-    # get() sends no script: one MULTI/EXEC of HGETALL meta, LRANGE msgs, HEXISTS ids
-    get_req = first_commands(bench.core.get(key_1k))
-    get_bare = bare_commands(raw, get_req)
+    # get() is one read-only script: the meta hash, the list's positions and its elements
+    get_req = first_script(bench.core.get(key_1k))
+    get_bare = bare_script(raw, get_req)
     get_reply = get_bare()
-    assert not any(isinstance(x, Exception) for x in get_reply), get_reply
-    get_meta: dict[bytes, bytes] = get_reply[0]
-    items_1k: list[bytes] = list(get_reply[1])
+    get_meta: list[bytes] = get_reply[1]
+    items_1k: list[bytes] = list(get_reply[7])
     assert len(store.get(key_1k).history) == 1_000 == len(items_1k)
 
     def store_get(_: int) -> object:
@@ -88,7 +86,7 @@ def measure_reads(bench: Bench) -> None:
                 "raw LRANGE 0 -1 (no parsing)": g["lrange"].median,
                 "floor: LRANGE + orjson.loads per item": g["floor"].median,
                 "orjson.loads x1000 alone (no I/O)": g["orjson"].median,
-                "store's get MULTI/EXEC, bare redis-py (no decode)": g["script"].median,
+                "store's get script, bare EVALSHA (no decode)": g["script"].median,
                 "codec.decode_session alone (no I/O)": g["decode"].median,
                 "store.get": g["store"].median,
                 "-> server+transfer extra (bare - LRANGE)": g["script"].median - g["lrange"].median,
@@ -104,15 +102,12 @@ def measure_reads(bench: Bench) -> None:
     hist: dict[int, dict[str, Timings]] = {}
     ops: list[tuple[SyncOp, Timings]] = []
     for size, key, msgs in ((10_000, key_10k, msgs_10k), (1_000, key_1k, msgs_1k)):
-        req = first_commands(bench.core.get_history(key, 20))
-        (command,) = req.commands
+        req = first_script(bench.core.get_history(key, 20))
         meta = bench.core.schema.session(key).meta
         parts = ("store", "floor", "script", "decode", "multi")
         h = {n: Timings(f"{n}@{size}") for n in parts}
         hist[size] = h
-        ops += history_ops(
-            store, raw, functools.partial(raw.execute_command, *command), meta, key, msgs, h
-        )
+        ops += history_ops(store, raw, bare_script(raw, req), meta, key, msgs, h)
         assert len(store.get_history(key, last=20)) == 20
     orj20 = Timings("orjson20")
     items_20 = items_1k[-20:]

@@ -69,6 +69,21 @@ def first_commands(op: Generator[Request, Any, Any]) -> Commands:
     return request
 
 
+def bare_script(client: Any, request: ScriptCall) -> Callable[[], Any]:
+    """Send ``request``'s script as plain redis-py would: EVALSHA of the script as the store
+    sends it, with the same KEYS and ARGV (the script is loaded first).
+    """
+    from ..scripts import script_source
+
+    sha = client.script_load(script_source(request.name))
+    command = ("EVALSHA", sha, len(request.keys), *request.keys, *request.args)
+
+    def send() -> Any:
+        return client.execute_command(*command)
+
+    return send
+
+
 def bare_commands(client: Any, request: Commands) -> Callable[[], list[Any]]:
     """Send ``request``'s commands as plain redis-py would: one pipeline (MULTI/EXEC with
     ``transaction``), the commands' own reply parsing, errors as values when it asks so.

@@ -12,7 +12,7 @@ import pytest
 PROBE = """
 import sys
 import {module}
-heavy = ("redis_session.bench", "redis_session._bench")
+heavy = ("redis_session.bench",)
 loaded = sorted(m for m in sys.modules if m.startswith(heavy))
 print(",".join(loaded))
 """
@@ -45,11 +45,3 @@ except SystemExit as exc:
     )
     assert done.stdout.split() == ["1", "True"], (done.stdout, done.stderr)
     assert "Error: ConnectionError: " in done.stderr
-
-
-def test_the_old_module_name_still_serves_the_bench_scripts() -> None:
-    import redis_session._bench as old
-    import redis_session.bench as new
-
-    assert old.__all__ == new.__all__
-    assert all(getattr(old, name) is getattr(new, name) for name in new.__all__)
