@@ -16,7 +16,8 @@
 --        | {KEY_CHANGED, k} | {WRONG_TYPE, i} | {TREE_CHANGED, ...} | {DAMAGED, ...} | {STALE}
 -- Events: 'merge', only when this call merged. A retry of this very call (its token digest in
 -- the parent's id window) answers OK again; any other second merge gets MERGED. Inherited
--- messages and messages whose ids the parent's window holds are not appended again. With
+-- messages and messages whose ids the parent's window holds are not appended again.
+-- Only a caller that knows the tree's members prunes, or moves the tree's deadline. With
 -- 'staged', KEYS[11] holds the parent's messages up to ARGV[18], then the child's (merge_stage
 -- built it under this call's lease); the parent's messages appended since go after them and
 -- the staging list replaces the parent's list in one step (a new generation of the list).
@@ -52,7 +53,10 @@ if not f[1] then
   return {PARENT_GONE, st[1]}
 end
 if (f[2] or '') ~= ARGV[15] then return {KEY_CHANGED, f[2] or ''} end
-if (f[4] or '0') ~= ARGV[3] then return tree_changed(f[4]) end
+local ttl = tonumber(ARGV[1])
+local fresh = (f[4] or '0') == ARGV[3]  -- the caller named the tree's members as they are
+local extend_now = due(f[3], ttl, now)
+if extend_now and not fresh then return tree_changed(f[4]) end
 local g, h, n = positions(f[5], f[6], f[7], 2)
 if not g then return h end
 local cg, ch = positions(c[4], c[5], c[6], 9)
@@ -102,7 +106,9 @@ save_window(win)
 redis.call('DEL', KEYS[10])
 redis.call('HDEL', KEYS[8], 'mt', 'mx')
 
--- Keep the newest K merged children whole; older ones leave a tombstone only.
+-- Keep the newest K merged children whole; older ones leave a tombstone only. A caller that
+-- does not know the tree's members leaves that to the next merge (so that merges under
+-- contention need no second round trip): the tree keeps at most K plus a few for a moment.
 local merged = {}
 for i = 12, #KEYS, 3 do
   local m = redis.call('HMGET', KEYS[i], 'key', 'merged_at')
@@ -111,7 +117,9 @@ end
 merged[#merged + 1] = {tonumber(us), ARGV[7], 8}
 table.sort(merged, function(a, b) return a[1] > b[1] end)
 local tg = tonumber(f[4] or '0')
-for j = tonumber(ARGV[16]) + 1, #merged do
+local keep = tonumber(ARGV[16])
+if not fresh then keep = math.max(keep, #merged) end
+for j = keep + 1, #merged do
   local at, key, i = merged[j][1], merged[j][2], merged[j][3]
   redis.call('UNLINK', KEYS[i], KEYS[i + 1], KEYS[i + 2])
   redis.call('ZREM', KEYS[6], key)
@@ -120,8 +128,7 @@ for j = tonumber(ARGV[16]) + 1, #merged do
 end
 redis.call('HSET', KEYS[1], 'updated_at', us, 'g', g, 'h', h, 'n', n, 'tg', tg)
 redis.call('ZADD', KEYS[4], now, ARGV[6])
-local ttl = tonumber(ARGV[1])
-if due(f[3], ttl, now) then
+if extend_now then
   extend(12, ttl, tonumber(ARGV[2]), now)
 else
   join_tree(f[3], {2, 7})

@@ -36,7 +36,7 @@ DEFAULT_DEDUP_WINDOW = 1000
 MIN_DEDUP_WINDOW = 64
 DEFAULT_KEEP_MERGED_CHILDREN = 4
 KEY_CACHE = 4096  # sessions whose key names and tree a store keeps at hand
-WRITE_ATTEMPTS = 4
+WRITE_ATTEMPTS = 8
 Tree = tuple[str, tuple[str | bytes, ...], tuple[str, ...]]
 NO_TREE: Tree = ("0", (), ())
 

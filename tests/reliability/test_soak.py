@@ -30,7 +30,8 @@ WORKERS = 4
 OPS_PER_WORKER = 15000
 SECONDS = 30.0
 KILL_EVERY = 0.25
-TTL = 600.0
+TTL = 4.0  # a few TTLs in one run: a tree must live as one while any of it is written
+DEDUP_WINDOW = 64  # small: the id window turns over many times during the run
 
 
 @pytest.mark.timeout(110)
@@ -46,6 +47,7 @@ def test_four_processes_soak_then_everything_checks_out(
         plan = Plan(
             port=server.port, prefix=prefix, worker=w, shared=shared, max_ops=OPS_PER_WORKER,
             seconds=SECONDS, ttl=TTL, out=str(tmp_path / f"w{w}.json"),
+            dedup_window=DEDUP_WINDOW,
         )  # fmt: skip
         proc = ctx.Process(target=run_worker, args=(json.dumps(asdict(plan)),))
         proc.start()

@@ -45,6 +45,7 @@ class Plan:
     ttl: float
     out: str
     seed: int = 0
+    dedup_window: int = 1000
 
 
 @dataclass
@@ -69,13 +70,19 @@ class Worker:
         # The constructor, not from_url: redis-py 8.1's Redis.from_url gives connections no
         # retries at all, while Redis(...) retries connection errors and timeouts 10x.
         client = redis.Redis(host="127.0.0.1", port=plan.port)
-        self.store = RedisStore(client, prefix=plan.prefix, ttl=plan.ttl)
+        self.store = RedisStore(
+            client, prefix=plan.prefix, ttl=plan.ttl, dedup_window=plan.dedup_window
+        )
         self.ledger = Ledger()
         self.report = WorkerReport(worker=plan.worker)
         self.seq = 0
         self.private: str | None = None
         self.private_n = 0
         self.owned = [s for i, s in enumerate(plan.shared) if i % 4 == plan.worker % 4]
+        self.lingering: dict[str, tuple[str, list[str], bool]] = {}
+        """shared session -> (a child this worker keeps for the whole run, written rarely, and
+        merged at the end: the tree's expiry must keep it alive while its parent is written;
+        its contents; whether a write to it had an unknown outcome)."""
 
     def content(self, tag: str) -> str:
         self.seq += 1
@@ -213,6 +220,40 @@ class Worker:
             else:
                 self.ledger.maybe(parent, *written)
 
+    def linger_start(self) -> None:
+        for key in self.plan.shared:
+            agent = f"linger{self.p}"
+            ok, child = self.call("fork", lambda key=key: self.store.fork_child(key, agent))
+            if ok:
+                self.lingering[key] = (child.key, [], False)
+                self.linger_write(key)
+
+    def linger_write(self, key: str) -> None:
+        if key not in self.lingering:
+            return
+        child, written, doubtful = self.lingering[key]
+        c = self.content("l")
+        ok, _ = self.call(
+            "append_child",
+            lambda: self.store.append_child_message(child, Message(role="user", content=c)),
+        )
+        written.append(c)
+        self.lingering[key] = (child, written, doubtful or not ok)
+
+    def linger_end(self) -> None:
+        """Merge every lingering child: each must have outlived several TTLs of no writes."""
+        for key, (child, written, doubtful) in self.lingering.items():
+            ok, _ = self.call("merge", lambda child=child: self.store.merge_child(child, ""))
+            if ok and not doubtful:
+                self.ledger.ack(key, f"merge:{child}", *written)
+                self.ledger.contiguous.add((key, f"merge:{child}"))
+            else:
+                self.ledger.maybe(key, *written)
+                try:
+                    self.store.get_child(child)
+                except SessionError as exc:
+                    self.report.anomalies.append(f"lingering child {child} is gone: {exc}")
+
     def private_step(self) -> None:
         if self.private is None:
             self.private_n += 1
@@ -254,12 +295,15 @@ class Worker:
         start = time.monotonic()
         deadline = start + self.plan.seconds
         self.create_shared()
+        self.linger_start()
         done = 0
         while done < self.plan.max_ops and time.monotonic() < deadline:
             before = sum(self.report.ops.values())
             roll = self.rng.random()
             shared = self.rng.choice(self.plan.shared)
-            if roll < 0.40:
+            if roll < 0.002:
+                self.linger_write(shared)
+            elif roll < 0.40:
                 self.append(shared, f"w{self.p}")
             elif roll < 0.55:
                 self.read(shared)
@@ -272,6 +316,7 @@ class Worker:
             else:
                 self.private_step()
             done += sum(self.report.ops.values()) - before
+        self.linger_end()
         self.report.elapsed = time.monotonic() - start
 
 
