@@ -193,8 +193,8 @@ end
 local INHERITED = string.rep('\0', 8)
 
 -- The id window of a session or child: the 8-byte digests of its newest message ids (and of
--- call tokens) in 64 buckets of its ids hash, named by one byte: 128 + the digest's first
--- byte % 64 (no clash with 'w' or with the first layout's hex names). A bucket holds two
+-- call tokens) in 128 buckets of its ids hash, named by one byte: 128 + the digest's first
+-- byte % 128 (no clash with 'w' or with the first layout's hex names). A bucket holds two
 -- generations: a 3-byte count of its current-generation digests, those digests (newest
 -- first), then the previous generation's. Field 'w' is the current generation's digest count
 -- (then 'L' while the first layout's buckets, '0' .. '7f', are still looked in). When adding
@@ -203,7 +203,7 @@ local INHERITED = string.rep('\0', 8)
 -- 2 * size + k digests, and every one of the newest size is found. An append of one message
 -- reads and writes one bucket.
 local function bucket_of(d)
-  return string.char(128 + string.byte(d, 1) % 64)
+  return string.char(128 + string.byte(d, 1) % 128)
 end
 
 local function count_of(bucket)
@@ -278,7 +278,7 @@ local function add(win, digests, size)
   if #digests == 0 then return end
   if win.count > 0 and win.count + #digests > size then
     local all = {}
-    for n = 1, 64 do all[n] = string.char(127 + n) end
+    for n = 1, 128 do all[n] = string.char(127 + n) end
     local values = redis.call('HMGET', KEYS[win.key], unpack(all))
     for n, f in ipairs(all) do  -- the current generation becomes the previous one
       local v = values[n] or ''

@@ -39,7 +39,7 @@ local size = tonumber(ARGV[4])
 local quick, d, bucket, w, old, count = m == 0 and #ARGV == 11 and f[5] and true
 if quick then  -- one message: its bucket and the window's state, in one HMGET
   d = ARGV[10]
-  bucket = string.char(128 + string.byte(d, 1) % 64)
+  bucket = string.char(128 + string.byte(d, 1) % 128)
   local got = redis.pcall('HMGET', KEYS[3], 'w', bucket)
   if failed(got) then return refusal(got, 3) end
   w, old = got[1], got[2] or ''

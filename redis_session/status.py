@@ -79,6 +79,10 @@ def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
         case Status.CONFLICT:
             raise MigrationConflict("another secret migration or a secret write came first")
         case Status.MISSING:
+            if ctx.kind == "pop":
+                raise ConcurrentChange(
+                    ctx.key, "this pop was applied, but its message is no longer kept for a retry"
+                )
             raise ItemNotFound(ctx.kind, ctx.name)
         case Status.PARENT_GONE:
             if reply[1] == Status.EXPIRED:
