@@ -12,6 +12,7 @@
 --   13 DAMAGED (reply {13, i, what, found, expected}: KEYS[i] is missing or inconsistent)
 --   14 TOO_LARGE (reply {14, bytes, limit}: the session's metadata would exceed its limit)
 --   15 PRUNED (reply {15, merged_at_us}: the child was merged and its record pruned since)
+--   16 STAGE (reply {16, n}: too large for one script call: the caller does it in steps)
 --
 -- Every script that writes to a session tree takes the tree's root keys first:
 --   KEYS[1] root meta hash   KEYS[2] root msgs list   KEYS[3] root ids hash
@@ -21,8 +22,8 @@
 -- The tree's members (the children in KEYS[6], three keys each: meta, msgs, ids, as the
 -- caller knows them) come last, from a position each script names.
 local OK, NOT_FOUND, EXPIRED, EXISTS, OUT_OF_RANGE, STALE, MERGED, CONFLICT, MISSING, WRONG_TYPE,
-  PARENT_GONE, KEY_CHANGED, TREE_CHANGED, DAMAGED, TOO_LARGE, PRUNED =
-  0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
+  PARENT_GONE, KEY_CHANGED, TREE_CHANGED, DAMAGED, TOO_LARGE, PRUNED, STAGE =
+  0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16
 
 -- Writers seal what they add with the session's own data key, whose id is the meta field 'k'
 -- ('' or absent: cleartext). The session's key id when it is not kid, else nil.
@@ -102,6 +103,23 @@ local function positions(g, h, n, l, m)
   if len == 0 then return nil, {DAMAGED, l, 'length', 0, n - h} end
   if g == false then g = redis.call('HGET', KEYS[m], 'g') end
   return tonumber(g or '0') + 1, 0, len
+end
+
+-- The elements of list KEYS[l] at absolute positions from .. to - 1 (the list holds h ..),
+-- read in steps of 500 and no more than about budget bytes (at least one element), so that no
+-- read holds Redis long: returns them and the position after the last one read.
+local function read_from(l, h, from, to, budget)
+  local out, bytes, at = {}, 0, from
+  while at < to and bytes < budget do
+    local last = math.min(at + 500, to) - 1
+    for _, e in ipairs(redis.call('LRANGE', KEYS[l], at - h, last - h)) do
+      out[#out + 1] = e
+      bytes = bytes + #e
+      at = at + 1
+      if bytes >= budget then break end
+    end
+  end
+  return out, at
 end
 
 -- Whether a write at now (ms) must move the tree's deadline x (the root's meta field 'x').
@@ -293,12 +311,17 @@ local function add(win, digests, size)
     end
     win.count = 0
   end
+  local groups = {}
   for _, d in ipairs(digests) do
     local f = bucket_of(d)
+    local g = groups[f]
+    if g then g[#g + 1] = d else groups[f] = {d} end
+  end
+  for f, list in pairs(groups) do  -- each bucket rebuilt once, however many digests it gets
     local v = win[f] or ''
-    local c = count_of(v) + 1
-    win[f] = string.char(math.floor(c / 65536), math.floor(c / 256) % 256, c % 256) .. d
-      .. string.sub(v, 4)
+    local c = count_of(v) + #list
+    win[f] = string.char(math.floor(c / 65536), math.floor(c / 256) % 256, c % 256)
+      .. table.concat(list) .. string.sub(v, 4)
     win.dirty[f] = true
   end
   win.count = win.count + #digests

@@ -1,20 +1,24 @@
--- children_of: read every child of a session in one snapshot. Read-only.
+-- children_of: read every child of a session in one snapshot (their messages up to a byte
+-- budget: the rest of a long child is read in steps, read_range). Read-only.
 -- KEYS[1] the parent's kids zset   KEYS[2 ..] child meta hash, child msgs list for each child,
 --         in the order the caller read them from KEYS[1]
--- ARGV[1 ..] the child keys, as read from KEYS[1]
--- Reply: {OK, {meta flat array, stored elements}, ...} (an empty meta array: the child's
---        record is missing) | {CONFLICT} (the children changed since they were read)
---        | {WRONG_TYPE, i}
-if redis.call('ZCARD', KEYS[1]) ~= #ARGV then return {CONFLICT} end
-for i = 1, #ARGV do
+-- ARGV[1] bytes to read at most   ARGV[2 ..] the child keys, as read from KEYS[1]
+-- Reply: {OK, {meta flat array, stored elements from the child's head, upto, n}, ...} (an empty
+--        meta array: the child's record is missing) | {CONFLICT} (the children changed since
+--        they were read) | {WRONG_TYPE, i} | {DAMAGED, ...}
+if redis.call('ZCARD', KEYS[1]) ~= #ARGV - 1 then return {CONFLICT} end
+for i = 2, #ARGV do
   if not redis.call('ZSCORE', KEYS[1], ARGV[i]) then return {CONFLICT} end
 end
-local reply = {OK}
+local reply, budget = {OK}, tonumber(ARGV[1])
 for i = 2, #KEYS, 2 do
   local meta = redis.pcall('HGETALL', KEYS[i])
   if failed(meta) then return refusal(meta, i) end
-  local items = redis.pcall('LRANGE', KEYS[i + 1], 0, -1)
-  if failed(items) then return refusal(items, i + 1) end
-  reply[#reply + 1] = {meta, items}
+  local f = redis.call('HMGET', KEYS[i], 'g', 'h', 'n')
+  local g, h, n = positions(f[1], f[2], f[3], i + 1)
+  if not g then return h end
+  local items, upto = read_from(i + 1, h, h, n, math.max(budget, 1))
+  for _, e in ipairs(items) do budget = budget - #e end
+  reply[#reply + 1] = {meta, items, upto, n}
 end
 return reply

@@ -1,14 +1,16 @@
 -- create: store a new session with its history, atomically; two creators -> one wins.
--- KEYS[1..7] the tree's root keys (see the prelude)
+-- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] a staging list (see ARGV[12])
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] (unused: a new tree has no members)
 -- ARGV[4] id window   ARGV[5] session key (index member)
 -- ARGV[6] call token (a retry of this very call finds it and answers OK again)
 -- ARGV[7] events channel ('' = none)   ARGV[8] 'create' event JSON
 -- ARGV[9] schema version   ARGV[10] key id the session is sealed with ('' = cleartext)
 -- ARGV[11] n = number of meta field/value pairs that follow, ARGV[12 .. 11+2n]
--- ARGV[12+2n ..] message pairs: 8-byte id digest, message JSON (distinct digests)
+-- ARGV[12+2n] s = the history's length when it is staged in KEYS[8] (stage_push), else 0
+-- ARGV[13+2n ..] message pairs: 8-byte id digest, message JSON (distinct digests); with a
+--   staged history, only the digests of its newest messages (the id window's), no JSON
 -- Reply: {OK, created_at_us, 1 if the index key was created by this call else 0} | {EXISTS}
---        | {WRONG_TYPE, i}
+--        | {WRONG_TYPE, i} | {STALE} (the staging list is not what the caller staged)
 -- Events: 'create' on ARGV[7], only when the session was created by this call.
 -- Index entries of sessions that expired are pruned from KEYS[4] here. Leftovers of an earlier
 -- session under the key (its expiry marker, keys that outlived an eviction) are removed first:
@@ -25,7 +27,12 @@ end
 
 local us, now = clock()
 local n = tonumber(ARGV[11])
-local count = (#ARGV - 11 - 2 * n) / 2
+local staged = tonumber(ARGV[12 + 2 * n])
+local count = (#ARGV - 12 - 2 * n) / 2
+if staged > 0 then
+  if redis.call('LLEN', KEYS[8]) ~= staged then return {STALE} end
+  count = staged
+end
 local mb = 0
 for i = 12, 11 + 2 * n, 2 do
   local p = string.sub(ARGV[i], 1, 2)
@@ -46,11 +53,17 @@ redis.call('DEL', KEYS[2], KEYS[3], KEYS[5], KEYS[6], KEYS[7])
 hcall_from('HSET', KEYS[1], 12, 11 + 2 * n)
 local win = {key = 3, count = 0, legacy = false, dirty = {}}
 local digests, elements = {}, {}
-for i = 12 + 2 * n, #ARGV, 2 do
-  digests[#digests + 1] = ARGV[i]
-  elements[#elements + 1] = ARGV[i + 1]
+if staged > 0 then
+  for i = 13 + 2 * n, #ARGV do digests[#digests + 1] = ARGV[i] end
+  redis.call('RENAME', KEYS[8], KEYS[2])
+  redis.call('PERSIST', KEYS[2])  -- the staging list's TTL: the tree's deadline follows
+else
+  for i = 13 + 2 * n, #ARGV, 2 do
+    digests[#digests + 1] = ARGV[i]
+    elements[#elements + 1] = ARGV[i + 1]
+  end
+  push_all(KEYS[2], elements)
 end
-push_all(KEYS[2], elements)
 add(win, digests, tonumber(ARGV[4]))
 save_window(win)
 if x then expire_tree(8, x, tonumber(ARGV[2])) end

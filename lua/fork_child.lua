@@ -9,9 +9,12 @@
 -- ARGV[14] the caller's key id for the parent ('' = cleartext)
 -- ARGV[15] inherited messages staged in KEYS[9] by copy_range (0: copy them here), and
 -- ARGV[16] the parent's generation they were copied from
--- Reply: {OK, created_at_us, tg, the child's stored elements, member...}
+-- ARGV[17] the most messages this call copies itself (more: {STAGE, g, h, n} of the parent)
+-- Reply: {OK, created_at_us, tg, the child's stored elements (false when they were staged),
+--        member...}
 --        | {PARENT_GONE, NOT_FOUND or EXPIRED} | {EXISTS} | {KEY_CHANGED, k} | {WRONG_TYPE, i}
 --        | {TREE_CHANGED, ...} | {STALE} (the parent changed while messages were staged)
+--        | {STAGE, g, h, n} (too many to inherit in one call: copy_range them first)
 -- Events: 'fork', only when this call created the child (a retry answers OK silently).
 -- Inherited messages are stored with an all-zero digest: they are never merged back.
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
@@ -24,7 +27,9 @@ if redis.call('EXISTS', KEYS[8]) == 1 then
     local reply = tree_changed(redis.call('HGET', KEYS[1], 'tg'))
     reply[1] = OK
     table.insert(reply, 2, c[2])
-    table.insert(reply, 4, redis.call('LRANGE', KEYS[9], 0, -1))
+    local held = false  -- a long one: the caller reads it in steps (get_child)
+    if redis.call('LLEN', KEYS[9]) <= tonumber(ARGV[17]) then held = redis.call('LRANGE', KEYS[9], 0, -1) end
+    table.insert(reply, 4, held)
     return reply
   end
   return {EXISTS}
@@ -45,13 +50,14 @@ if not g then return h end
 if staged > 0 and (tostring(g) ~= ARGV[16] or redis.call('LLEN', KEYS[9]) ~= staged) then
   return {STALE}
 end
+local want = tonumber(ARGV[10])
+if staged == 0 and math.min(want, n - h) > tonumber(ARGV[17]) then return {STAGE, g, h, n} end
 
 local tg = tonumber(f[4] or '0') + 1
 redis.call('HSET', KEYS[8], 'v', '1', 'key', ARGV[6], 'parent', ARGV[5], 'agent', ARGV[7],
   'config', ARGV[8], 'max', ARGV[9], 'created_at', us, 'token', ARGV[11], 'g', 0, 'h', 0)
 if staged == 0 then
   redis.call('DEL', KEYS[9], KEYS[10])
-  local want = tonumber(ARGV[10])
   if want > 0 then
     local copy = {}
     for _, m in ipairs(redis.call('LRANGE', KEYS[2], -want, -1)) do copy[#copy + 1] = INHERITED .. m end
@@ -75,5 +81,7 @@ emit(ARGV[12], ARGV[13])
 local reply = tree_changed(tg)
 reply[1] = OK
 table.insert(reply, 2, us)
-table.insert(reply, 4, redis.call('LRANGE', KEYS[9], 0, -1))
+local held = false  -- inherited in steps: the caller reads them in steps too (get_child)
+if staged == 0 then held = redis.call('LRANGE', KEYS[9], 0, -1) end
+table.insert(reply, 4, held)
 return reply

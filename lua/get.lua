@@ -4,10 +4,10 @@
 -- KEYS[1] meta hash   KEYS[2] msgs list   KEYS[3] ids hash   KEYS[4] expiry marker
 -- ARGV[1] the newest N messages wanted (-1 = all)   ARGV[2] '1': the meta hash too
 -- ARGV[3] the session token, ARGV[4] generation and ARGV[5] tail position the caller holds
---         messages up to ('' = none)
--- Reply: {OK, meta as a flat field/value array (or {}), from, h, n, g, token, elements}: the
---        elements are the messages at positions from .. n - 1 (absolute, in generation g; the
---        list holds h .. n - 1)
+--         messages up to ('' = none)   ARGV[6] bytes to read at most (the rest: read_range)
+-- Reply: {OK, meta as a flat field/value array (or {}), from, h, n, g, token, elements, upto}:
+--        the elements are the messages at positions from .. upto - 1 (absolute, in
+--        generation g; the list holds h .. n - 1); upto < n when the byte budget ran out
 --        | {NOT_FOUND} | {EXPIRED} | {WRONG_TYPE, i} | {DAMAGED, ...}
 -- Events: none. Positions: see the prelude (a first-layout session reads as h = 0, n = its
 -- length, token ''). When the caller's token and generation match and its tail position lies
@@ -25,7 +25,7 @@ end
 local f = redis.pcall('HMGET', KEYS[1], 'v', 'token', 'g', 'h', 'n')
 if failed(f) then return refusal(f, 1) end
 if not f[1] then
-  if want_meta then return {OK, meta, 0, 0, 0, 0, '', {}} end  -- Python names what is wrong
+  if want_meta then return {OK, meta, 0, 0, 0, 0, '', {}, 0} end  -- Python names what is wrong
   return gone(1, 2, 3, 4)
 end
 local g, h, n = positions(f[3], f[4], f[5], 2)
@@ -39,6 +39,5 @@ if ARGV[3] == token and ARGV[4] == tostring(g) and ARGV[5] ~= '' then
   local held = tonumber(ARGV[5])
   if held >= h and held <= n then from = math.max(first, held) end
 end
-local elements = {}
-if from < n then elements = redis.call('LRANGE', KEYS[2], from - h, -1) end
-return {OK, meta or {}, from, h, n, g, token, elements}
+local elements, upto = read_from(2, h, from, n, tonumber(ARGV[6]))
+return {OK, meta or {}, from, h, n, g, token, elements, upto}

@@ -2,9 +2,9 @@
 -- what the caller holds already, only the messages added since. Read-only.
 -- KEYS[1] child meta hash   KEYS[2] child msgs list   KEYS[3] the parent's done zset
 -- ARGV[1] child key   ARGV[2] generation and ARGV[3] tail position the caller holds messages
---         up to ('' = none)
+--         up to ('' = none)   ARGV[4] bytes to read at most (the rest: read_range)
 -- Reply: {OK, meta as a flat field/value array, from, h, n, g, stored elements (digest ..
---        element) at positions from .. n - 1}
+--        element) at positions from .. upto - 1, upto}
 --        | {NOT_FOUND} (never forked, discarded, expired or deleted) | {PRUNED, merged_at}
 --        | {WRONG_TYPE, i} | {DAMAGED, ...}
 local bad = wrong_type({'hash', 'list', 'zset'})
@@ -24,6 +24,5 @@ if ARGV[2] == tostring(g) and ARGV[3] ~= '' then
   local held = tonumber(ARGV[3])
   if held >= h and held <= n then from = held end
 end
-local elements = {}
-if from < n then elements = redis.call('LRANGE', KEYS[2], from - h, -1) end
-return {OK, redis.call('HGETALL', KEYS[1]), from, h, n, g, elements}
+local elements, upto = read_from(2, h, from, n, tonumber(ARGV[4]))
+return {OK, redis.call('HGETALL', KEYS[1]), from, h, n, g, elements, upto}

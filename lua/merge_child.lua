@@ -9,11 +9,13 @@
 -- ARGV[11] summary id digest   ARGV[12] summary element   ARGV[13] events channel ('' = none)
 -- ARGV[14] 'merge' event JSON   ARGV[15] the caller's key id for the parent ('' = cleartext)
 -- ARGV[16] K: merged children kept whole
--- ARGV[17 .. 19] staged: the parent's generation and tail position the staging list was built
---   from, and how many of the child's messages it holds after the parent's
+-- ARGV[17 .. 20] staged: the parent's generation and tail position the staging list was built
+--   from, how many of the child's messages it holds after the parent's, and its length;
+--   'history': ARGV[19] the most child messages merged in one call (more: {STAGE, n})
 -- Reply: {OK, merged_at_us, messages appended to the parent, tg, member...}
 --        | {NOT_FOUND} (child) | {PRUNED, merged_at} | {MERGED} | {PARENT_GONE, st}
 --        | {KEY_CHANGED, k} | {WRONG_TYPE, i} | {TREE_CHANGED, ...} | {DAMAGED, ...} | {STALE}
+--        | {STAGE, n} (the child holds n messages, too many for one call: merge_stage)
 -- Events: 'merge', only when this call merged. A retry of this very call (its token digest in
 -- the parent's id window) answers OK again; any other second merge gets MERGED. Inherited
 -- messages and messages whose ids the parent's window holds are not appended again.
@@ -59,8 +61,9 @@ local extend_now = due(f[3], ttl, now)
 if extend_now and not fresh then return tree_changed(f[4]) end
 local g, h, n = positions(f[5], f[6], f[7], 2)
 if not g then return h end
-local cg, ch = positions(c[4], c[5], c[6], 9)
+local cg, ch, cn = positions(c[4], c[5], c[6], 9)
 if not cg then return ch end
+if mode == 'history' and cn - ch > tonumber(ARGV[19]) then return {STAGE, cn - ch} end
 
 local digests, elements, taken = {}, {}, {}
 if mode == 'summary' then
@@ -74,7 +77,8 @@ elseif mode == 'history' then
       taken[d] = true
     end
   end
-elseif c[7] ~= ARGV[8] or tostring(g) ~= ARGV[17] or tonumber(ARGV[18]) > n then
+elseif c[7] ~= ARGV[8] or tostring(g) ~= ARGV[17] or tonumber(ARGV[18]) > n
+    or redis.call('LLEN', KEYS[11]) ~= tonumber(ARGV[20]) then
   return {STALE}  -- staged: the lease was lost, or the parent's list changed meanwhile
 end
 

@@ -37,6 +37,17 @@ MIN_DEDUP_WINDOW = 64
 DEFAULT_KEEP_MERGED_CHILDREN = 4
 KEY_CACHE = 4096  # sessions whose key names and tree a store keeps at hand
 WRITE_ATTEMPTS = 8
+READ_BUDGET = 4 * 1024 * 1024
+"""Bytes one read script returns at most; a longer history is read in steps (read_range)."""
+READ_ATTEMPTS = 4
+STEP_MESSAGES = 2_000
+"""Messages one script call copies at most (a merge, an inheriting fork): more go in steps."""
+BATCH_MESSAGES = 10_000
+"""Messages one append call takes at most (one script call, ~3 µs each on the server)."""
+BATCH_BYTES = 64 * 1024 * 1024
+"""Bytes of messages one append call takes at most."""
+STAGE_LEASE_MS = 30_000
+"""How long a staged operation's lease and staging list last between two of its steps."""
 Tree = tuple[str, tuple[str | bytes, ...], tuple[str, ...]]
 NO_TREE: Tree = ("0", (), ())
 
@@ -91,6 +102,12 @@ class CoreBase(KeyringOps):
         #: How long a popped element is kept for a retry of its pop (redis-py's retries and a
         #: failover ride-through fit in it).
         self.pop_keep_ms = max(self.failover_window_ms, 60_000)
+        #: Bytes one read script returns at most (tests make it small).
+        self.read_budget = READ_BUDGET
+        #: Messages one script call copies at most (tests make it small).
+        self.step_messages = STEP_MESSAGES
+        #: Messages and bytes one append call takes at most (a create with more is staged).
+        self.batch_messages, self.batch_bytes = BATCH_MESSAGES, BATCH_BYTES
 
     @property
     def ttl(self) -> timedelta | None:
@@ -134,22 +151,81 @@ class CoreBase(KeyringOps):
     def _forget_tree(self, root: str) -> None:
         self._trees.pop(root, None)
 
+    def _batches(self, elements: Sequence[bytes]) -> list[list[bytes]]:
+        """``elements`` in runs that one script call takes (see ``batch_messages``)."""
+        out: list[list[bytes]] = [[]]
+        size = 0
+        for element in elements:
+            if out[-1] and (
+                len(out[-1]) >= self.batch_messages or size + len(element) > self.batch_bytes
+            ):
+                out.append([])
+                size = 0
+            out[-1].append(element)
+            size += len(element)
+        return out
+
+    def _check_batch(self, elements: Sequence[bytes], argument: str) -> None:
+        """Refuse more messages than one script call takes: a batch is one atomic step."""
+        if len(self._batches(elements)) > 1:
+            raise InvalidArgument(
+                argument,
+                f"{len(elements):,} messages ({sum(map(len, elements)):,} bytes) are more than "
+                f"one atomic append takes (batch_messages={self.batch_messages:,}, "
+                f"batch_bytes={self.batch_bytes:,}): append them in several calls",
+            )
+
     def _head(self, root: str) -> list[Any]:
         """The ARGV every tree-writing script begins with: ttl, grace, the tree generation this
         store knows, the id window.
         """
         return [self.ttl_ms, self.grace_ms, self._tree(root)[0], self.window]
 
+    def _read_list(
+        self,
+        key: str,
+        first: ScriptCall,
+        ctx: Ctx,
+        at: tuple[int, int, int, int, int],
+        range_keys: tuple[str, str],
+    ) -> Op[tuple[Sequence[Any], list[bytes]]]:
+        """Run read script ``first`` and, when the list is longer than one read's budget, read
+        the rest in steps (``read_range``), each only while the list keeps its generation and
+        nothing read was trimmed away; else read again from the start. ``at`` gives the reply's
+        indexes of generation, tail, elements, upto and the start position. Returns the first
+        reply and every element from its start to its tail: one snapshot of the list as it was
+        when the first step ran.
+        """
+        g_at, n_at, items_at, upto_at, _ = at
+        for _ in range(READ_ATTEMPTS):
+            reply = check((yield first), ctx)
+            items = list(reply[items_at])
+            upto, n, g = int(reply[upto_at]), int(reply[n_at]), reply[g_at]
+            while upto < n:
+                part = yield ScriptCall(
+                    "read_range", range_keys, (g, upto, n, self.read_budget), write=False
+                )
+                if part[0] == Status.STALE:
+                    break
+                check(part, ctx)
+                items += part[1]
+                upto = int(part[2])
+            else:
+                return reply, items
+        raise ConcurrentChange(key, "its history kept changing while it was read in steps")
+
     def _write(
         self,
         root: str,
         build: Callable[[Sealer | None], ScriptCall],
         ctx: Ctx | Callable[[], Ctx],
+        passthrough: tuple[int, ...] = (),
     ) -> Op[Any]:
         """Run the write script ``build`` makes, sealing with session ``root``'s own key and
         naming the tree's members as this store knows them: when the script answers
         ``KEY_CHANGED`` follow the session's key, when it answers ``TREE_CHANGED`` learn the
-        members, and send it again.
+        members, and send it again. Replies whose status is in ``passthrough`` are returned
+        for the caller to handle.
         """
         for _ in range(WRITE_ATTEMPTS):
             reply = yield build(self._sealer(root))
@@ -160,5 +236,7 @@ class CoreBase(KeyringOps):
                 if reply[0] == Status.TREE_CHANGED:
                     self._learn_tree(root, reply[1], reply[2:])
                     continue
+                if reply[0] in passthrough:
+                    return reply
             return check(reply, ctx)
         raise ConcurrentChange(root, "its encryption key or its children kept changing")

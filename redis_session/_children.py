@@ -9,12 +9,13 @@ does not grow with the number of sub-agents that ever ran in it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import codec
 from ._args import message, text, token
-from ._base import CoreBase
+from ._base import READ_ATTEMPTS, STAGE_LEASE_MS, CoreBase
 from ._requests import Commands, Emit, Op, ScriptCall
 from .crypto import Keyring, Sealer
 from .errors import (
@@ -35,7 +36,7 @@ from .models import (
 )
 from .status import Ctx, Status, check
 
-READ_ATTEMPTS = 8
+CHILDREN_READ_ATTEMPTS = 8
 
 
 class ChildOps(CoreBase):
@@ -74,26 +75,67 @@ class ChildOps(CoreBase):
         )
         call = token()
 
-        def build(sealer: Sealer | None) -> ScriptCall:
-            args = [
-                *self._head(parent_key), parent_key, child.key, agent_name,
-                codec.encode_config(config), config.max_messages, config.inherit_history, call,
-                self.channel, payload, b"" if sealer is None else sealer.kid, 0, "",
-            ]  # fmt: skip
-            keys = (*root, ck.meta, ck.msgs, ck.ids, *self._tree(parent_key)[1])
-            return ScriptCall("fork_child", keys, args)
+        def build(staged: int, generation: Any) -> Callable[[Sealer | None], ScriptCall]:
+            def make(sealer: Sealer | None) -> ScriptCall:
+                args = [
+                    *self._head(parent_key), parent_key, child.key, agent_name,
+                    codec.encode_config(config), config.max_messages, config.inherit_history,
+                    call, self.channel, payload, b"" if sealer is None else sealer.kid,
+                    staged, generation, self.step_messages,
+                ]  # fmt: skip
+                keys = (*root, ck.meta, ck.msgs, ck.ids, *self._tree(parent_key)[1])
+                return ScriptCall("fork_child", keys, args)
+
+            return make
 
         keys = (*root, ck.meta, ck.msgs, ck.ids)
         ctx = Ctx(child.key, keys, child=True, parent=parent_key)
-        reply = yield from self._write(parent_key, build, ctx)
+        passthrough = (Status.STAGE, Status.STALE)
+        for _ in range(READ_ATTEMPTS):
+            reply = yield from self._write(parent_key, build(0, ""), ctx, passthrough)
+            if reply[0] == Status.STAGE:  # many to inherit: copy them in steps first
+                g, h, n = reply[1], int(reply[2]), int(reply[3])
+                copied = yield from self._copy_inherited(
+                    root, ck.msgs, g, max(h, n - config.inherit_history), n
+                )
+                if copied < 0:
+                    continue
+                reply = yield from self._write(parent_key, build(copied, g), ctx, passthrough)
+            if reply[0] != Status.STALE:
+                break
+        else:
+            raise ConcurrentChange(parent_key, "its history kept changing during a fork")
         self._learn_tree(parent_key, reply[2], reply[4:])
         yield Emit(event)
-        items = [bytes(item[8:]) for item in reply[3]]
-        history: list[Message] = yield from self._opened(
-            lambda ring: codec.decode_messages(child.key, items, ring, parent_key)
-        )
+        if reply[3] is None:  # a long inheritance: read in steps, as get_child reads
+            history = (yield from self.get_child(child.key)).history
+        else:
+            items = [bytes(item[8:]) for item in reply[3]]
+            history = yield from self._opened(
+                lambda ring: codec.decode_messages(child.key, items, ring, parent_key)
+            )
         created = codec.to_datetime(int(reply[1]))
         return child.model_copy(update={"created_at": created, "history": history})
+
+    def _copy_inherited(
+        self, root: tuple[str, ...], target: str, generation: Any, first: int, last: int
+    ) -> Op[int]:
+        """Copy the parent's messages ``first .. last - 1`` (in ``generation``) to a new
+        child's list in steps, each marked inherited; how many, or -1 when the parent's list
+        began a new generation meanwhile.
+        """
+        at, copied = first, 0
+        keys = (root[0], root[1], target)
+        while at < last:
+            args = (
+                generation, at, last, copied, codec.INHERITED, STAGE_LEASE_MS, self.read_budget,
+            )  # fmt: skip
+            part = yield ScriptCall("copy_range", keys, args)
+            if part[0] == Status.STALE:
+                yield Commands([("DEL", target)])
+                return -1
+            at, copied = int(check(part, Ctx(keys=keys))[1]), int(part[2])
+        return copied
 
     def append_child_messages(self, child_key: str, messages: Sequence[Message]) -> Op[int]:
         child_key, parent, _, ck = self._child_keys(child_key)
@@ -102,6 +144,7 @@ class ChildOps(CoreBase):
         if not messages:
             return 0
         pairs = codec.message_args(messages, "messages", self.max_message_bytes)
+        self._check_batch(pairs[1::2], "messages")
         _, root = self._keys(parent)
 
         def build(sealer: Sealer | None) -> ScriptCall:
@@ -140,25 +183,82 @@ class ChildOps(CoreBase):
         digest = codec.message_digest("merge:" + call)
         _, root = self._keys(parent)
 
-        def build(sealer: Sealer | None) -> ScriptCall:
-            summary_digest, body = codec.seal_pairs(
-                pairs, [msg], sealer, "summary", self.max_message_bytes
-            )
-            args = [
-                *self._head(parent), self.max_history_turns, parent, child_key, call, digest,
-                "summary" if summary else "history", summary_digest, body, self.channel,
-                payload, b"" if sealer is None else sealer.kid, self.keep_merged_children,
-                "", 0, 0,
-            ]  # fmt: skip
-            keys = (*root, ck.meta, ck.msgs, ck.ids, ck.stage, *self._tree(parent)[1])
-            return ScriptCall("merge_child", keys, args)
+        def build(staged: tuple[Any, ...] | None) -> Callable[[Sealer | None], ScriptCall]:
+            def make(sealer: Sealer | None) -> ScriptCall:
+                summary_digest, body = codec.seal_pairs(
+                    pairs, [msg], sealer, "summary", self.max_message_bytes
+                )
+                mode = "staged" if staged else ("summary" if summary else "history")
+                args = [
+                    *self._head(parent), self.max_history_turns, parent, child_key, call,
+                    digest, mode, summary_digest, body, self.channel, payload,
+                    b"" if sealer is None else sealer.kid, self.keep_merged_children,
+                    *(staged or ("", 0, self.step_messages, 0)),
+                ]  # fmt: skip
+                keys = (*root, ck.meta, ck.msgs, ck.ids, ck.stage, *self._tree(parent)[1])
+                return ScriptCall("merge_child", keys, args)
+
+            return make
 
         keys = (*root, ck.meta, ck.msgs, ck.ids, ck.stage)
         ctx = Ctx(child_key, keys, child=True, parent=parent)
-        reply = yield from self._write(parent, build, ctx)
+        reply = yield from self._write(parent, build(None), ctx, (Status.STAGE,))
+        if reply[0] == Status.STAGE:
+            reply = yield from self._merge_in_steps(child_key, parent, call, keys, build, ctx)
         self._learn_from(parent, reply, 3)
         yield Emit(event)
         return int(reply[2])
+
+    def _merge_in_steps(
+        self,
+        child_key: str,
+        parent: str,
+        call: str,
+        keys: tuple[str, ...],
+        build: Callable[[tuple[Any, ...] | None], Callable[[Sealer | None], ScriptCall]],
+        ctx: Ctx,
+    ) -> Op[Any]:
+        """A merge of a child too large for one script call: under the child's merge lease,
+        copy the parent's messages, then the child's, into a staging list in steps of a
+        bounded size, then swap it in with ``merge_child`` (staged); a parent whose list began
+        a new generation meanwhile (compaction, pop) makes it begin again.
+        """
+        for _ in range(READ_ATTEMPTS):
+
+            def stage(step: str, *args: Any) -> Callable[[Sealer | None], ScriptCall]:
+                def make(sealer: Sealer | None) -> ScriptCall:
+                    kid = b"" if sealer is None else sealer.kid
+                    argv = (
+                        *self._head(parent), parent, child_key, call, step, *args,
+                        STAGE_LEASE_MS, kid, self.read_budget,
+                    )  # fmt: skip
+                    return ScriptCall("merge_stage", keys, argv)
+
+                return make
+
+            passthrough = (Status.STALE,)
+            begin = yield from self._write(parent, stage("begin", 0, 0, 0, ""), ctx, passthrough)
+            if begin[0] == Status.STALE:
+                continue
+            g, h, n, ch, cn = (int(v) for v in begin[1:6])
+            staged = pushed = 0
+            stale = False
+            for step, first, last in (("parent", h, n), ("child", ch, cn)):
+                at = first
+                while at < last and not stale:
+                    args = (at, last, staged, g)
+                    part = yield from self._write(parent, stage(step, *args), ctx, passthrough)
+                    stale = part[0] == Status.STALE
+                    if not stale:
+                        at, staged = int(part[1]), int(part[2])
+                        pushed += int(part[3])
+            if stale:
+                continue
+            final = build((g, n, pushed, staged))
+            reply = yield from self._write(parent, final, ctx, passthrough)
+            if reply[0] != Status.STALE:
+                return reply
+        raise ConcurrentChange(child_key, "its parent's history kept changing during a merge")
 
     def discard_child(self, child_key: str) -> Op[None]:
         child_key, parent, agent, ck = self._child_keys(child_key)
@@ -180,17 +280,20 @@ class ChildOps(CoreBase):
     def get_child(self, child_key: str) -> Op[ChildSession]:
         child_key, parent, _, ck = self._child_keys(child_key)
         keys = (ck.meta, ck.msgs, self.schema.session(parent).done)
-        reply = yield ScriptCall("get_child", keys, (child_key, "", ""), write=False)
-        check(reply, Ctx(child_key, keys, child=True))
+        first = ScriptCall("get_child", keys, (child_key, "", "", self.read_budget), write=False)
+        ctx = Ctx(child_key, keys, child=True)
+        reply, items = yield from self._read_list(
+            child_key, first, ctx, (5, 4, 6, 7, 2), (ck.meta, ck.msgs)
+        )
         child: ChildSession = yield from self._opened(
-            lambda ring: codec.decode_child(child_key, reply[1], reply[6], ring)
+            lambda ring: codec.decode_child(child_key, reply[1], items, ring)
         )
         return child
 
     def children_of(self, parent_key: str) -> Op[list[ChildSession]]:
         parent_key = check_key(parent_key, "parent_key")
         kids = self.schema.session(parent_key).kids
-        for _ in range(READ_ATTEMPTS):
+        for _ in range(CHILDREN_READ_ATTEMPTS):
             (members,) = yield Commands([("ZRANGE", kids, 0, -1)])
             if not members:
                 return []
@@ -199,20 +302,31 @@ class ChildOps(CoreBase):
             for m in raw:
                 ck = self.schema.child(codec.member_key(m))
                 keys += (codec.wire(ck.meta), codec.wire(ck.msgs))
-            reply = yield ScriptCall("children_of", keys, raw, write=False)
+            reply = yield ScriptCall("children_of", keys, (self.read_budget, *raw), write=False)
             if reply[0] != Status.CONFLICT:
                 check(reply, Ctx(parent_key, keys))
                 break
         else:
             raise ConcurrentChange(parent_key, "its children kept changing while read")
+        entries: list[tuple[str, Any, list[bytes]] | ChildSession] = []
+        for m, (meta, items, upto, n) in zip(raw, reply[1:], strict=True):
+            child = codec.member_key(m)
+            if int(upto) < int(n) and meta:
+                with contextlib.suppress(ChildNotFound):  # a long child: read on its own, in
+                    entries.append((yield from self.get_child(child)))  # steps (gone: skip)
+                continue
+            entries.append((child, meta, list(items)))
 
         def decode(ring: Keyring | None) -> list[ChildSession]:
             out = []
-            for m, (meta, items) in zip(raw, reply[1:], strict=True):
-                child = codec.member_key(m)
+            for entry in entries:
+                if isinstance(entry, ChildSession):
+                    out.append(entry)
+                    continue
+                child, meta, items = entry
                 try:
                     if codec.is_damaged(child):
-                        raise CorruptData(parent_key, f"child key {m!r} is not UTF-8")
+                        raise CorruptData(parent_key, f"child key {child!r} is not UTF-8")
                     if not meta:
                         raise CorruptData(child, "the child's record is missing (evicted?)")
                     if b"discarded" in meta[::2]:

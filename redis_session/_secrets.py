@@ -5,10 +5,11 @@ under the prefix's global hash tag.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from ._args import as_bytes
+from ._args import as_bytes, token
 from ._args import name as name_arg
-from ._base import CoreBase
+from ._base import STAGE_LEASE_MS, CoreBase
 from ._requests import Commands, Op, ScriptCall
 from .errors import InvalidArgument, ItemNotFound
 from .status import Ctx, check
@@ -84,9 +85,20 @@ class SecretOps(CoreBase):
         for field, old in flat.items():
             if bytes(field).startswith(SECRET_PREFIX.encode()):
                 pairs += (bytes(field), as_bytes(reencrypt(bytes(old)), "reencrypt(...)"))
-        keys = [self.schema.secrets, self.schema.salts, self.schema.checksums]
+        stage = f"{self.schema.secrets}#{token()}"
+        keys = [self.schema.secrets, self.schema.salts, self.schema.checksums, stage]
+        if len(pairs) // 2 > self.batch_messages:  # many: staged in steps, then swapped in
+            for i in range(0, len(pairs), 2 * self.batch_messages):
+                yield Commands(
+                    [
+                        ("HSET", stage, *pairs[i : i + 2 * self.batch_messages]),
+                        ("PEXPIRE", stage, STAGE_LEASE_MS),
+                    ]
+                )
+            args: tuple[Any, ...] = (version, salt, checksum, len(pairs) // 2)
+        else:
+            args = (version, salt, checksum, 0, *pairs)
         reply = check(
-            (yield ScriptCall("migrate_secrets", keys, (version, salt, checksum, *pairs))),
-            Ctx(keys=keys, name="secrets"),
+            (yield ScriptCall("migrate_secrets", keys, args)), Ctx(keys=keys, name="secrets")
         )
         return int(reply[1])

@@ -12,7 +12,7 @@ from . import codec
 from ._args import message as message_arg
 from ._args import non_negative_int, optional_str, text, token
 from ._args import session as session_arg
-from ._base import CoreBase
+from ._base import STAGE_LEASE_MS, CoreBase
 from ._requests import Commands, Emit, Op, ScriptCall
 from .crypto import Sealer
 from .errors import ConcurrentChange, CorruptData, InvalidArgument, PassphraseRequired
@@ -62,21 +62,33 @@ class SessionOps(CoreBase):
     def create(self, session: Session) -> Op[Session]:
         session = session_arg(session)
         key = session.key
-        _, keys = self._keys(key)
+        sk, keys = self._keys(key)
         sealer = self._sealer(key)
+        call = token()
         self._metadata_pairs(session.metadata, "session.metadata")
         meta = codec.meta_args(session, sealer)
         self._check_metadata_total(codec.metadata_only(meta), "session.metadata")
         event, payload = new_event(LifecycleEventType.CREATE, key)
         args = [
-            *self._head(key), key, token(), self.channel, payload, codec.SCHEMA_VERSION,
+            *self._head(key), key, call, self.channel, payload, codec.SCHEMA_VERSION,
             b"" if sealer is None else sealer.kid, len(meta) // 2, *meta,
         ]  # fmt: skip
         history = codec.message_args(session.history, "session.history", self.max_message_bytes)
-        args += codec.seal_pairs(
+        pairs = codec.seal_pairs(
             history, session.history, sealer, "session.history", self.max_message_bytes
         )
-        reply = check((yield ScriptCall("create", keys, args)), Ctx(key, keys))
+        stage = f"{sk.stage}#{call}"
+        runs = self._batches(pairs[1::2])
+        if len(runs) > 1:  # a long history: staged in steps, then swapped in by the create
+            staged = 0
+            for run in runs:
+                part = yield ScriptCall("stage_push", [stage], (staged, STAGE_LEASE_MS, *run))
+                staged = int(check(part, Ctx(key, [stage]))[1])
+            args += [staged, *pairs[0::2][-self.window :]]
+        else:
+            args += [0, *pairs]
+        create_keys = (*keys, stage)
+        reply = check((yield ScriptCall("create", create_keys, args)), Ctx(key, create_keys))
         self._forget_tree(key)
         if self.schema.cluster and int(reply[2]):
             # Not atomic with the script (another slot): a crash right here leaves this index
@@ -86,21 +98,27 @@ class SessionOps(CoreBase):
         now = codec.to_datetime(int(reply[1]))
         return session.model_copy(update={"created_at": now, "updated_at": now})
 
-    def _read(self, key: str, last: int, with_meta: bool) -> Op[Sequence[Any]]:
-        """The ``get`` script's reply for session ``key`` (``last`` < 0: every message)."""
+    def _read(self, key: str, last: int, with_meta: bool) -> Op[tuple[Sequence[Any], list[bytes]]]:
+        """The ``get`` script's reply for session ``key`` (``last`` < 0: every message) and
+        the stored elements it asked for (a long history read in steps).
+        """
         sk = self._keys(key)[0]
         read_keys = (sk.meta, sk.msgs, sk.ids, sk.mark)
-        args = (last, "1" if with_meta else "0", "", "", "")
-        reply = yield ScriptCall("get", read_keys, args, write=False)
-        return check(reply, Ctx(key, read_keys))
+        args = (last, "1" if with_meta else "0", "", "", "", self.read_budget)
+        first = ScriptCall("get", read_keys, args, write=False)
+        return (
+            yield from self._read_list(
+                key, first, Ctx(key, read_keys), (5, 4, 7, 8, 2), (sk.meta, sk.msgs)
+            )
+        )
 
     def get(self, key: str, last: int | None = None) -> Op[Session]:
         key = check_key(key)
         n = -1 if last is None else non_negative_int(last, "last")
         # One read-only script: a consistent snapshot without MULTI/EXEC, which Redis refuses
         # when it is out of memory; it also runs on a read-only replica.
-        reply = yield from self._read(key, n, True)
-        meta, items = reply[1], reply[7]
+        reply, items = yield from self._read(key, n, True)
+        meta = reply[1]
         if self.keyring is None:
             return codec.decode_session(key, meta, items)
         session: Session = yield from self._opened(
@@ -111,8 +129,7 @@ class SessionOps(CoreBase):
     def get_history(self, key: str, last: int | None = None) -> Op[list[Message]]:
         key = check_key(key)
         n = -1 if last is None else non_negative_int(last, "last")
-        reply = yield from self._read(key, n, False)
-        items = reply[7]
+        _, items = yield from self._read(key, n, False)
         if self.keyring is None:  # no passphrase: the read path stays as lean as before
             return codec.decode_messages(key, items)
         history: list[Message] = yield from self._opened(
@@ -194,6 +211,7 @@ class SessionOps(CoreBase):
                 self._metadata_pairs(metadata, "metadata")
             return 0
         pairs = codec.message_args(messages, "messages", self.max_message_bytes)
+        self._check_batch(pairs[1::2], "messages")
         return (yield from self._append(key, messages, pairs, "messages", metadata))
 
     def append_message(
@@ -330,21 +348,35 @@ class SessionOps(CoreBase):
         if prefix:
             live = yield from self._summaries((yield from self._matching(indexes, prefix)))
             return live[first:] if count < 0 else live[first : first + count]
-        want = -1 if count < 0 else first + count  # live rows needed, -1 = all
+        if count < 0:  # every session: each index shard in pages, no command unbounded
+            rows: list[tuple[float, bytes]] = []
+            for index in indexes:
+                at = 0
+                while True:
+                    (page,) = yield Commands(
+                        [("ZREVRANGE", index, at, at + SCAN_COUNT - 1, "WITHSCORES")]
+                    )
+                    rows += ((float(score), member) for member, score in page)
+                    at += SCAN_COUNT
+                    if len(page) < SCAN_COUNT:
+                        break
+            rows.sort(reverse=True)
+            live = yield from self._summaries([member for _, member in rows])
+            return live[first:]
+        want = first + count  # live rows needed
         window = want
         while True:
             # The newest `window` entries of every index shard, merged newest first; then the
             # sessions' own timestamps, which also drop entries of sessions gone meanwhile.
-            last = -1 if window < 0 else window - 1
-            pages = yield Commands([("ZREVRANGE", i, 0, last, "WITHSCORES") for i in indexes])
+            pages = yield Commands([("ZREVRANGE", i, 0, window - 1, "WITHSCORES") for i in indexes])
             rows = sorted(
                 ((float(score), member) for page in pages for member, score in page),
                 reverse=True,
             )
             live = yield from self._summaries([member for _, member in rows])
-            exhausted = window < 0 or all(len(page) < window for page in pages)
+            exhausted = all(len(page) < window for page in pages)
             if exhausted or len(live) >= want:
-                return live[first:] if count < 0 else live[first : first + count]
+                return live[first : first + count]
             window *= 2
 
     def _matching(self, indexes: list[str], prefix: str) -> Op[list[bytes]]:
@@ -393,7 +425,11 @@ class SessionOps(CoreBase):
         if not keys:
             return []
         metas = [self.schema.session(k).meta for k in keys]
-        found = yield Commands([("HMGET", m, "created_at", "updated_at") for m in metas])
+        found: list[Any] = []
+        for i in range(0, len(metas), SCAN_COUNT):  # pipelines of a bounded size
+            found += yield Commands(
+                [("HMGET", m, "created_at", "updated_at") for m in metas[i : i + SCAN_COUNT]]
+            )
         out = []
         for key, (created, updated) in zip(keys, found, strict=True):
             if created is None:

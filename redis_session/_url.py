@@ -12,10 +12,21 @@ failover. Every store operation is idempotent, so a retried call never applies t
 ``memory://`` is the embedded default: an in-process fakeredis server with Lua. ``memory://``
 alone gives a private server each time; ``memory://NAME`` the same server for the same NAME
 within this process, so several stores (or a sync and an async one) can share it.
+
+Connections: a plain client gets a bounded, blocking pool (``max_connections`` = 32: a caller
+beyond that waits up to ``timeout`` = 10 s for a free connection, then ``ConnectionError``)
+that hands out an already connected connection before one it would have to connect, so that
+after a burst that hit the server's ``maxclients`` the idle connections it holds serve the next
+calls at once (a plain pool picks the newest released connection, often a failed one, whose
+reconnects fail as long as the pool's idle ones fill the server). Sockets get
+``socket_timeout`` = 10 s and ``socket_connect_timeout`` = 5 s. Every one of these is a
+redis-py keyword the caller may override (``from_url(url, max_connections=100)``); a cluster
+client takes the timeouts (its per-node pools are redis-py's own).
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,6 +46,62 @@ MEMORY_SCHEME = "memory"
 SENTINEL_SCHEME = "redis+sentinel"
 SENTINEL_RETRY_ATTEMPTS = 24
 DEFAULT_RETRY_ATTEMPTS = 10
+
+
+DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {"socket_timeout": 10.0, "socket_connect_timeout": 5.0}
+"""Socket timeouts every client from a URL gets unless the caller says otherwise."""
+DEFAULT_POOL_OPTIONS: dict[str, Any] = {"max_connections": 32, "timeout": 10.0}
+"""The bounded pool of a plain client: its size, and how long a caller waits for a connection."""
+
+
+class ConnectedFirstPool(redis.BlockingConnectionPool):
+    """A bounded blocking pool that hands out a connected connection before an unconnected one
+    (see the module docstring). Not a client subclass: the client is redis-py's own.
+    """
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        """A connection from the pool, a connected one first when there is one."""
+        queue: Any = getattr(self.pool, "queue", None)
+        if queue is not None:
+            with self.pool.mutex:
+                for i in range(len(queue) - 1, -1, -1):
+                    connection = queue[i]
+                    if connection is not None and connection.is_connected:
+                        del queue[i]
+                        queue.append(connection)  # the LIFO queue gives it out next
+                        break
+        return super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+
+class AsyncConnectedFirstPool(redis.asyncio.BlockingConnectionPool):
+    """The asyncio flavour of :class:`ConnectedFirstPool`."""
+
+    def get_available_connection(self) -> Any:
+        """An available connection, a connected one first when there is one."""
+        available: Any = getattr(self, "_available_connections", None)
+        if available:
+            for i in range(len(available) - 1, -1, -1):
+                if available[i].is_connected:
+                    available.append(available.pop(i))
+                    break
+        return super().get_available_connection()  # type: ignore[no-untyped-call]
+
+
+def split_options(
+    store_class: type, options: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``options`` split into the store constructor's keywords and the client's (the rest)."""
+    init: Any = vars(store_class)["__init__"]
+    names = set(inspect.signature(init).parameters) - {"self", "client"}
+    store = {k: v for k, v in options.items() if k in names}
+    return store, {k: v for k, v in options.items() if k not in names}
+
+
+def _client_options(given: dict[str, Any], *, pool: bool) -> dict[str, Any]:
+    options = {**DEFAULT_CLIENT_OPTIONS, **(DEFAULT_POOL_OPTIONS if pool else {}), **given}
+    if options.get("decode_responses"):
+        raise InvalidArgument("decode_responses", "must be False (stored values are bytes)")
+    return options
 
 
 def _default_retry() -> Retry:
@@ -103,40 +170,50 @@ def _parse(url: object, cluster: bool) -> tuple[str, str, bool]:
     return scheme, f"{scheme}://{rest}", cluster
 
 
-def sync_client(url: str, *, cluster: bool = False) -> redis.Redis | redis.RedisCluster:
-    """A blocking client for ``url``."""
+def sync_client(
+    url: str, *, cluster: bool = False, **kwargs: Any
+) -> redis.Redis | redis.RedisCluster:
+    """A blocking client for ``url``; ``kwargs`` go to redis-py (over the defaults above)."""
     scheme, url, cluster = _parse(url, cluster)
     if scheme == MEMORY_SCHEME:
+        _client_options(kwargs, pool=False)
         return fakeredis.FakeRedis(server=_memory_server(url))
     if scheme == SENTINEL_SCHEME:
         hosts, service, db = _sentinel_target(url)
         make_sentinel: Any = redis.sentinel.Sentinel
         sentinel = make_sentinel(hosts, sentinel_kwargs={"socket_timeout": 1.0})
-        client: redis.Redis = sentinel.master_for(service, db=db, retry=_sentinel_retry())
+        options = {"retry": _sentinel_retry(), **_client_options(kwargs, pool=False)}
+        client: redis.Redis = sentinel.master_for(service, db=db, **options)
         return client
     if cluster:
-        return redis.RedisCluster.from_url(url)
-    return redis.Redis.from_url(url, retry=_default_retry())
+        return redis.RedisCluster.from_url(url, **_client_options(kwargs, pool=False))
+    pool = ConnectedFirstPool.from_url(
+        url, **{"retry": _default_retry(), **_client_options(kwargs, pool=True)}
+    )
+    return redis.Redis.from_pool(pool)
 
 
 def async_client(
-    url: str, *, cluster: bool = False
+    url: str, *, cluster: bool = False, **kwargs: Any
 ) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:
-    """An asyncio client for ``url``."""
+    """An asyncio client for ``url``; ``kwargs`` go to redis-py (over the defaults above)."""
     scheme, url, cluster = _parse(url, cluster)
     if scheme == MEMORY_SCHEME:
+        _client_options(kwargs, pool=False)
         return fakeredis.FakeAsyncRedis(server=_memory_server(url))
     if scheme == SENTINEL_SCHEME:
         hosts, service, db = _sentinel_target(url)
         factory: Any = redis.asyncio.sentinel.Sentinel
         sentinel = factory(hosts, sentinel_kwargs={"socket_timeout": 1.0})
-        aclient: redis.asyncio.Redis = sentinel.master_for(
-            service, db=db, retry=_sentinel_async_retry()
-        )
+        options = {"retry": _sentinel_async_retry(), **_client_options(kwargs, pool=False)}
+        aclient: redis.asyncio.Redis = sentinel.master_for(service, db=db, **options)
         return aclient
     if cluster:
-        return redis.asyncio.RedisCluster.from_url(url)
-    return redis.asyncio.Redis.from_url(url, retry=_default_async_retry())
+        return redis.asyncio.RedisCluster.from_url(url, **_client_options(kwargs, pool=False))
+    apool = AsyncConnectedFirstPool.from_url(
+        url, **{"retry": _default_async_retry(), **_client_options(kwargs, pool=True)}
+    )
+    return redis.asyncio.Redis.from_pool(apool)
 
 
 def check_client(client: object) -> bool:

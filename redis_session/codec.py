@@ -45,6 +45,8 @@ SCALAR_FIELDS = ("agent_id", "channel_type", "channel_id", "model")
 METADATA_PREFIX = "m:"
 SEALED_METADATA_PREFIX = "e:"
 SCHEMA_VERSION = b"1"
+INHERITED = b"\0" * 8
+"""The digest a child's inherited message is stored with: never merged back."""
 
 
 class _StoredMessage(Message):

@@ -116,6 +116,8 @@ class SessionKeys:
     done: str
     mark: str
     pop: str
+    stage: str
+    """The prefix of the session's staging lists (``stage + "#" + token``: one per call)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +158,7 @@ class KeySchema:
         return SessionKeys(
             meta=f"{p}meta:{body}", msgs=f"{p}msgs:{body}", ids=f"{p}ids:{body}",
             kids=f"{p}kids:{body}", done=f"{p}done:{body}", mark=f"{p}mark:{body}",
-            pop=f"{p}pop:{body}",
+            pop=f"{p}pop:{body}", stage=f"{p}stage:{body}",
         )  # fmt: skip
 
     @lru_cache(maxsize=4096)  # noqa: B019

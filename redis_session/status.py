@@ -43,6 +43,7 @@ class Status(IntEnum):
     DAMAGED = 13
     TOO_LARGE = 14
     PRUNED = 15
+    STAGE = 16
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,11 +117,15 @@ class RedisStore:
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False, **options: Any) -> RedisStore:
         """A store over a new client for ``url``: ``redis://``, ``rediss://``, ``unix://``,
-        ``memory://`` (in-process, ``memory://NAME`` shared by name), and a Redis Cluster with
-        ``redis+cluster://`` / ``rediss+cluster://`` or ``cluster=True``; ``options`` are the
-        constructor's keyword options.
+        ``memory://`` (in-process, ``memory://NAME`` shared by name), ``redis+sentinel://``,
+        and a Redis Cluster with ``redis+cluster://`` / ``rediss+cluster://`` or
+        ``cluster=True``. ``options`` that are this constructor's keywords go to the store, all
+        others to redis-py's client, as its own ``from_url`` takes them (``socket_timeout``,
+        ``max_connections``, ``password``...). The client has a bounded pool and socket
+        timeouts by default (see ``redis_session._url``).
         """
-        return cls(_url.sync_client(url, cluster=cluster), **options)
+        store_options, client_options = _url.split_options(cls, options)
+        return cls(_url.sync_client(url, cluster=cluster, **client_options), **store_options)
 
     @property
     def client(self) -> redis.Redis | redis.RedisCluster:

@@ -92,3 +92,18 @@ async def test_two_migrations_cannot_interleave(backend: Backend, store: Any) ->
         await store.migrate_secrets(reencrypt_while_another_migration_runs, b"sA", b"cA")
     assert await store.get_secret("x") == b"B-x"
     assert await store.get_salt("default") == b"sB"
+
+
+async def test_many_secrets_migrate_in_steps_all_at_once(backend: Backend, store: Any) -> None:
+    core = store._core if hasattr(store, "_core") else store.sync._core
+    core.batch_messages = 3  # secrets staged 3 at a time
+    for i in range(10):
+        await store.set_secret(f"s{i}", f"old{i}".encode())
+    n = await store.migrate_secrets(lambda b: b.replace(b"old", b"new"), b"salt2", b"check2")
+    assert n == 10
+    assert [await store.get_secret(f"s{i}") for i in range(10)] == [
+        f"new{i}".encode() for i in range(10)
+    ]
+    assert await store.get_salt("default") == b"salt2"
+    raw = backend.sync_client()
+    assert not [k for k in raw.scan_iter(match=f"{backend.prefix}*") if b"#" in k]

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from redis_session import (
+    ChildAlreadyMerged,
     ChildNotFound,
     ChildPruned,
     ChildSessionConfig,
@@ -22,6 +23,7 @@ from redis_session import (
     Session,
     SessionExpired,
 )
+from redis_session._requests import ScriptCall
 from tests.conftest import Backend, StoreFactory
 
 
@@ -293,3 +295,150 @@ async def test_metadata_limits(make_store: StoreFactory) -> None:
     assert sorted((await store.get("s")).metadata) == ["a", "b1", "b2", "b9"]
     with pytest.raises(InvalidArgument, match="max_metadata_bytes"):
         make_store(max_metadata_bytes=-1)
+
+
+# -- long histories are read in steps ---------------------------------------------------------
+
+
+def _small_reads(store: Any, budget: int) -> None:
+    core = store._core if hasattr(store, "_core") else store.sync._core
+    core.read_budget = budget
+
+
+async def test_a_long_history_is_read_in_steps_as_one_snapshot(make_store: StoreFactory) -> None:
+    store = make_store()
+    history = [msg(f"m{i} " + "x" * 100) for i in range(60)]
+    await store.create(Session(key="s", history=history))
+    child = await store.fork_child("s", "a", ChildSessionConfig(inherit_history=60))
+    _small_reads(store, 1_000)  # ~8 messages per step
+    assert contents(await store.get_history("s")) == contents(history)
+    assert contents((await store.get("s")).history) == contents(history)
+    assert contents(await store.get_history("s", last=25)) == contents(history[-25:])
+    assert contents((await store.get_child(child.key)).history) == contents(history)
+
+
+def test_a_read_in_steps_that_sees_the_list_change_reads_again(backend: Backend) -> None:
+    store = backend.sync_store()
+    store.create(Session(key="s", history=[msg(f"m{i} " + "x" * 100) for i in range(40)]))
+    store._core.read_budget = 1_000
+    op = store._core.get_history("s")
+    request = next(op)
+    request = op.send(store._execute(request))  # the first step: a read_range comes next
+    assert isinstance(request, ScriptCall) and request.name == "read_range"
+    store.compact_messages("s", 9, "summary")  # a new generation meanwhile
+    reply = store._execute(request)
+    while True:
+        try:
+            request = op.send(reply)
+        except StopIteration as done:
+            got = done.value
+            break
+        reply = store._execute(request)
+    assert contents(got)[0] == "[Compacted Summary]\nsummary" and len(got) == 31
+
+
+# -- large operations go in steps -------------------------------------------------------------
+
+
+def _core_of(store: Any) -> Any:
+    return store._core if hasattr(store, "_core") else store.sync._core
+
+
+async def test_a_large_merge_goes_in_steps_and_lands_whole(make_store: StoreFactory) -> None:
+    store = make_store()
+    core = _core_of(store)
+    core.step_messages, core.read_budget = 5, 400  # tiny steps: many of them
+    await store.create(Session(key="p", history=[msg(f"p{i}") for i in range(7)]))
+    child = await store.fork_child("p", "a", ChildSessionConfig(inherit_history=3))
+    work = [msg(f"c{i}", "assistant") for i in range(23)]
+    await store.append_child_messages(child.key, work)
+    assert await store.merge_child(child.key, "") == 23
+    expected = [f"p{i}" for i in range(7)] + [f"c{i}" for i in range(23)]
+    assert contents(await store.get_history("p")) == expected
+    assert (await store.get_child(child.key)).is_merged()
+    assert await store.append_messages("p", work[-3:]) == 0  # the merged ids are in the window
+    with pytest.raises(ChildAlreadyMerged):
+        await store.merge_child(child.key, "")
+
+
+def test_appends_during_a_merge_in_steps_are_kept(backend: Backend) -> None:
+    store = backend.sync_store()
+    store._core.step_messages, store._core.read_budget = 5, 400
+    store.create(Session(key="p", history=[msg(f"p{i}") for i in range(6)]))
+    child = store.fork_child("p", "a")
+    store.append_child_messages(child.key, [msg(f"c{i}", "assistant") for i in range(12)])
+    op = store._core.merge_child(child.key, "")
+    request, steps = next(op), 0
+    while True:
+        reply = store._execute(request)
+        if isinstance(request, ScriptCall) and request.name == "merge_stage":
+            steps += 1
+            if steps == 3:  # a parent append, and a reader, while the staging goes on
+                store.append_message("p", msg("during"))
+                assert contents(store.get_history("p"))[-1] == "during"  # not half merged
+            if steps == 4:
+                with pytest.raises(ChildAlreadyMerged):  # the child takes nothing meanwhile
+                    store.append_child_message(child.key, msg("late"))
+        try:
+            request = op.send(reply)
+        except StopIteration as done:
+            assert done.value == 12
+            break
+    got = contents(store.get_history("p"))
+    assert got == [f"p{i}" for i in range(6)] + [f"c{i}" for i in range(12)] + ["during"]
+    assert steps > 4
+
+
+async def test_a_large_inheritance_is_copied_in_steps(make_store: StoreFactory) -> None:
+    store = make_store(ttl=60)
+    core = _core_of(store)
+    core.step_messages, core.read_budget = 4, 300
+    history = [msg(f"p{i}") for i in range(30)]
+    await store.create(Session(key="p", history=history))
+    child = await store.fork_child("p", "a", ChildSessionConfig(inherit_history=17))
+    assert contents(child.history) == [f"p{i}" for i in range(13, 30)]
+    assert contents((await store.get_child(child.key)).history) == contents(child.history)
+    await store.append_child_message(child.key, msg("own", "assistant"))
+    assert await store.merge_child(child.key, "") == 1  # the inherited ones are not merged back
+
+
+async def test_a_long_history_is_created_in_steps_and_appears_at_once(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    store = make_store(ttl=60)
+    core = _core_of(store)
+    core.batch_messages = 7
+    history = [msg(f"h{i}") for i in range(30)]
+    created = await store.create(Session(key="s", history=history))
+    assert contents(created.history) == contents(history)
+    assert contents(await store.get_history("s")) == contents(history)
+    assert await store.append_message("s", history[-1]) is False  # its id is in the window
+    assert not [k for k in prefix_keys(backend) if b"stage:" in k]  # the staging list went
+    sk = backend.schema.session("s")
+    raw = backend.sync_client()
+    assert raw.pexpiretime(sk.msgs) == int(raw.hget(sk.meta, "x"))
+
+
+async def test_a_batch_larger_than_one_atomic_append_is_refused(make_store: StoreFactory) -> None:
+    store = make_store()
+    core = _core_of(store)
+    core.batch_messages = 5
+    await store.create(Session(key="s"))
+    child = await store.fork_child("s", "a")
+    with pytest.raises(InvalidArgument, match="messages.*batch_messages=5"):
+        await store.append_messages("s", [msg(str(i)) for i in range(6)])
+    with pytest.raises(InvalidArgument, match="messages.*batch_messages=5"):
+        await store.append_child_messages(child.key, [msg(str(i)) for i in range(6)])
+    assert await store.append_messages("s", [msg(str(i)) for i in range(5)]) == 5
+
+
+async def test_children_of_reads_long_children_in_steps(make_store: StoreFactory) -> None:
+    store = make_store()
+    _core_of(store).read_budget = 500
+    await store.create(Session(key="p"))
+    short = await store.fork_child("p", "short")
+    await store.append_child_message(short.key, msg("s"))
+    long = await store.fork_child("p", "long")
+    await store.append_child_messages(long.key, [msg(f"l{i} " + "y" * 80) for i in range(20)])
+    got = {c.key: contents(c.history) for c in await store.children_of("p")}
+    assert got[short.key] == ["s"] and len(got[long.key]) == 20
