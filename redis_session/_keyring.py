@@ -105,14 +105,16 @@ class KeyringOps:
         return cached
 
     def _records(self) -> Op[tuple[list[Any], list[Any], dict[bytes, bytes]]]:
+        # A plain pipeline, not MULTI/EXEC: Redis refuses MULTI when it is out of memory, and a
+        # store must open its keyring to read then. Scripts write these records atomically;
+        # unlock() reads again when what it read does not fit together.
         schema = self.schema
         salts, checks, ring = yield Commands(
             [
                 ("HMGET", schema.salts, CURRENT, NEXT),
                 ("HMGET", schema.checksums, CURRENT, NEXT),
                 ("HGETALL", schema.keyring),
-            ],
-            transaction=True,
+            ]
         )
         return salts, checks, {bytes(f): bytes(v) for f, v in ring.items()}
 

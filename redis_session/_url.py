@@ -76,15 +76,17 @@ class ConnectedFirstPool(redis.BlockingConnectionPool):
 class AsyncConnectedFirstPool(redis.asyncio.BlockingConnectionPool):
     """The asyncio flavour of :class:`ConnectedFirstPool`."""
 
-    def get_available_connection(self) -> Any:
-        """An available connection, a connected one first when there is one."""
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        """A connection from the pool, a connected one first when there is one (the pool
+        takes the last of its available connections).
+        """
         available: Any = getattr(self, "_available_connections", None)
         if available:
             for i in range(len(available) - 1, -1, -1):
                 if available[i].is_connected:
                     available.append(available.pop(i))
                     break
-        return super().get_available_connection()  # type: ignore[no-untyped-call]
+        return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
 
 
 def split_options(

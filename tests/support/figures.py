@@ -28,6 +28,7 @@ class Recorder:
         self.soaks: list[dict[str, Any]] = []
         self.fuzz: list[dict[str, Any]] = []
         self.related: list[dict[str, Any]] = []
+        self.resources: list[dict[str, Any]] = []
         self.server: dict[str, str] = {}
 
     def record(
@@ -49,6 +50,13 @@ class Recorder:
         with self._lock:
             self.faults.append(row)
 
+    def record_resource(self, **row: Any) -> None:
+        """One production-condition case (memory limits, eviction, huge operations, client
+        limits): what was set up, what callers saw, what the data says.
+        """
+        with self._lock:
+            self.resources.append(row)
+
     def record_soak(self, **row: Any) -> None:
         with self._lock:
             self.soaks.append(row)
@@ -64,7 +72,7 @@ class Recorder:
             self.related.append({"test": test, "outcome": outcome, "seconds": round(seconds, 2)})
 
     def empty(self) -> bool:
-        return not (self.faults or self.soaks or self.fuzz)
+        return not (self.faults or self.soaks or self.fuzz or self.resources)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -74,6 +82,7 @@ class Recorder:
             "server": self.server,
             "faults": self.faults,
             "soak": self.soaks,
+            "resources": self.resources,
             "fuzz": self.fuzz,
             "related_tests": self.related,
         }
