@@ -61,18 +61,26 @@ local function refusal(reply, i)
 end
 
 -- Why a session's meta hash KEYS[m] holds no session: {DAMAGED, m, 'foreign'} when it holds a
--- hash without a schema version (not written by this store); {EXPIRED} while the session's
--- expiry marker KEYS[x] is left (or the first layout's marker, field 'c' of its ids hash
--- KEYS[i]); {DAMAGED, m, 'missing'} when its list KEYS[l] or ids hash is still there (evicted
--- or removed by hand: damaged, not gone); else {NOT_FOUND}.
+-- hash without a schema version (not written by this store); {DAMAGED, m, 'missing'} when its
+-- list KEYS[l] or its id window KEYS[i] is still there (the hash was evicted or removed by
+-- hand: a session's data keys expire at one moment, so expiry leaves none of them);
+-- {EXPIRED} while its expiry marker KEYS[x] is left (or the first layout's, field 'c' of a
+-- window-less ids hash), unless the marker says the tree's deadline has not come yet: then
+-- the keys were evicted ({DAMAGED, m, 'evicted'}); else {NOT_FOUND}.
 local function gone(m, l, i, x)
   if redis.call('EXISTS', KEYS[m]) == 1 then return {DAMAGED, m, 'foreign'} end
-  if redis.call('EXISTS', KEYS[x]) == 1 then return {EXPIRED} end
-  local c = redis.pcall('HEXISTS', KEYS[i], 'c')
-  if c == 1 then return {EXPIRED} end
-  if redis.call('EXISTS', KEYS[l]) == 1 or redis.call('EXISTS', KEYS[i]) == 1 then
-    return {DAMAGED, m, 'missing'}
+  if redis.call('EXISTS', KEYS[l]) == 1 then return {DAMAGED, m, 'missing'} end
+  local ids = redis.pcall('HMGET', KEYS[i], 'w', 'c')
+  if failed(ids) then return {DAMAGED, m, 'missing'} end
+  if ids[1] then return {DAMAGED, m, 'missing'} end
+  if ids[2] then return {EXPIRED} end
+  local mark = redis.call('GET', KEYS[x])
+  if mark then
+    local t = redis.call('TIME')
+    if tonumber(mark) > t[1] * 1000 + math.floor(t[2] / 1000) then return {DAMAGED, m, 'evicted'} end
+    return {EXPIRED}
   end
+  if redis.call('EXISTS', KEYS[i]) == 1 then return {DAMAGED, m, 'missing'} end
   return {NOT_FOUND}
 end
 
@@ -137,7 +145,7 @@ end
 -- Every key of the tree expires at its deadline x: the root's keys, KEYS[first ..] (the
 -- members) and the expiry marker, which lives grace ms longer.
 local function expire_tree(first, x, grace)
-  redis.call('SET', KEYS[5], '1', 'PXAT', x + grace)
+  redis.call('SET', KEYS[5], x, 'PXAT', x + grace)  -- the deadline: after it, "expired"
   for _, i in ipairs({1, 2, 3, 6, 7}) do redis.call('PEXPIREAT', KEYS[i], x) end
   for i = first, #KEYS do redis.call('PEXPIREAT', KEYS[i], x) end
 end

@@ -36,6 +36,7 @@ if f[3] then  -- a live parent records the discard (a damaged one only loses the
 end
 redis.call('UNLINK', KEYS[8], KEYS[9], KEYS[10])
 redis.call('ZREM', KEYS[6], ARGV[6])
+if f[3] then redis.call('HSET', KEYS[1], 'kc', redis.call('ZCARD', KEYS[6])) end
 emit(ARGV[8], ARGV[9])
 local reply = tree_changed(tg)
 reply[1] = OK

@@ -50,6 +50,9 @@ if not g then return h end
 if staged > 0 and (tostring(g) ~= ARGV[16] or redis.call('LLEN', KEYS[9]) ~= staged) then
   return {STALE}
 end
+local kc = redis.call('HGET', KEYS[1], 'kc')
+local kids = redis.call('ZCARD', KEYS[6])
+if kc and tonumber(kc) ~= kids then return {DAMAGED, 6, 'members', kids, tonumber(kc)} end
 local want = tonumber(ARGV[10])
 if staged == 0 and math.min(want, n - h) > tonumber(ARGV[17]) then return {STAGE, g, h, n} end
 
@@ -74,6 +77,7 @@ local last = redis.call('ZREVRANGE', KEYS[6], 0, 0, 'WITHSCORES')
 local seq = 1
 if last[2] then seq = tonumber(last[2]) + 1 end
 redis.call('ZADD', KEYS[6], seq, ARGV[6])
+redis.call('HSET', KEYS[1], 'kc', redis.call('ZCARD', KEYS[6]))  -- so that an evicted kids shows
 local x = f[3]
 if extend_now then x = extend(11, ttl, tonumber(ARGV[2]), now) end
 join_tree(x, {6, 8, 9, 10})

@@ -121,6 +121,7 @@ end
 merged[#merged + 1] = {tonumber(us), ARGV[7], 8}
 table.sort(merged, function(a, b) return a[1] > b[1] end)
 local tg = tonumber(f[4] or '0')
+local pruned = 0
 local keep = tonumber(ARGV[16])
 if not fresh then keep = math.max(keep, #merged) end
 for j = keep + 1, #merged do
@@ -129,7 +130,9 @@ for j = keep + 1, #merged do
   redis.call('ZREM', KEYS[6], key)
   tombstone('m', key, at)
   tg = tg + 1
+  pruned = pruned + 1
 end
+if pruned > 0 then redis.call('HSET', KEYS[1], 'kc', redis.call('ZCARD', KEYS[6])) end
 redis.call('HSET', KEYS[1], 'updated_at', us, 'g', g, 'h', h, 'n', n, 'tg', tg)
 redis.call('ZADD', KEYS[4], now, ARGV[6])
 if extend_now then

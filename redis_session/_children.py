@@ -292,13 +292,12 @@ class ChildOps(CoreBase):
 
     def children_of(self, parent_key: str) -> Op[list[ChildSession]]:
         parent_key = check_key(parent_key, "parent_key")
-        kids = self.schema.session(parent_key).kids
+        sk = self.schema.session(parent_key)
+        kids = sk.kids
         for _ in range(CHILDREN_READ_ATTEMPTS):
             (members,) = yield Commands([("ZRANGE", kids, 0, -1)])
-            if not members:
-                return []
             raw = [bytes(m) for m in members]
-            keys: list[str | bytes] = [kids]
+            keys: list[str | bytes] = [kids, sk.meta]
             for m in raw:
                 ck = self.schema.child(codec.member_key(m))
                 keys += (codec.wire(ck.meta), codec.wire(ck.msgs))

@@ -117,6 +117,16 @@ def damage(keys: Sequence[str | bytes], reply: Sequence[Any]) -> str:
     what = reply[2].decode() if isinstance(reply[2], bytes) else str(reply[2])
     if what == "foreign":
         return f"Redis key {where!r} holds a hash this store did not write (no schema version)"
+    if what == "evicted":
+        return (
+            f"every data key of the session was removed before its deadline (evicted under "
+            f"memory pressure, or by hand); {where!r} is missing"
+        )
+    if what == "members":
+        return (
+            f"Redis key {where!r} holds {int(reply[3])} children where the session records "
+            f"{int(reply[4])} (evicted, or changed by another writer)"
+        )
     if what == "length":
         return (
             f"Redis key {where!r} holds {int(reply[3])} messages where the session records "

@@ -13,6 +13,7 @@ Every test gets its own key prefix; nothing is flushed on a shared server.
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -26,6 +27,7 @@ import redis.asyncio.sentinel
 from redis_session import AsyncRedisStore, RedisStore
 from redis_session.keys import KeySchema
 from tests.support.cluster import Cluster, start_cluster
+from tests.support.figures import FIGURES
 from tests.support.sentinel import SERVICE, SentinelSetup, start_sentinel
 from tests.support.servers import Server, redis_binary, start, valkey_binary
 
@@ -251,3 +253,35 @@ async def make_store(backend: Backend, flavour: str) -> AsyncIterator[StoreFacto
 async def store(make_store: StoreFactory) -> Any:
     """The default store of the test's backend and flavour."""
     return make_store()
+
+
+# -- reliability figures ------------------------------------------------------------------------
+
+RELATED = re.compile(r"lost_repl|after_client_kill|would_have_duplicated")
+"""Tests whose outcome belongs in the figures (they assert nothing lost or doubled)."""
+HYPOTHESIS_COUNTS = re.compile(r"(\d+) passing, (\d+) failing, and (\d+) invalid")
+
+
+def _collect_from_reports(session: pytest.Session) -> None:
+    reporter: Any = session.config.pluginmanager.getplugin("terminalreporter")
+    if reporter is None:
+        return
+    for reports in list(reporter.stats.values()):
+        for report in reports:
+            if not isinstance(report, pytest.TestReport):
+                continue
+            stats = report.__dict__.get("_hypothesis_stats")
+            if report.when == "teardown" and stats:
+                phases = HYPOTHESIS_COUNTS.findall(stats)  # one per phase: reuse, generate, ...
+                if phases:
+                    passing, failing, invalid = (sum(int(p[i]) for p in phases) for i in range(3))
+                    FIGURES.record_fuzz(report.nodeid, passing, failing, invalid)
+            if report.when == "call" and RELATED.search(report.nodeid):
+                FIGURES.record_related(report.nodeid, report.outcome, report.duration)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _collect_from_reports(session)
+    if not FIGURES.empty():
+        path = FIGURES.write()
+        print(f"\nreliability figures written to {path}")

@@ -73,7 +73,7 @@ def render(data: dict[str, Any]) -> tuple[str, bool]:
         "",
         "```bash",
         "RS_FIGURES=build/reliability.json .venv/bin/python -m pytest tests/reliability \\",
-        "    tests/contract/test_child_races.py tests/contract/test_real_server.py",
+        "    tests/resources tests/contract/test_child_races.py tests/contract/test_real_server.py",
         ".venv/bin/python tools/reliability_report.py build/reliability.json -o RELIABILITY.md",
         "```",
         "",
@@ -160,6 +160,28 @@ def render(data: dict[str, Any]) -> tuple[str, bool]:
             if "must be 0" in name:
                 clean &= value == 0
             out.append(f"| {name} | {_n(value)} |")
+    if data.get("resources"):
+        out += [
+            "",
+            "## Production conditions (tests/resources/, private servers)",
+            "",
+            "Memory limits, each eviction policy, a read-only replica, a full client table and "
+            "huge sessions, each on a `redis-server` of the test's own. Under an eviction "
+            "policy other than `noeviction` keys of a session can go: *damaged* sessions are "
+            "reported (`CorruptData` naming the key) and *lost* ones say `SessionNotFound`; "
+            "what must never happen is a session read as empty, expired, partial or stored "
+            "twice, and every test asserts that.",
+            "",
+            "| condition | what the callers saw | errors by type | damaged | lost | duplicated |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for row in data["resources"]:
+            clean &= row["duplicated"] == 0
+            errors = ", ".join(f"{k} {v}" for k, v in row.get("errors", {}).items()) or "none"
+            out.append(
+                f"| {_cell(row['case'])} | {_cell(row['outcome'])} | {_cell(errors)} "
+                f"| {row['damaged']} | {row['lost']} | **{row['duplicated']}** |"
+            )
     if data.get("fuzz"):
         total = sum(f["passing"] + f["failing"] + f["invalid"] for f in data["fuzz"])
         out += [

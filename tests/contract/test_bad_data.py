@@ -81,3 +81,34 @@ async def test_other_sessions_unaffected(store: Any, raw: Any, keys: KeySchema) 
     with pytest.raises(SessionError):
         await store.get("bad")
     assert (await store.get("good")).history[0].content == "fine"
+
+
+async def test_one_bad_index_member_does_not_break_listing(
+    store: Any, raw: Any, keys: KeySchema, caplog: pytest.LogCaptureFixture
+) -> None:
+    await store.create(Session(key="good"))
+    raw.zadd(keys.index_of("good"), {b"\xff\xfe-not-utf8": 1})
+    with caplog.at_level("WARNING", logger="redis_session"):
+        assert [s.key for s in await store.list_sessions()] == ["good"]
+    assert "list_sessions skipped a damaged record" in caplog.text
+
+
+async def test_a_damaged_kids_member_neither_hides_children_nor_blocks_delete(
+    store: Any, raw: Any, keys: KeySchema, caplog: pytest.LogCaptureFixture
+) -> None:
+    await store.create(Session(key="p"))
+    a = await store.fork_child("p", "a")
+    b = await store.fork_child("p", "b")
+    await store.append_child_message(b.key, Message(role="user", content="b's"))
+    sk = keys.session("p")
+    bad = b"p:child:\xff:1"
+    raw.zadd(sk.kids, {bad: 99})
+    raw.hset(sk.meta, "kc", 3)
+    raw.hset(b"".join([keys.prefix.encode(), b"child:{p}:child:\xff:1"]), "v", "1")
+    with caplog.at_level("WARNING", logger="redis_session"):
+        got = await store.children_of("p")
+    assert [c.key for c in got] == [a.key, b.key]
+    assert "children_of skipped a damaged record" in caplog.text
+    assert await store.delete("p") is True
+    left = [k for k in raw.scan_iter(match=f"{keys.prefix}*") if k != keys.index_registry.encode()]
+    assert left == [], left  # the damaged child's keys went too

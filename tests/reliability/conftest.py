@@ -9,7 +9,6 @@ lost-reply and ``CLIENT KILL`` tests elsewhere in the suite) are written as JSON
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,10 +17,6 @@ import pytest
 from tests.conftest import IN_CI
 from tests.support.faults import OwnServer, server_binary, start_own
 from tests.support.figures import FIGURES, Recorder
-
-RELATED = re.compile(r"lost_repl|after_client_kill|would_have_duplicated")
-"""Tests elsewhere whose outcome belongs in the figures (they assert nothing lost or doubled)."""
-HYPOTHESIS_COUNTS = re.compile(r"(\d+) passing, (\d+) failing, and (\d+) invalid")
 
 
 @pytest.fixture(scope="session")
@@ -58,28 +53,3 @@ def own_server() -> Iterator[Callable[..., OwnServer]]:
         with contextlib.suppress(KeyError, ProcessLookupError):
             server.continue_process()  # a test that failed while the server was stopped
         server.stop()
-
-
-def _collect_from_reports(session: pytest.Session) -> None:
-    reporter: Any = session.config.pluginmanager.getplugin("terminalreporter")
-    if reporter is None:
-        return
-    for reports in list(reporter.stats.values()):
-        for report in reports:
-            if not isinstance(report, pytest.TestReport):
-                continue
-            stats = report.__dict__.get("_hypothesis_stats")
-            if report.when == "teardown" and stats:
-                phases = HYPOTHESIS_COUNTS.findall(stats)  # one per phase: reuse, generate, ...
-                if phases:
-                    passing, failing, invalid = (sum(int(p[i]) for p in phases) for i in range(3))
-                    FIGURES.record_fuzz(report.nodeid, passing, failing, invalid)
-            if report.when == "call" and RELATED.search(report.nodeid):
-                FIGURES.record_related(report.nodeid, report.outcome, report.duration)
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    _collect_from_reports(session)
-    if not FIGURES.empty():
-        path = FIGURES.write()
-        print(f"\nreliability figures written to {path}")

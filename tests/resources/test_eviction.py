@@ -1,0 +1,128 @@
+"""Under every eviction policy a key of a session can go alone. The store must say so
+(``CorruptData`` naming the key) and never answer as if nothing happened: an evicted history
+is not an empty one, an evicted id window does not make a retried append "already stored",
+an evicted meta hash is not an expired session (issue #14, point 4).
+
+The store needs ``noeviction`` (README); these tests check that the other policies are
+detected, not survived.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+
+from redis_session import (
+    ChildSessionConfig,
+    CorruptData,
+    Message,
+    RedisStore,
+    Session,
+    SessionExpired,
+    SessionNotFound,
+)
+from tests.resources.conftest import PrivateServer
+from tests.support.figures import Recorder
+
+POLICIES = (
+    "allkeys-lru", "allkeys-lfu", "allkeys-random",
+    "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl",
+)  # fmt: skip
+
+
+def msg(content: str) -> Message:
+    return Message(role="user", content=content)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_an_evicted_key_is_reported_never_hidden(
+    private_server: PrivateServer, figures: Recorder, policy: str
+) -> None:
+    server = private_server(maxmemory=6 * 1024 * 1024, maxmemory_policy=policy)
+    raw = server.client()
+    store = RedisStore.from_url(server.url, prefix="v:", ttl=3600)
+    written: dict[str, list[str]] = {}
+    i = 0
+    while int(raw.info("stats")["evicted_keys"]) < 40 and i < 4000:
+        key = f"s{i}"
+        history = [f"{key}:{j} " + "z" * 300 for j in range(12)]
+        try:
+            store.create(Session(key=key, history=[msg(c) for c in history]))
+        except (redis.RedisError, CorruptData):
+            i += 1
+            continue
+        written[key] = history
+        i += 1
+    assert int(raw.info("stats")["evicted_keys"]) >= 40, "nothing was evicted"
+    whole = damaged = gone = 0
+    wrong: list[str] = []
+    for key, history in written.items():
+        try:
+            got = [m.content for m in store.get(key).history]
+        except CorruptData as exc:
+            damaged += 1
+            assert key in str(exc) or exc.key == key
+            # A damaged session takes no append: never "already stored", never half written.
+            with pytest.raises((CorruptData, SessionNotFound)):
+                store.append_message(key, msg("after eviction"))
+            continue
+        except SessionExpired:
+            wrong.append(f"{key}: reported expired")
+            continue
+        except SessionNotFound:
+            gone += 1  # every key of it went: it is not there, and says so
+            continue
+        if got == history:
+            whole += 1
+        else:
+            wrong.append(f"{key}: {len(got)} of {len(history)} messages, no error")
+    assert not wrong, wrong[:5]
+    figures.record_resource(
+        case=f"maxmemory 6 MB, {policy}",
+        outcome=f"{len(written)} sessions written, {raw.info('stats')['evicted_keys']} keys "
+        f"evicted: {whole} whole, {damaged} reported damaged (CorruptData), {gone} gone "
+        "entirely (SessionNotFound); none read as empty, expired or partial",
+        errors={"CorruptData": damaged, "SessionNotFound": gone},
+        damaged=damaged,
+        lost=gone,
+        duplicated=0,
+    )
+    store.close()
+    raw.close()
+
+
+def test_each_key_of_a_session_missing_is_named(private_server: PrivateServer) -> None:
+    server = private_server()
+    raw = server.client()
+    store = RedisStore.from_url(server.url, prefix="k:", ttl=3600)
+
+    def fresh(key: str) -> Any:
+        store.create(Session(key=key, history=[msg("a"), msg("b")]))
+        child = store.fork_child(key, "sub", ChildSessionConfig(inherit_history=1))
+        return store._core.schema.session(key), child
+
+    sk, _ = fresh("no-msgs")
+    raw.delete(sk.msgs)
+    with pytest.raises(CorruptData, match="msgs.*records 2"):
+        store.get_history("no-msgs")
+    with pytest.raises(CorruptData, match="msgs"):
+        store.append_message("no-msgs", msg("c"))
+    sk, _ = fresh("no-ids")
+    raw.delete(sk.ids)
+    retried = msg("retry")
+    with pytest.raises(CorruptData, match="ids.*missing"):
+        store.append_message("no-ids", retried)  # not stored twice, not "already stored"
+    sk, _ = fresh("no-meta")
+    raw.delete(sk.meta)
+    with pytest.raises(CorruptData, match="meta.*missing"):
+        store.get("no-meta")  # not SessionExpired, though its expiry marker is there
+    sk, child = fresh("no-kids")
+    raw.delete(sk.kids)
+    with pytest.raises(CorruptData, match="kids.*0 children where the session records 1"):
+        store.children_of("no-kids")
+    with pytest.raises(CorruptData, match="kids"):
+        store.fork_child("no-kids", "again")
+    store.close()
+    raw.close()

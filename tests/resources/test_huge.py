@@ -1,0 +1,112 @@
+"""Huge operations keep every script call short (SLOWLOG) and cost linearly; a huge merge
+stays all-or-nothing for readers (issue #14, point 3).
+
+Sizes: 100,000 and 200,000 messages of ~500 bytes (50-100 MB in Redis).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from redis_session import ChildSessionConfig, Message, RedisStore, Session
+from tests.resources.conftest import PrivateServer
+from tests.support.figures import Recorder
+
+pytestmark = pytest.mark.slow
+
+BODY = "the quick brown fox jumps over the lazy dog " * 10
+LIMIT_MS = 150.0
+BATCH = 5_000
+
+
+def msg(content: str, role: str = "user") -> Message:
+    return Message(role=role, content=content)
+
+
+def worst_script_ms(raw: Any) -> float:
+    return max((e["duration"] for e in raw.slowlog_get(100_000)), default=0) / 1000
+
+
+def timed(raw: Any, call: Callable[[], object]) -> tuple[float, float]:
+    """(wall ms, longest single command ms) of ``call``."""
+    raw.slowlog_reset()
+    started = time.perf_counter()
+    call()
+    return (time.perf_counter() - started) * 1000, worst_script_ms(raw)
+
+
+@pytest.mark.timeout(600)
+def test_huge_operations_are_bounded_per_script_and_linear(
+    private_server: PrivateServer, figures: Recorder
+) -> None:
+    server = private_server(slowlog_log_slower_than=5_000, slowlog_max_len=100_000)
+    raw = server.client()
+    results: dict[int, dict[str, tuple[float, float]]] = {}
+    for size in (100_000, 200_000):
+        store = RedisStore.from_url(server.url, prefix=f"h{size}:", ttl=3600)
+        store.create(Session(key="p", history=[msg("first")]))
+        child = store.fork_child("p", "big")
+        row: dict[str, tuple[float, float]] = {}
+
+        def fill(target: Callable[[list[Message]], object]) -> None:
+            for _ in range(0, size, BATCH):
+                target([msg(BODY, "assistant") for _ in range(BATCH)])
+
+        row["append in batches"] = timed(
+            raw, lambda: fill(lambda m: store.append_child_messages(child.key, m))
+        )
+        lengths: list[int] = []
+        stop = threading.Event()
+        parent_msgs = store._core.schema.session("p").msgs
+
+        def poll() -> None:  # a reader during the merge: the parent before or after, no half
+            reader = server.client()
+            while not stop.is_set():
+                lengths.append(int(reader.llen(parent_msgs)))
+            reader.close()
+
+        watcher = threading.Thread(target=poll)
+        watcher.start()
+        row["merge"] = timed(raw, lambda: store.merge_child(child.key, ""))
+        stop.set()
+        watcher.join(timeout=30)
+        assert set(lengths) <= {1, size + 1}, sorted(set(lengths))[:5]
+        row["fork inheriting all"] = timed(
+            raw, lambda: store.fork_child("p", "copy", ChildSessionConfig(inherit_history=size))
+        )
+        row["get"] = timed(raw, lambda: store.get("p"))
+        row["compact"] = timed(raw, lambda: store.compact_messages("p", size - 1, "summary"))
+        row["create"] = timed(
+            raw, lambda: store.create(Session(key="c", history=[msg(BODY) for _ in range(size)]))
+        )
+        row["delete"] = timed(raw, lambda: store.delete("c"))
+        row["delete tree"] = timed(raw, lambda: store.delete("p"))
+        results[size] = row
+        store.close()
+    for size, row in results.items():
+        for name, (_, worst) in row.items():
+            assert worst <= LIMIT_MS, f"{name} at {size:,}: a script ran {worst:.0f} ms"
+    for name in ("merge", "fork inheriting all", "get", "create"):
+        ratio = results[200_000][name][0] / results[100_000][name][0]
+        assert ratio < 3.0, f"{name}: 200k took {ratio:.1f}x 100k"  # linear, with noise
+    figures.record_resource(
+        case="huge operations, 100,000 and 200,000 messages of ~500 B",
+        outcome="; ".join(
+            f"{name}: longest script {results[100_000][name][1]:.0f} / "
+            f"{results[200_000][name][1]:.0f} ms, total {results[100_000][name][0]:.0f} / "
+            f"{results[200_000][name][0]:.0f} ms"
+            for name in results[100_000]
+        )
+        + "; a reader polling the parent during each merge saw it before or after only",
+        worst_script_ms=max(w for row in results.values() for _, w in row.values()),
+        errors={},
+        damaged=0,
+        lost=0,
+        duplicated=0,
+    )
+    raw.close()
