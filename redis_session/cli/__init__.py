@@ -4,9 +4,9 @@
 fails when its consistency check does. The operator commands work on a store given by ``--url``
 (``REDIS_URL``, default ``redis://localhost:6379/0``) and ``--prefix``
 (``REDIS_SESSION_PREFIX``, default ``rs:``): ``ls``, ``show``, ``events``, ``compact``,
-``delete``, ``stats``, ``rekey``, ``acl`` and ``bench``. Output is for humans by default and
-JSON with ``--json``. User data (keys, prefixes, content) is printed literally: no rich markup
-or emoji codes, control characters escaped.
+``delete``, ``stats``, ``rekey``, ``acl``, ``doctor`` and ``bench``. Output is for humans by
+default and JSON with ``--json``. User data (keys, prefixes, content) is printed literally: no
+rich markup or emoji codes, control characters escaped.
 
 Passphrases: ``show`` and ``compact`` open sealed content with ``--passphrase`` (env
 ``REDIS_SESSION_PASSPHRASE``) when it is sealed; ``rekey`` always needs the old and the new one
@@ -19,7 +19,7 @@ Errors are one line on stderr (``Error: …``); under ``--json`` one JSON object
 
 - 0: success
 - 1: an error (from the store or the server; a failed consistency check or benchmark target;
-  a passphrase needed that cannot be asked for)
+  a passphrase needed that cannot be asked for; a problem ``doctor`` found)
 - 2: a bad command line
 - 3: ``events`` stopped at ``--timeout`` before ``--count`` events arrived
 
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import click
 
-from . import acl, bench, demo, events, keys, sessions
+from . import acl, bench, demo, doctor, events, keys, sessions
 from ._common import EXIT_CODES, CliGroup, Target, json_option, passphrase_option, store_options
 
 __all__ = ["Target", "cli", "json_option", "main", "passphrase_option", "store_options"]
@@ -63,6 +63,7 @@ for command in (
     sessions.stats,
     keys.rekey,
     acl.acl,
+    doctor.doctor,
     bench.bench,
 ):
     cli.add_command(command)

@@ -118,7 +118,7 @@ def test_each_key_of_a_session_missing_is_named(private_server: PrivateServer) -
     raw.delete(sk.meta)
     with pytest.raises(CorruptData, match="meta.*missing"):
         store.get("no-meta")  # not SessionExpired, though its expiry marker is there
-    sk, child = fresh("no-kids")
+    sk, _ = fresh("no-kids")
     raw.delete(sk.kids)
     with pytest.raises(CorruptData, match="kids.*0 children where the session records 1"):
         store.children_of("no-kids")

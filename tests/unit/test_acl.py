@@ -137,8 +137,9 @@ SEND_NOTHING = frozenset(
 )  # fmt: skip
 """redis-py methods that send no command of their own (``execute_command`` is read apart)."""
 
-ELSEWHERE = ("bench",)
-"""Left out of the recipe: the benchmark (see ``acl.CLIENT_COMMANDS``)."""
+ELSEWHERE = ("bench", "doctor.py", "cli/doctor.py")
+"""Left out of the recipe: the benchmark (see ``acl.CLIENT_COMMANDS``) and ``doctor``, an
+operator's check run as an admin (it degrades to warnings for a confined user)."""
 
 CLIENT_METHODS = frozenset(
     name for cls in (redis.Redis, PubSub) for name in dir(cls) if not name.startswith("_")
@@ -148,7 +149,7 @@ CLIENT_METHODS = frozenset(
 def _sources() -> Iterator[tuple[Path, ast.AST]]:
     for path in sorted(PACKAGE.rglob("*.py")):
         relative = path.relative_to(PACKAGE)
-        if relative.parts[0] in ELSEWHERE:
+        if relative.parts[0] in ELSEWHERE or relative.as_posix() in ELSEWHERE:
             continue
         yield relative, ast.parse(path.read_text(encoding="utf-8"))
 

@@ -1,0 +1,233 @@
+"""What a server must be for the store, checked: :func:`diagnose` (``redis-session doctor``).
+
+Each check is ``ok``, ``warn`` (works, but a risk the operator should know of) or ``problem``
+(the store will lose or refuse data there). Everything is read with ``INFO``, which any user
+may run; ``CONFIG GET`` (for the ``save`` schedule) and ``ACL DRYRUN`` (for the rights of the
+store's user) need admin rights on most servers: refused, the check says so once and moves on.
+
+- **eviction policy**: the store needs ``noeviction``. Any other policy can evict one key of a
+  session (reported as ``CorruptData``, never hidden) or the encryption keyring.
+- **memory limit**: ``maxmemory`` 0 lets Redis take all the machine's memory.
+- **persistence**: neither AOF nor RDB snapshots: a restart loses every session.
+- **replication**: a replica takes no writes.
+- **ACL**: every command the store sends (:func:`redis_session.acl.commands`) allowed for the
+  user, on a key under the prefix.
+- **cluster**: the cluster's state is ``ok`` and every slot is served.
+- **server version**: Redis >= 7.0 or Valkey.
+- **index records**: members of the session index that are not a key this store wrote (they
+  are skipped by ``list_sessions``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import redis
+
+from . import acl
+from .keys import KeySchema
+
+OK, WARN, PROBLEM = "ok", "warn", "problem"
+SCAN_COUNT = 1000
+
+
+@dataclass
+class Check:
+    """One finding: ``name``, ``status`` (ok / warn / problem), what was seen, what to do."""
+
+    name: str
+    status: str
+    detail: str
+    advice: str = ""
+
+
+@dataclass
+class Report:
+    """Every check of :func:`diagnose`; ``ok`` when none is a problem."""
+
+    server: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Whether no check found a problem (warnings allowed)."""
+        return all(c.status != PROBLEM for c in self.checks)
+
+    def as_json(self) -> dict[str, Any]:
+        """The report as plain data."""
+        return {"server": self.server, "ok": self.ok, "checks": [asdict(c) for c in self.checks]}
+
+
+def _info(client: Any, section: str) -> dict[str, Any]:
+    """``INFO section``; on a cluster client, the first node's."""
+    info: Any = client.info(section)
+    if info and all(isinstance(v, dict) for v in info.values()) and ":" in next(iter(info)):
+        return dict(next(iter(info.values())))  # a cluster client: node -> section
+    return dict(info)
+
+
+def diagnose(client: Any, prefix: str = "rs:", *, acl_user: str | None = None) -> Report:
+    """Check ``client``'s server for the store under ``prefix`` (see the module docstring).
+
+    ``acl_user``: the user whose rights to check (default: the connection's own user).
+    """
+    server = _info(client, "server")
+    name = "valkey" if "valkey_version" in server else "redis"
+    version = str(server.get("valkey_version") or server.get("redis_version", "?"))
+    report = Report(server=f"{name} {version}")
+    checks = report.checks
+    major = int(str(server.get("redis_version", "0")).split(".")[0] or 0)
+    checks.append(
+        Check("server version", OK, report.server)
+        if major >= 7
+        else Check("server version", PROBLEM, report.server, "use Redis >= 7.0 or Valkey")
+    )
+    memory = _info(client, "memory")
+    policy = str(memory.get("maxmemory_policy", "?"))
+    limit = int(memory.get("maxmemory", 0))
+    if policy == "noeviction":
+        checks.append(Check("eviction policy", OK, "noeviction"))
+    else:
+        checks.append(
+            Check(
+                "eviction policy",
+                PROBLEM,
+                f"{policy}: Redis may evict single keys of a session, or the keyring",
+                "CONFIG SET maxmemory-policy noeviction (writes are then refused at the limit, "
+                "with OutOfMemoryError, and nothing is lost)",
+            )
+        )
+    checks.append(
+        Check("memory limit", OK, f"maxmemory {limit:,} bytes")
+        if limit
+        else Check(
+            "memory limit",
+            WARN,
+            "maxmemory 0: no limit, Redis can take all the machine's memory",
+            "set maxmemory (with noeviction)",
+        )
+    )
+    persistence = _info(client, "persistence")
+    aof = bool(int(persistence.get("aof_enabled", 0)))
+    save = _config(client, "save")
+    if aof:
+        checks.append(Check("persistence", OK, "append-only file"))
+    elif save is None:
+        checks.append(
+            Check(
+                "persistence",
+                WARN,
+                "no append-only file; the snapshot schedule is unknown (CONFIG GET refused)",
+                "make sure RDB snapshots or AOF are on",
+            )
+        )
+    elif save:
+        checks.append(Check("persistence", OK, f"RDB snapshots ({save})"))
+    else:
+        checks.append(
+            Check(
+                "persistence",
+                WARN,
+                "neither AOF nor RDB snapshots: a restart loses every session",
+                "appendonly yes (appendfsync everysec) or a save schedule",
+            )
+        )
+    replication = _info(client, "replication")
+    role = str(replication.get("role", "?"))
+    if role in ("slave", "replica"):
+        checks.append(
+            Check("replication", PROBLEM, "a replica: it takes no writes", "connect to the primary")
+        )
+    else:
+        replicas = int(replication.get("connected_slaves", 0))
+        checks.append(Check("replication", OK, f"{role}, {replicas} replica(s)"))
+    checks.append(_acl_check(client, prefix, acl_user))
+    if isinstance(client, redis.RedisCluster):
+        checks.append(_cluster_check(client))
+    checks.append(_index_check(client, prefix))
+    return report
+
+
+def _config(client: Any, name: str) -> str | None:
+    try:
+        got: Any = client.config_get(name)
+    except redis.ResponseError:
+        return None
+    if got and all(isinstance(v, dict) for v in got.values()):
+        got = next(iter(got.values()))
+    return None if name not in got else str(got[name])
+
+
+def _acl_check(client: Any, prefix: str, user: str | None) -> Check:
+    try:
+        who = user or str(client.acl_whoami())
+    except redis.ResponseError as exc:
+        return Check("ACL", WARN, f"ACL WHOAMI refused: {exc}", "run doctor as an admin")
+    key = f"{prefix}doctor:probe"
+    channel = KeySchema(prefix).events_channel
+    missing: list[str] = []
+    for command in acl.commands():
+        words = command.split("|")
+        fill = channel if command in ("subscribe", "publish") else key
+        for count in (3, 2, 1, 0, 4, 5):  # DRYRUN checks arity: find the count that fits
+            try:
+                answer = client.execute_command("ACL", "DRYRUN", who, *words, *[fill] * count)
+            except redis.exceptions.NoPermissionError as exc:
+                return Check(
+                    "ACL",
+                    WARN,
+                    f"the rights of user {who!r} cannot be checked here ({exc})",
+                    f"run `redis-session doctor --acl-user {who}` as an admin",
+                )
+            except redis.ResponseError:
+                continue  # this probe does not fit the command (arity, a subcommand): another
+            text = answer.decode() if isinstance(answer, bytes) else str(answer)
+            if text != "OK":
+                missing.append(command)
+            break
+    if missing:
+        return Check(
+            "ACL",
+            PROBLEM,
+            f"user {who!r} may not run {', '.join(missing)} on keys under {prefix!r}",
+            f"ACL SETUSER as `redis-session acl --prefix {prefix} --user {who}` prints",
+        )
+    return Check("ACL", OK, f"user {who!r} may run every command the store sends")
+
+
+def _cluster_check(client: Any) -> Check:
+    info: Any = client.cluster_info()
+    if isinstance(info, dict) and info and all(isinstance(v, dict) for v in info.values()):
+        info = next(iter(info.values()))
+    state = str(info.get("cluster_state", "?"))
+    slots = int(info.get("cluster_slots_ok", 0))
+    if state == "ok" and slots == 16384:
+        return Check("cluster", OK, "state ok, 16384 slots served")
+    return Check("cluster", PROBLEM, f"state {state}, {slots} of 16384 slots served")
+
+
+def _index_check(client: Any, prefix: str) -> Check:
+    schema = KeySchema(prefix, cluster=isinstance(client, redis.RedisCluster))
+    indexes = (
+        schema.all_indexes()
+        if not schema.cluster
+        else [bytes(m).decode() for m in client.smembers(schema.index_registry)]
+    )
+    bad = total = 0
+    for index in indexes:
+        for member, _ in client.zscan_iter(index, count=SCAN_COUNT):
+            total += 1
+            try:
+                bytes(member).decode("utf-8")
+            except UnicodeDecodeError:
+                bad += 1
+    if bad:
+        return Check(
+            "index records",
+            WARN,
+            f"{bad} of {total} index members are not a key this store wrote (list_sessions "
+            "skips them)",
+            "ZREM them from the index",
+        )
+    return Check("index records", OK, f"{total} sessions indexed")
