@@ -157,6 +157,23 @@ async def exercise(
     assert await store.delete_secret("tmp") is True
     assert await store.migrate_secrets(lambda b: b + b"!", b"salt2", b"check2") == 1
 
+    # The operations that go in steps when large, made large by tiny limits.
+    inner = store.store
+    core = inner.sync._core if hasattr(inner, "sync") else inner._core
+    core.batch_messages, core.step_messages, core.read_budget = 2, 2, 200
+    await store.create(
+        Session(key="big", history=[Message(role="user", content=f"b{n}") for n in range(5)])
+    )
+    copy = await store.fork_child("big", "copy", ChildSessionConfig(inherit_history=5))
+    for n in range(3):
+        await store.append_child_message(copy.key, Message(role="assistant", content=f"c{n}"))
+    assert await store.merge_child(copy.key, "") == 3
+    assert len(await store.get_history("big")) == 8
+    await store.set_secret("more", b"3")
+    await store.set_secret("most", b"4")
+    assert await store.migrate_secrets(lambda b: b, b"salt3", b"check3") == 3  # staged
+    await store.delete("big")
+
     flush()  # the server forgets its scripts: the next call loads them again as this user
     await store.append_message("a", Message(role="user", content="after SCRIPT FLUSH"))
 
