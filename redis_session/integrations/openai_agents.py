@@ -1,9 +1,21 @@
 """An OpenAI Agents SDK ``Session`` backed by :class:`~redis_session.AsyncRedisStore`.
 
 ``RedisAgentSession(session_id, store)`` satisfies the SDK's ``Session`` protocol
-(``get_items``, ``add_items``, ``pop_item``, ``clear_session``), so ``Runner.run(agent, input,
-session=...)`` keeps its conversation in Redis, shared by every worker that builds a session
-with the same ``session_id`` over the same store prefix.
+(``session_id``, ``session_settings``, ``get_items``, ``add_items``, ``pop_item``,
+``clear_session``), so ``Runner.run(agent, input, session=...)`` keeps its conversation in
+Redis, shared by every worker that builds a session with the same ``session_id`` over the same
+store prefix. ``RedisAgentSession.from_url(session_id, url=...)`` makes its own store and, like
+the SDK's ``RedisSession.from_url``, closes it in :meth:`~RedisAgentSession.close`.
+
+As the SDK's own sessions (0.24) do: ``session_settings`` is a ``SessionSettings`` or a dict
+(normalized by the SDK's ``coerce_session_settings``; unknown keys raise ``TypeError``), None
+meaning ``SessionSettings()``; its ``limit`` is the default of ``get_items``. ``ping()`` tells
+whether Redis answers. A session made by ``from_url`` is terminal once closed: every method
+then raises ``RuntimeError``; ``close()`` of a session over a caller's store does nothing (the
+caller owns the store). A mutation (``add_items``, ``pop_item``, ``clear_session``) whose
+caller is cancelled still waits (at most ``MUTATION_SETTLE_TIMEOUT`` seconds) for Redis's
+answer before the ``CancelledError`` propagates, so a cancelled caller's write is either done
+or not sent, never in flight on a connection given back to the pool.
 
 Mapping (one store session per agent session, key ``key_prefix + session_id``):
 
@@ -30,13 +42,20 @@ script). ``get_items(limit=N)`` reads the newest N messages (``get_history(last=
 
 Limits: the ids of popped messages stay recorded in the session (one digest each) until
 ``clear_session`` or expiry. A ``pop_item`` racing an ``add_items`` removes whichever message
-is newest when its script runs.
+is newest when its script runs. Differences from the SDK's sessions: messages found corrupt
+raise :class:`~redis_session.CorruptData` (they are not skipped); a negative ``limit`` means
+all items (as ``SQLiteSession``; the SDK's ``RedisSession`` returns none); the store's client
+may not decode responses; and compaction (``OpenAIResponsesCompactionSession``) replaces the
+history with ``clear_session`` then ``add_items`` (two steps), as for any session without the
+SDK's private atomic-replacement hook.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 try:
     from agents.items import TResponseInputItem
@@ -54,10 +73,13 @@ from ..aio import AsyncRedisStore
 from ..errors import DuplicateSession, SessionNotFound
 from ..models import Message, MessageRole, Session
 
-__all__ = ["ITEM_AUTHOR", "RedisAgentSession"]
+__all__ = ["ITEM_AUTHOR", "MUTATION_SETTLE_TIMEOUT", "RedisAgentSession"]
 
 ITEM_AUTHOR = "openai-agents"
 """``Message.author`` of a message holding one input item."""
+MUTATION_SETTLE_TIMEOUT = 30.0
+"""Seconds a cancelled mutation still waits for Redis's answer before giving up waiting."""
+_T = TypeVar("_T")
 _ROLES = {
     "user": MessageRole.USER,
     "assistant": MessageRole.ASSISTANT,
@@ -76,12 +98,55 @@ def _role_of(item: Any) -> MessageRole:
     return MessageRole.ASSISTANT
 
 
-def _default_settings() -> SessionSettings | None:
+def _settings(value: SessionSettings | Mapping[str, Any] | None) -> SessionSettings | None:
+    """``value`` normalized as the SDK's own sessions do (``coerce_session_settings``)."""
     try:
         from agents.memory.session_settings import SessionSettings
     except ImportError:  # an SDK from before session settings
+        if value is not None:
+            raise TypeError("session_settings: this SDK has no SessionSettings") from None
         return None
-    return SessionSettings()
+    if value is None:
+        return SessionSettings()
+    try:
+        from agents.memory.session_settings import coerce_session_settings
+    except ImportError:  # an SDK from before dict settings
+        if isinstance(value, SessionSettings):
+            return value
+        if not isinstance(value, Mapping):
+            raise TypeError(
+                f"session_settings: must be a SessionSettings or a dict, got {type(value).__name__}"
+            ) from None
+        return SessionSettings(**value)
+    if isinstance(value, Mapping) and not isinstance(value, dict):
+        value = dict(value)
+    return coerce_session_settings(value)
+
+
+async def _settled(mutation: Awaitable[_T]) -> _T:
+    """Await ``mutation``; when the caller is cancelled meanwhile, still wait (bounded) for
+    its outcome, then re-raise the cancellation.
+    """
+    task = asyncio.ensure_future(mutation)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError as cancelled:
+        if task.done():
+            raise
+        task.add_done_callback(_retrieve)  # the caller sees the cancellation, not its error
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + MUTATION_SETTLE_TIMEOUT
+        while not task.done() and (left := deadline - loop.time()) > 0:
+            try:
+                await asyncio.wait({task}, timeout=left)
+            except asyncio.CancelledError:  # cancelled again: keep waiting, same deadline
+                continue
+        raise cancelled from None
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _item(msg: Message) -> TResponseInputItem:
@@ -99,9 +164,11 @@ class RedisAgentSession:
 
     ``session_id`` names the conversation; its store key is ``key_prefix + session_id``
     (:attr:`key`). ``store`` is an :class:`~redis_session.AsyncRedisStore` (its ``ttl``,
-    ``max_history_turns`` and durability options apply). ``session_settings`` is the SDK's
-    ``SessionSettings`` (its ``limit`` is the default of :meth:`get_items`).
-    Any number of workers may use the same session at once; no method holds a lock.
+    ``max_history_turns`` and durability options apply); the caller owns it.
+    ``session_settings`` is the SDK's ``SessionSettings`` or a dict of its fields (normalized
+    as the SDK does; ``TypeError`` for unknown keys); its ``limit`` is the default of
+    :meth:`get_items`. Any number of workers may use the same session at once; no method holds
+    a lock.
     """
 
     session_settings: SessionSettings | None
@@ -112,14 +179,37 @@ class RedisAgentSession:
         store: AsyncRedisStore,
         *,
         key_prefix: str = "openai-agents:",
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise ValueError("session_id: must be a non-empty str")
+        self.session_settings = _settings(session_settings)
         self.session_id = session_id
         self.store = store
-        self.session_settings = session_settings or _default_settings()
         self._key = key_prefix + session_id
+        self._owns_client = False  # from_url: this session made the store and closes it
+        self._closed = False
+        self._released = False
+
+    @classmethod
+    def from_url(
+        cls,
+        session_id: str,
+        *,
+        url: str,
+        key_prefix: str = "openai-agents:",
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        **store_options: Any,
+    ) -> RedisAgentSession:
+        """A session over a new store for ``url`` (``redis://``, ``memory://``, … as
+        :meth:`AsyncRedisStore.from_url <redis_session.AsyncRedisStore.from_url>`;
+        ``store_options`` are the store's, e.g. ``prefix``, ``ttl``). The session owns that
+        store: :meth:`close` closes it, and the session is closed for good then.
+        """
+        store = AsyncRedisStore.from_url(url, **store_options)  # connects on first use
+        session = cls(session_id, store, key_prefix=key_prefix, session_settings=session_settings)
+        session._owns_client = True
+        return session
 
     @property
     def key(self) -> str:
@@ -132,6 +222,7 @@ class RedisAgentSession:
         history's length. ``limit=0`` gives ``[]``, a negative limit everything (as the SDK's
         SQLite session). A session never written, cleared or expired has no items.
         """
+        self._check_open()
         settings = self.session_settings
         resolved = limit if limit is not None or settings is None else settings.limit
         if resolved == 0:
@@ -145,8 +236,12 @@ class RedisAgentSession:
         TTL. A retried call (redis-py after a lost reply) stores them once. The first call on a
         session that does not exist (or expired, or was cleared) creates it with the items.
         """
+        self._check_open()
         if not items:
             return
+        await _settled(self._add(items))
+
+    async def _add(self, items: list[TResponseInputItem]) -> None:
         messages = [
             Message(role=_role_of(item), content=json.dumps(item), author=ITEM_AUTHOR)
             for item in items
@@ -168,15 +263,51 @@ class RedisAgentSession:
         once never get the same item; a call that redis-py retried after a lost reply returns
         the same item and removes nothing more.
         """
+        self._check_open()
         try:
-            msg = await self.store.pop_message(self._key)
+            msg = await _settled(self.store.pop_message(self._key))
         except SessionNotFound:  # never written, cleared or expired
             return None
         return None if msg is None else _item(msg)
 
     async def clear_session(self) -> None:
         """Remove every item (the whole store session); idempotent."""
-        await self.store.delete(self._key)
+        self._check_open()
+        await _settled(self.store.delete(self._key))
+
+    async def ping(self) -> bool:
+        """Whether Redis answers a PING (False on any error).
+
+        Raises:
+            RuntimeError: the session made its store (``from_url``) and was closed.
+        """
+        self._check_open()
+        try:
+            return bool(await self.store.client.ping())
+        except Exception:
+            return False
+
+    async def close(self) -> None:
+        """Close the store if this session made it (``from_url``); the session is closed for
+        good from the first call (every method then raises ``RuntimeError``), and a call
+        after a failed or cancelled close retries it. A session over a caller's store: nothing
+        happens, the session stays usable. Idempotent.
+        """
+        if not self._owns_client:
+            return
+        self._closed = True
+        if self._released:
+            return
+        self._released = True
+        try:
+            await self.store.close()
+        except BaseException:
+            self._released = False
+            raise
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
 
     async def _history(self, last: int | None) -> list[Message]:
         try:
