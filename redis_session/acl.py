@@ -58,6 +58,7 @@ CLIENT_COMMANDS: Mapping[str, Sent] = MappingProxyType(
         "zrevrange": Sent("list_sessions"),
         "zscan": Sent("list_sessions(prefix=...)"),
         "wait": Sent("writes with wait_replicas"),
+        "ping": Sent("the OpenAI Agents session's ping()"),
         "multi": Sent("reads that see one moment (Commands with transaction=True)", True),
         "exec": Sent("reads that see one moment (Commands with transaction=True)", True),
         # events

@@ -358,8 +358,11 @@ def test_the_client_commands_are_the_ones_sent(
 
 
 async def _db1(make: Callable[..., Any]) -> bool:
+    from redis_session.integrations.openai_agents import RedisAgentSession
+
     store = make()
     try:
+        assert await RedisAgentSession("ping", store, key_prefix="").ping() is True
         await store.get_history("nothing-here")
     except SessionNotFound:
         return True
