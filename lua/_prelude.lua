@@ -13,6 +13,7 @@
 --   14 TOO_LARGE (reply {14, bytes, limit}: the session's metadata would exceed its limit)
 --   15 PRUNED (reply {15, merged_at_us}: the child was merged and its record pruned since)
 --   16 STAGE (reply {16, n}: too large for one script call: the caller does it in steps)
+--   17 VERSION (reply {17, field, version}: a sealed metadata value no newer than the stored one)
 --
 -- Every script that writes to a session tree takes the tree's root keys first:
 --   KEYS[1] root meta hash   KEYS[2] root msgs list   KEYS[3] root ids hash
@@ -22,14 +23,30 @@
 -- The tree's members (the children in KEYS[6], three keys each: meta, msgs, ids, as the
 -- caller knows them) come last, from a position each script names.
 local OK, NOT_FOUND, EXPIRED, EXISTS, OUT_OF_RANGE, STALE, MERGED, CONFLICT, MISSING, WRONG_TYPE,
-  PARENT_GONE, KEY_CHANGED, TREE_CHANGED, DAMAGED, TOO_LARGE, PRUNED, STAGE =
-  0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16
+  PARENT_GONE, KEY_CHANGED, TREE_CHANGED, DAMAGED, TOO_LARGE, PRUNED, STAGE, VERSION =
+  0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17
 
 -- Writers seal what they add with the session's own data key, whose id is the meta field 'k'
--- ('' or absent: cleartext). The session's key id when it is not kid, else nil.
-local function other_key(meta, kid)
-  local k = redis.call('HGET', meta, 'k') or ''
-  if k ~= kid then return k end
+-- ('' or absent: cleartext). The reply that tells a writer whose key id k is not the
+-- session's: {KEY_CHANGED, k, the session's wrapped data key (meta field dk, or '')}.
+local function key_changed(k)
+  return {KEY_CHANGED, k or '', redis.call('HGET', KEYS[1], 'dk') or ''}
+end
+
+-- Sealed metadata values of this layout carry a version (bytes 2-9, after the byte 3): a write
+-- may not give a field a version no newer than the stored one, so that a reader that saw a
+-- value can tell an older one put back. Checks the pairs ARGV[first .. last]; the reply that
+-- stops the write ({VERSION, field, stored version}), or nil.
+local function version_refused(meta, first, last)
+  for i = first, last, 2 do
+    local v = ARGV[i + 1]
+    if string.byte(v, 1) == 3 then
+      local old = redis.call('HGET', meta, ARGV[i])
+      if old and string.byte(old, 1) == 3 and string.sub(v, 2, 9) <= string.sub(old, 2, 9) then
+        return {VERSION, ARGV[i], string.sub(old, 2, 9)}
+      end
+    end
+  end
   return nil
 end
 

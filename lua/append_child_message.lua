@@ -7,7 +7,7 @@
 -- ARGV[7] key id the elements are sealed with ('' = cleartext); it must be the parent's
 -- ARGV[8 ..] message pairs: 8-byte id digest, stored element (digest .. JSON or sealed)
 -- Reply: {OK, number appended} | {NOT_FOUND} | {PRUNED, merged_at} | {MERGED}
---        | {KEY_CHANGED, k} | {WRONG_TYPE, i} | {TREE_CHANGED, ...} | {DAMAGED, ...}
+--        | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i} | {TREE_CHANGED, ...} | {DAMAGED, ...}
 -- Events: none. The parent's messages are untouched; its updated_at and index entry are
 -- refreshed and the tree kept alive, so a sub-agent at work keeps its parent alive. Ids in the
 -- child's id window (at least the id window, or its max messages when larger) are skipped.
@@ -21,7 +21,7 @@ if st == MERGED then return {MERGED} end
 if st ~= OK then return st end
 local f = redis.call('HMGET', KEYS[1], 'v', 'k', 'x', 'tg')
 if not f[1] then return gone(1, 2, 3, 5) end
-if (f[2] or '') ~= ARGV[7] then return {KEY_CHANGED, f[2] or ''} end
+if (f[2] or '') ~= ARGV[7] then return key_changed(f[2]) end
 local us, now = clock()
 if leased(c[8], c[9], now, '') then return {MERGED} end  -- a large merge of it is under way
 local ttl = tonumber(ARGV[1])

@@ -8,8 +8,8 @@
 -- ARGV[9] m = number of metadata arguments that follow (field/value pairs: 'm:' .. name,
 --   value or 'e:' .. name, sealed value), ARGV[10 .. 9+m]
 -- ARGV[10+m ..] message pairs: 8-byte id digest, stored element (JSON, or id prefix + sealed)
--- Reply: {OK, number appended} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k} | {WRONG_TYPE, i}
---        | {TREE_CHANGED, ...} | {DAMAGED, ...} | {TOO_LARGE, bytes, limit}
+-- Reply: {OK, number appended} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i}
+--        | {TREE_CHANGED, ...} | {DAMAGED, ...} | {TOO_LARGE, bytes, limit} | {VERSION, ...}
 -- Events: none.
 -- A message whose id digest is in the session's id window is skipped, so a call retried after
 -- a lost reply stores nothing twice and still answers OK; when every message is skipped the
@@ -22,7 +22,7 @@
 local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n')
 if failed(f) then return refusal(f, 1) end
 if not f[1] then return gone(1, 2, 3, 5) end
-if (f[2] or '') ~= ARGV[7] then return {KEY_CHANGED, f[2] or ''} end
+if (f[2] or '') ~= ARGV[7] then return key_changed(f[2]) end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local ttl = tonumber(ARGV[1])
@@ -65,6 +65,8 @@ if not quick then
     mb = metadata_after(KEYS[1], redis.call('HGET', KEYS[1], 'mb'), 10, 9 + m, 1, 0)
     local limit = tonumber(ARGV[8])
     if limit > 0 and mb > limit then return {TOO_LARGE, mb, limit} end
+    local older = version_refused(KEYS[1], 10, 9 + m)
+    if older then return older end
   end
 end
 

@@ -4,7 +4,8 @@
 -- KEYS[3 ..] child meta hash, child msgs list for each child, in the order the caller read
 --         them from KEYS[1]
 -- ARGV[1] bytes to read at most   ARGV[2 ..] the child keys, as read from KEYS[1]
--- Reply: {OK, {meta flat array, stored elements from the child's head, upto, n}, ...} (an empty
+-- Reply: {OK, {the parent's k, dk}, {meta flat array, stored elements from the child's head,
+--        upto, n}, ...} (an empty
 --        meta array: the child's record is missing) | {CONFLICT} (the children changed since
 --        they were read) | {WRONG_TYPE, i} | {DAMAGED, 1, 'members', found, recorded} (the kids
 --        zset lost members: evicted)
@@ -15,7 +16,8 @@ if count ~= #ARGV - 1 then return {CONFLICT} end
 for i = 2, #ARGV do
   if not redis.call('ZSCORE', KEYS[1], ARGV[i]) then return {CONFLICT} end
 end
-local reply, budget = {OK}, tonumber(ARGV[1])
+local p = redis.call('HMGET', KEYS[2], 'k', 'dk')
+local reply, budget = {OK, {p[1] or '', p[2] or ''}}, tonumber(ARGV[1])
 for i = 3, #KEYS, 2 do
   local meta = redis.pcall('HGETALL', KEYS[i])
   if failed(meta) then return refusal(meta, i) end

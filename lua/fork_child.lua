@@ -12,7 +12,7 @@
 -- ARGV[17] the most messages this call copies itself (more: {STAGE, g, h, n} of the parent)
 -- Reply: {OK, created_at_us, tg, the child's stored elements (false when they were staged),
 --        member...}
---        | {PARENT_GONE, NOT_FOUND or EXPIRED} | {EXISTS} | {KEY_CHANGED, k} | {WRONG_TYPE, i}
+--        | {PARENT_GONE, NOT_FOUND or EXPIRED} | {EXISTS} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i}
 --        | {TREE_CHANGED, ...} | {STALE} (the parent changed while messages were staged)
 --        | {STAGE, g, h, n} (too many to inherit in one call: copy_range them first)
 -- Events: 'fork', only when this call created the child (a retry answers OK silently).
@@ -40,7 +40,7 @@ if not f[1] then
   if st[1] == DAMAGED then return st end
   return {PARENT_GONE, st[1]}
 end
-if (f[2] or '') ~= ARGV[14] then return {KEY_CHANGED, f[2] or ''} end
+if (f[2] or '') ~= ARGV[14] then return key_changed(f[2]) end
 local us, now = clock()
 local ttl = tonumber(ARGV[1])
 local extend_now = due(f[3], ttl, now)

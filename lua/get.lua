@@ -5,7 +5,8 @@
 -- ARGV[1] the newest N messages wanted (-1 = all)   ARGV[2] '1': the meta hash too
 -- ARGV[3] the session token, ARGV[4] generation and ARGV[5] tail position the caller holds
 --         messages up to ('' = none)   ARGV[6] bytes to read at most (the rest: read_range)
--- Reply: {OK, meta as a flat field/value array (or {}), from, h, n, g, token, elements, upto}:
+-- Reply: {OK, meta as a flat field/value array (or {}), from, h, n, g, token, elements, upto,
+--        k, dk} (k, dk: the session's key id and wrapped data key, '' when cleartext):
 --        the elements are the messages at positions from .. upto - 1 (absolute, in
 --        generation g; the list holds h .. n - 1); upto < n when the byte budget ran out
 --        | {NOT_FOUND} | {EXPIRED} | {WRONG_TYPE, i} | {DAMAGED, ...}
@@ -22,10 +23,10 @@ if want_meta then
   if failed(meta) then return refusal(meta, 1) end
   if #meta == 0 then return gone(1, 2, 3, 4) end
 end
-local f = redis.pcall('HMGET', KEYS[1], 'v', 'token', 'g', 'h', 'n')
+local f = redis.pcall('HMGET', KEYS[1], 'v', 'token', 'g', 'h', 'n', 'k', 'dk')
 if failed(f) then return refusal(f, 1) end
 if not f[1] then
-  if want_meta then return {OK, meta, 0, 0, 0, 0, '', {}, 0} end  -- Python names what is wrong
+  if want_meta then return {OK, meta, 0, 0, 0, 0, '', {}, 0, '', ''} end  -- Python names it
   return gone(1, 2, 3, 4)
 end
 local g, h, n = positions(f[3], f[4], f[5], 2)
@@ -40,4 +41,4 @@ if ARGV[3] == token and ARGV[4] == tostring(g) and ARGV[5] ~= '' then
   if held >= h and held <= n then from = math.max(first, held) end
 end
 local elements, upto = read_from(2, h, from, n, tonumber(ARGV[6]))
-return {OK, meta or {}, from, h, n, g, token, elements, upto}
+return {OK, meta or {}, from, h, n, g, token, elements, upto, f[6] or '', f[7] or ''}

@@ -1,13 +1,14 @@
 -- get_child: read a child session (merged ones included) in one snapshot; with the version of
 -- what the caller holds already, only the messages added since. Read-only.
 -- KEYS[1] child meta hash   KEYS[2] child msgs list   KEYS[3] the parent's done zset
+-- KEYS[4] the parent's meta hash (its key id and data key seal the child's messages)
 -- ARGV[1] child key   ARGV[2] generation and ARGV[3] tail position the caller holds messages
 --         up to ('' = none)   ARGV[4] bytes to read at most (the rest: read_range)
 -- Reply: {OK, meta as a flat field/value array, from, h, n, g, stored elements (digest ..
---        element) at positions from .. upto - 1, upto}
+--        element) at positions from .. upto - 1, upto, the parent's k, dk}
 --        | {NOT_FOUND} (never forked, discarded, expired or deleted) | {PRUNED, merged_at}
 --        | {WRONG_TYPE, i} | {DAMAGED, ...}
-local bad = wrong_type({'hash', 'list', 'zset'})
+local bad = wrong_type({'hash', 'list', 'zset', 'hash'})
 if bad then return {WRONG_TYPE, bad} end
 local f = redis.call('HMGET', KEYS[1], 'parent', 'discarded', 'g', 'h', 'n')
 if not f[1] then
@@ -25,4 +26,5 @@ if ARGV[2] == tostring(g) and ARGV[3] ~= '' then
   if held >= h and held <= n then from = held end
 end
 local elements, upto = read_from(2, h, from, n, tonumber(ARGV[4]))
-return {OK, redis.call('HGETALL', KEYS[1]), from, h, n, g, elements, upto}
+local p = redis.call('HMGET', KEYS[4], 'k', 'dk')
+return {OK, redis.call('HGETALL', KEYS[1]), from, h, n, g, elements, upto, p[1] or '', p[2] or ''}

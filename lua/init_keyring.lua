@@ -1,10 +1,11 @@
--- init_keyring: create the encryption keyring of a prefix, once: the passphrase's salt and key
--- check, and the first data key wrapped under the passphrase's key.
+-- init_keyring: create the encryption records of a prefix, once: the passphrase's salt and key
+-- check, and the master key wrapped under the passphrase's key.
 -- KEYS[1] salts hash   KEYS[2] checksums hash   KEYS[3] keyring hash
--- ARGV[1] record name ('passphrase')   ARGV[2] salt   ARGV[3] key check   ARGV[4] key id
--- ARGV[5] wrapped data key field   ARGV[6] wrapped data key
+-- ARGV[1] record name ('passphrase')   ARGV[2] salt   ARGV[3] key check
+-- ARGV[4] the master key's wrap (keyring field 'mk:' .. record)
 -- Reply: {OK} | {EXISTS} (a keyring exists: another store made it first) | {WRONG_TYPE, i}
--- Events: none.
+-- Events: none. A store that finds the records gone but sealed sessions left restores them
+-- from a session (its salt and its copy of the master key's wrap), so workers keep one key.
 local bad = wrong_type({'hash', 'hash', 'hash'})
 if bad then return {WRONG_TYPE, bad} end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 or redis.call('EXISTS', KEYS[3]) == 1 then
@@ -12,5 +13,5 @@ if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 or redis.call('EXISTS', KEYS[3])
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-redis.call('HSET', KEYS[3], 'current', ARGV[4], ARGV[5], ARGV[6])
+redis.call('HSET', KEYS[3], 'mk:' .. ARGV[1], ARGV[4])
 return {OK}

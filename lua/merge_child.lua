@@ -14,7 +14,7 @@
 --   'history': ARGV[19] the most child messages merged in one call (more: {STAGE, n})
 -- Reply: {OK, merged_at_us, messages appended to the parent, tg, member...}
 --        | {NOT_FOUND} (child) | {PRUNED, merged_at} | {MERGED} | {PARENT_GONE, st}
---        | {KEY_CHANGED, k} | {WRONG_TYPE, i} | {TREE_CHANGED, ...} | {DAMAGED, ...} | {STALE}
+--        | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i} | {TREE_CHANGED, ...} | {DAMAGED, ...} | {STALE}
 --        | {STAGE, n} (the child holds n messages, too many for one call: merge_stage)
 -- Events: 'merge', only when this call merged. A retry of this very call (its token digest in
 -- the parent's id window) answers OK again; any other second merge gets MERGED. Inherited
@@ -54,7 +54,7 @@ if not f[1] then
   if st[1] == DAMAGED then return st end
   return {PARENT_GONE, st[1]}
 end
-if (f[2] or '') ~= ARGV[15] then return {KEY_CHANGED, f[2] or ''} end
+if (f[2] or '') ~= ARGV[15] then return key_changed(f[2]) end
 local ttl = tonumber(ARGV[1])
 local fresh = (f[4] or '0') == ARGV[3]  -- the caller named the tree's members as they are
 local extend_now = due(f[3], ttl, now)

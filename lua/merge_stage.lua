@@ -13,7 +13,7 @@
 -- Reply: begin: {OK, g, h, n of the parent, h, n of the child}; a copy step: {OK, upto,
 --        staging length, child messages staged by this step}
 --        | {NOT_FOUND} | {PRUNED, at} | {MERGED} (merged, or another call's merge is under way)
---        | {PARENT_GONE, st} | {KEY_CHANGED, k} | {STALE} (the parent's list began a new
+--        | {PARENT_GONE, st} | {KEY_CHANGED, k, dk} | {STALE} (the parent's list began a new
 --        generation, or this call's lease was lost: begin again) | {WRONG_TYPE, i}
 -- Events: none. 'begin' takes the child's merge lease (meta fields mt, mx: no messages are
 -- added to it and no other merge takes it meanwhile); every step renews it and checks that the
@@ -34,7 +34,7 @@ if not f[1] then
   if st[1] == DAMAGED then return st end
   return {PARENT_GONE, st[1]}
 end
-if (f[2] or '') ~= ARGV[14] then return {KEY_CHANGED, f[2] or ''} end
+if (f[2] or '') ~= ARGV[14] then return key_changed(f[2]) end
 local _, now = clock()
 local step, lease = ARGV[8], tonumber(ARGV[13])
 if step == 'begin' then

@@ -8,7 +8,7 @@
 -- ARGV[10] how long the popped element is kept for a retry of this call (ms)
 -- Reply: {OK, element} | {OK} (the history is empty) | {STALE} (the newest message is not the
 --        expected one) | {MISSING} (this call popped, and its element is no longer kept)
---        | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k} | {WRONG_TYPE, i} | {TREE_CHANGED, ...}
+--        | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i} | {TREE_CHANGED, ...}
 --        | {DAMAGED, ...}
 -- Events: none. The popped message's id stays in the window (re-appending it stores nothing
 -- while it is there). A call retried after a lost reply finds its token in the window and gets
@@ -17,7 +17,7 @@
 local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'g', 'h', 'n')
 local refused = root_refused(f)
 if refused then return refused end
-if (f[2] or '') ~= ARGV[9] then return {KEY_CHANGED, f[2] or ''} end
+if (f[2] or '') ~= ARGV[9] then return key_changed(f[2]) end
 local us, now = clock()
 local ttl = tonumber(ARGV[1])
 local extend_now = due(f[3], ttl, now)

@@ -1,11 +1,18 @@
--- rekey_session: switch a session to another data key before its content is re-sealed:
--- from here on writers seal with the new key id; 'r' marks the re-seal as pending.
+-- rekey_session: give a session another key record (meta fields k, dk): move it to this
+-- layout's own data key, rewrap it for a new passphrase, or mark a move to it as done; only if
+-- the session's key is still what the caller read.
 -- KEYS[1] meta hash
--- ARGV[1] new key id
--- Reply: {OK} | {NOT_FOUND} | {WRONG_TYPE, 1}
--- Events: none. TTL and updated_at are left alone (the session's content does not change).
+-- ARGV[1] the key id read ('' = none)   ARGV[2] the dk read ('' = none)
+-- ARGV[3] the new key id   ARGV[4] the new dk
+-- Reply: {OK} | {NOT_FOUND} | {CONFLICT} (the key changed meanwhile: read again)
+--        | {WRONG_TYPE, 1}
+-- Events: none. TTL and updated_at are left alone (the session's content does not change);
+-- from here on writers seal with the new key (they follow it on KEY_CHANGED).
 local bad = wrong_type({'hash'})
 if bad then return {WRONG_TYPE, bad} end
-if redis.call('EXISTS', KEYS[1]) == 0 then return {NOT_FOUND} end
-redis.call('HSET', KEYS[1], 'k', ARGV[1], 'r', '1')
+local f = redis.call('HMGET', KEYS[1], 'v', 'k', 'dk')
+if not f[1] then return {NOT_FOUND} end
+if (f[2] or '') ~= ARGV[1] or (f[3] or '') ~= ARGV[2] then return {CONFLICT} end
+redis.call('HSET', KEYS[1], 'k', ARGV[3], 'dk', ARGV[4])
+redis.call('HDEL', KEYS[1], 'r')
 return {OK}

@@ -5,21 +5,23 @@
 -- ARGV[7] n = number of scalar field/value pairs that follow, ARGV[8 .. 7+2n]
 -- ARGV[8+2n ..] metadata pairs: 'm:' .. name, value or 'e:' .. name, sealed value (the new
 -- metadata, whole; the caller held it to its size limit)
--- Reply: {OK, updated_at_us} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k} | {WRONG_TYPE, i}
---        | {TREE_CHANGED, ...} | {DAMAGED, ...}
+-- Reply: {OK, updated_at_us} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i}
+--        | {TREE_CHANGED, ...} | {DAMAGED, ...} | {VERSION, field, version}
 -- Events: none.
 local bad = wrong_type({'hash', 'list', 'hash', 'zset'})
 if bad then return {WRONG_TYPE, bad} end
 local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'tg')
 local refused = root_refused(f)
 if refused then return refused end
-if (f[2] or '') ~= ARGV[6] then return {KEY_CHANGED, f[2] or ''} end
+if (f[2] or '') ~= ARGV[6] then return key_changed(f[2]) end
 local us, now = clock()
 local ttl = tonumber(ARGV[1])
 local extend_now = due(f[3], ttl, now)
 if extend_now and (f[4] or '0') ~= ARGV[3] then return tree_changed(f[4]) end
 
 local first = 8 + 2 * tonumber(ARGV[7])
+local older = version_refused(KEYS[1], first, #ARGV)
+if older then return older end
 local mb = 0
 for i = first, #ARGV, 2 do mb = mb + #ARGV[i] + #ARGV[i + 1] end
 redis.call('HSET', KEYS[1], 'updated_at', us, 'mb', mb)

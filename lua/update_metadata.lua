@@ -5,8 +5,9 @@
 -- ARGV[7] max metadata bytes (0 = no limit)
 -- ARGV[8] n = number of fields to delete ('m:' / 'e:' .. name), ARGV[9 .. 8+n]
 -- ARGV[9+n ..] pairs to set: 'm:' .. name, value or 'e:' .. name, sealed value
--- Reply: {OK, updated_at_us} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k} | {WRONG_TYPE, i}
+-- Reply: {OK, updated_at_us} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i}
 --        | {TREE_CHANGED, ...} | {DAMAGED, ...} | {TOO_LARGE, bytes, limit}
+--        | {VERSION, field, version}
 -- Events: none. The metadata's size as stored (names and values) is checked before anything
 -- is written.
 local bad = wrong_type({'hash', 'list', 'hash', 'zset'})
@@ -14,7 +15,7 @@ if bad then return {WRONG_TYPE, bad} end
 local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'mb')
 local refused = root_refused(f)
 if refused then return refused end
-if (f[2] or '') ~= ARGV[6] then return {KEY_CHANGED, f[2] or ''} end
+if (f[2] or '') ~= ARGV[6] then return key_changed(f[2]) end
 local us, now = clock()
 local ttl = tonumber(ARGV[1])
 local extend_now = due(f[3], ttl, now)
@@ -23,6 +24,8 @@ local n = tonumber(ARGV[8])
 local mb = metadata_after(KEYS[1], f[5], 9 + n, #ARGV, 9, 8 + n)
 local limit = tonumber(ARGV[7])
 if limit > 0 and mb > limit then return {TOO_LARGE, mb, limit} end
+local older = version_refused(KEYS[1], 9 + n, #ARGV)
+if older then return older end
 
 redis.call('HSET', KEYS[1], 'updated_at', us, 'mb', mb)
 hcall_from('HDEL', KEYS[1], 9, 8 + n)

@@ -36,6 +36,7 @@ from .errors import (
     SessionNotEncrypted,
     SessionNotFound,
     StaleCompaction,
+    TamperDetected,
     WrongPassphrase,
 )
 from .events import AsyncEventListener, EventListener, LifecycleHook
@@ -95,6 +96,7 @@ __all__ = [
     "SessionSummary",
     "StaleCompaction",
     "Store",
+    "TamperDetected",
     "ToolCall",
     "WrongPassphrase",
     "run_context_from_context",

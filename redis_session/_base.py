@@ -224,14 +224,19 @@ class CoreBase(KeyringOps):
         """Run the write script ``build`` makes, sealing with session ``root``'s own key and
         naming the tree's members as this store knows them: when the script answers
         ``KEY_CHANGED`` follow the session's key, when it answers ``TREE_CHANGED`` learn the
-        members, and send it again. Replies whose status is in ``passthrough`` are returned
-        for the caller to handle.
+        members, when it answers ``VERSION`` (a sealed metadata value of another writer is
+        newer) seal past it, and send it again. Replies whose status is in ``passthrough`` are
+        returned for the caller to handle.
         """
         for _ in range(WRITE_ATTEMPTS):
             reply = yield build(self._sealer(root))
             if type(reply) is list and reply:
                 if reply[0] == Status.KEY_CHANGED:
-                    yield from self._follow(root, bytes(reply[1]))
+                    yield from self._follow(root, bytes(reply[1]), bytes(reply[2]))
+                    continue
+                if reply[0] == Status.VERSION:  # another writer's clock is ahead: go past it
+                    name = bytes(reply[1])[2:].decode("utf-8", "replace")
+                    self._versions[(root, name)] = int.from_bytes(bytes(reply[2]), "big")
                     continue
                 if reply[0] == Status.TREE_CHANGED:
                     self._learn_tree(root, reply[1], reply[2:])

@@ -17,7 +17,7 @@ from . import codec
 from ._args import message, text, token
 from ._base import READ_ATTEMPTS, STAGE_LEASE_MS, CoreBase
 from ._requests import Commands, Emit, Op, ScriptCall
-from .crypto import Keyring, Sealer
+from .crypto import Opener, Sealer
 from .errors import (
     ChildNotFound,
     ConcurrentChange,
@@ -111,8 +111,8 @@ class ChildOps(CoreBase):
             history = (yield from self.get_child(child.key)).history
         else:
             items = [bytes(item[8:]) for item in reply[3]]
-            history = yield from self._opened(
-                lambda ring: codec.decode_messages(child.key, items, ring, parent_key)
+            history = yield from self._written(
+                parent_key, lambda o: codec.decode_messages(child.key, items, o)
             )
         created = codec.to_datetime(int(reply[1]))
         return child.model_copy(update={"created_at": created, "history": history})
@@ -279,14 +279,15 @@ class ChildOps(CoreBase):
 
     def get_child(self, child_key: str) -> Op[ChildSession]:
         child_key, parent, _, ck = self._child_keys(child_key)
-        keys = (ck.meta, ck.msgs, self.schema.session(parent).done)
+        parent_keys = self.schema.session(parent)
+        keys = (ck.meta, ck.msgs, parent_keys.done, parent_keys.meta)
         first = ScriptCall("get_child", keys, (child_key, "", "", self.read_budget), write=False)
         ctx = Ctx(child_key, keys, child=True)
         reply, items = yield from self._read_list(
             child_key, first, ctx, (5, 4, 6, 7, 2), (ck.meta, ck.msgs)
         )
         child: ChildSession = yield from self._opened(
-            lambda ring: codec.decode_child(child_key, reply[1], items, ring)
+            parent, reply[8], reply[9], lambda o: codec.decode_child(child_key, reply[1], items, o)
         )
         return child
 
@@ -308,7 +309,8 @@ class ChildOps(CoreBase):
         else:
             raise ConcurrentChange(parent_key, "its children kept changing while read")
         entries: list[tuple[str, Any, list[bytes]] | ChildSession] = []
-        for m, (meta, items, upto, n) in zip(raw, reply[1:], strict=True):
+        kid, dk = reply[1]
+        for m, (meta, items, upto, n) in zip(raw, reply[2:], strict=True):
             child = codec.member_key(m)
             if int(upto) < int(n) and meta:
                 with contextlib.suppress(ChildNotFound):  # a long child: read on its own, in
@@ -316,7 +318,7 @@ class ChildOps(CoreBase):
                 continue
             entries.append((child, meta, list(items)))
 
-        def decode(ring: Keyring | None) -> list[ChildSession]:
+        def decode(opener: Opener | None) -> list[ChildSession]:
             out = []
             for entry in entries:
                 if isinstance(entry, ChildSession):
@@ -330,12 +332,12 @@ class ChildOps(CoreBase):
                         raise CorruptData(child, "the child's record is missing (evicted?)")
                     if b"discarded" in meta[::2]:
                         continue  # a tombstone of the first layout
-                    out.append(codec.decode_child(child, meta, items, ring))
+                    out.append(codec.decode_child(child, meta, items, opener))
                 except EncryptionError:
                     raise  # tampering is never skipped quietly
                 except CorruptData as exc:
                     codec.log_bad_record("children_of", exc)
             return out
 
-        found: list[ChildSession] = yield from self._opened(decode)
+        found: list[ChildSession] = yield from self._opened(parent_key, kid, dk, decode)
         return found

@@ -63,15 +63,22 @@ class SessionOps(CoreBase):
         session = session_arg(session)
         key = session.key
         sk, keys = self._keys(key)
-        sealer = self._sealer(key)
+        sealer: Sealer | None = None
+        kid = b""
         call = token()
         self._metadata_pairs(session.metadata, "session.metadata")
+        if self.passphrase is not None:
+            if self.master is None:
+                yield from self.unlock()
+            sealer, kid, dk = self._new_session(key)
         meta = codec.meta_args(session, sealer)
+        if sealer is not None:
+            meta += (b"dk", dk)
         self._check_metadata_total(codec.metadata_only(meta), "session.metadata")
         event, payload = new_event(LifecycleEventType.CREATE, key)
         args = [
-            *self._head(key), key, call, self.channel, payload, codec.SCHEMA_VERSION,
-            b"" if sealer is None else sealer.kid, len(meta) // 2, *meta,
+            *self._head(key), key, call, self.channel, payload, codec.SCHEMA_VERSION, kid,
+            len(meta) // 2, *meta,
         ]  # fmt: skip
         history = codec.message_args(session.history, "session.history", self.max_message_bytes)
         pairs = codec.seal_pairs(
@@ -88,7 +95,10 @@ class SessionOps(CoreBase):
         else:
             args += [0, *pairs]
         create_keys = (*keys, stage)
-        reply = check((yield ScriptCall("create", create_keys, args)), Ctx(key, create_keys))
+        reply = yield ScriptCall("create", create_keys, args)
+        if reply[0] != Status.OK:
+            self._session_keys.pop(key, None)  # not this key's session: nothing was written
+        check(reply, Ctx(key, create_keys))
         self._forget_tree(key)
         if self.schema.cluster and int(reply[2]):
             # Not atomic with the script (another slot): a crash right here leaves this index
@@ -119,21 +129,21 @@ class SessionOps(CoreBase):
         # when it is out of memory; it also runs on a read-only replica.
         reply, items = yield from self._read(key, n, True)
         meta = reply[1]
-        if self.keyring is None:
+        if self.passphrase is None:
             return codec.decode_session(key, meta, items)
         session: Session = yield from self._opened(
-            lambda ring: codec.decode_session(key, meta, items, ring)
+            key, reply[9], reply[10], lambda o: codec.decode_session(key, meta, items, o)
         )
         return session
 
     def get_history(self, key: str, last: int | None = None) -> Op[list[Message]]:
         key = check_key(key)
         n = -1 if last is None else non_negative_int(last, "last")
-        _, items = yield from self._read(key, n, False)
-        if self.keyring is None:  # no passphrase: the read path stays as lean as before
+        reply, items = yield from self._read(key, n, False)
+        if self.passphrase is None:  # no passphrase: the read path stays as lean as before
             return codec.decode_messages(key, items)
         history: list[Message] = yield from self._opened(
-            lambda ring: codec.decode_messages(key, items, ring)
+            key, reply[9], reply[10], lambda o: codec.decode_messages(key, items, o)
         )
         return history
 
@@ -141,10 +151,11 @@ class SessionOps(CoreBase):
         session = session_arg(session)
         key = session.key
         _, keys = self._keys(key)
-        scalars = codec.scalar_args(session, skip_empty=True)
+        codec.scalar_args(session, skip_empty=True)  # checked once, sealed per attempt
         metadata = self._metadata_pairs(session.metadata, "session.metadata")
 
         def build(sealer: Sealer | None) -> ScriptCall:
+            scalars = codec.scalar_args(session, skip_empty=True, sealer=sealer)
             meta = metadata(sealer)
             self._check_metadata_total(meta, "session.metadata")
             kid = b"" if sealer is None else sealer.kid
@@ -327,8 +338,8 @@ class SessionOps(CoreBase):
         reply = yield from self._write(key, build, ctx)
         if len(reply) < 2:
             return None
-        (msg,) = yield from self._opened(
-            lambda ring: codec.decode_messages(key, [bytes(reply[1])], ring)
+        (msg,) = yield from self._written(
+            key, lambda o: codec.decode_messages(key, [bytes(reply[1])], o)
         )
         popped: Message = msg
         return popped

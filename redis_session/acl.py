@@ -8,7 +8,7 @@ Two sources, read every time (nothing here lists a script's commands by hand):
   does, is followed to that function's call sites), see :func:`script_commands`;
 - :data:`CLIENT_COMMANDS`: what the Python side sends itself (the store's plain ``Commands``
   requests, ``EVALSHA``, ``SCRIPT LOAD``, ``WAIT``, ``SUBSCRIBE``, the CLI's reads), and what
-  redis-py sends on its behalf (``MULTI``/``EXEC``, a cluster client's topology reads). A test
+  redis-py sends on its behalf (``SELECT``, a cluster client's topology reads). A test
   (``tests/unit/test_acl.py``) reads the package's source and fails when it sends a command
   that list lacks, or when the list holds one nothing sends.
 
@@ -45,13 +45,12 @@ CLIENT_COMMANDS: Mapping[str, Sent] = MappingProxyType(
         # the store's plain reads and writes (Commands requests of _core.py and _keyring.py)
         "del": Sent("fork_child: dropping a staged copy whose source changed"),
         "exists": Sent("repair_index: probing index shards (cluster)"),
-        "hget": Sent("get_salt, get_checksum, get_secret"),
+        "hget": Sent("get_salt, get_checksum, get_secret; a lost keyring restored from a session"),
         "hgetall": Sent("migrate_secrets, the keyring, rekey"),
         "hkeys": Sent("list_secrets"),
-        "hmget": Sent("list_sessions, the keyring, rekey"),
+        "hmget": Sent("list_sessions, the keyring, rekey, restoring a lost keyring"),
         "hset": Sent("set_salt; migrate_secrets: staging many secrets"),
         "pexpire": Sent("migrate_secrets: the staging hash's TTL"),
-        "lrange": Sent("rekey"),
         "sadd": Sent("registering index shards (cluster)"),
         "smembers": Sent("list_sessions: the index shards (cluster)"),
         "zrange": Sent("children_of, delete, rekey: a session's children"),
@@ -59,8 +58,6 @@ CLIENT_COMMANDS: Mapping[str, Sent] = MappingProxyType(
         "zscan": Sent("list_sessions(prefix=...)"),
         "wait": Sent("writes with wait_replicas"),
         "ping": Sent("the OpenAI Agents session's ping()"),
-        "multi": Sent("reads that see one moment (Commands with transaction=True)", True),
-        "exec": Sent("reads that see one moment (Commands with transaction=True)", True),
         # events
         "subscribe": Sent("listen()"),
         # redis-py itself

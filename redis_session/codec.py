@@ -24,8 +24,14 @@ from pydantic import AwareDatetime, ConfigDict, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from . import crypto
-from .crypto import Keyring, Sealer
-from .errors import CorruptData, InvalidArgument, PassphraseRequired
+from .crypto import Opener, Sealer
+from .errors import (
+    CorruptData,
+    InvalidArgument,
+    PassphraseRequired,
+    SessionNotEncrypted,
+    TamperDetected,
+)
 from .models import (
     MESSAGE_ID_PATTERN,
     ChildSession,
@@ -226,18 +232,45 @@ def seal_pairs(
 
 
 def decode_messages(
-    key: str, items: Sequence[bytes], keyring: Keyring | None = None, owner: str = ""
+    key: str, items: Sequence[bytes], opener: Opener | None = None
 ) -> list[Message]:
     """Stored messages back into models, in order; :class:`CorruptData` on anything foreign.
 
-    With ``keyring``, sealed elements are opened (bound to session ``owner``, default ``key``);
-    without, a sealed element raises :class:`PassphraseRequired`.
+    With ``opener`` (a store with a passphrase), every element must be one the session's key
+    sealed (:class:`TamperDetected` otherwise, :class:`SessionNotEncrypted` for a session in
+    cleartext), and an element whose id came before is dropped and logged (a sealed element
+    copied within its session); without, a sealed element raises :class:`PassphraseRequired`.
     """
+    if opener is not None:
+        if not opener.sealed:
+            raise SessionNotEncrypted(key)
+        if not items:
+            return []
+        items = [opener.message(m, key, i) for i, m in enumerate(items)]
+        return _distinct(key, _decode_plain(key, items))
     if not items:
         return []
-    if keyring is not None:
-        owner = owner or key
-        items = [crypto.open_message(keyring, owner, m, key, i) for i, m in enumerate(items)]
+    return _decode_plain(key, items)
+
+
+def _distinct(key: str, messages: list[Message]) -> list[Message]:
+    """``messages`` without the repeats of an id (each logged): in a sealed session an id
+    twice is a sealed element copied by a writer without the key; the first one stays.
+    """
+    seen: set[str] = set()
+    out: list[Message] = []
+    for i, msg in enumerate(messages):
+        if msg.id in seen:
+            log_bad_record(
+                "a sealed session", TamperDetected(key, f"message {i} repeats id {msg.id!r}")
+            )
+            continue
+        seen.add(msg.id)
+        out.append(msg)
+    return out
+
+
+def _decode_plain(key: str, items: Sequence[bytes]) -> list[Message]:
     try:
         # Each element parsed on its own (an element is exactly one message) by the
         # validator itself: C calls only. Joining the elements into one JSON array parsed
@@ -303,18 +336,21 @@ def meta_args(session: Session, sealer: Sealer | None = None) -> list[bytes]:
     out = [b"key", text_arg(session.key, "session.key")]
     return (
         out
-        + scalar_args(session, skip_empty=False)
+        + scalar_args(session, skip_empty=False, sealer=sealer)
         + metadata_args(session.metadata, sealer=sealer)
     )
 
 
-def scalar_args(session: Session, *, skip_empty: bool) -> list[bytes]:
-    """Field/value pairs of the session's scalar fields (the empty ones too, or not)."""
+def scalar_args(session: Session, *, skip_empty: bool, sealer: Sealer | None = None) -> list[bytes]:
+    """Field/value pairs of the session's scalar fields (the empty ones too, or not), sealed
+    by ``sealer`` when it is given (an empty value stays empty).
+    """
     out: list[bytes] = []
     for name in SCALAR_FIELDS:
         value = getattr(session, name)
         if value or not skip_empty:
-            out += (name.encode(), text_arg(value, f"session.{name}"))
+            raw = text_arg(value, f"session.{name}")
+            out += (name.encode(), raw if sealer is None else sealer.scalar(name, raw))
     return out
 
 
@@ -356,34 +392,40 @@ def decode_session(
     key: str,
     meta: Mapping[bytes, bytes] | Sequence[bytes],
     items: Sequence[bytes],
-    keyring: Keyring | None = None,
+    opener: Opener | None = None,
 ) -> Session:
-    """A session from its meta hash and its stored messages (sealed parts opened with
-    ``keyring``; :class:`PassphraseRequired` when there are some and no keyring).
+    """A session from its meta hash and its stored messages; with ``opener`` (a store with a
+    passphrase) everything a sealed session holds must open (see :func:`decode_messages`),
+    without, sealed parts raise :class:`PassphraseRequired`.
     """
     fields = _fields(key, meta)
     version = fields.get("v")
     if version != SCHEMA_VERSION:
         raise CorruptData(key, f"unknown meta schema version {version!r}")
-    scalars = {n: _text(key, fields.get(n, b""), n) for n in SCALAR_FIELDS}
-    metadata = {
-        f[len(METADATA_PREFIX) :]: _text(key, v, f"metadata {f!r}")
-        for f, v in fields.items()
-        if f.startswith(METADATA_PREFIX)
-    }
+    if opener is not None and not opener.sealed:
+        raise SessionNotEncrypted(key)
+    scalars = {n: fields.get(n, b"") for n in SCALAR_FIELDS}
+    if opener is not None:
+        scalars = {n: opener.scalar(n, v, key) for n, v in scalars.items()}
+    metadata: dict[str, str] = {}
     for f, v in fields.items():
-        if f.startswith(SEALED_METADATA_PREFIX):
-            if keyring is None:
+        if f.startswith(METADATA_PREFIX):
+            name = f[len(METADATA_PREFIX) :]
+            if opener is not None:
+                opener.cleartext_meta(name, key)
+            metadata[name] = _text(key, v, f"metadata {f!r}")
+        elif f.startswith(SEALED_METADATA_PREFIX):
+            if opener is None:
                 raise PassphraseRequired(key)
             name = f[len(SEALED_METADATA_PREFIX) :]
-            metadata[name] = _text(key, crypto.open_meta(keyring, key, name, v), f"metadata {f!r}")
+            metadata[name] = _text(key, opener.meta(name, v, key), f"metadata {f!r}")
     return Session.model_construct(
         key=key,
-        agent_id=scalars["agent_id"],
-        channel_type=scalars["channel_type"],
-        channel_id=scalars["channel_id"],
-        model=scalars["model"],
-        history=decode_messages(key, items, keyring),
+        agent_id=_text(key, scalars["agent_id"], "agent_id"),
+        channel_type=_text(key, scalars["channel_type"], "channel_type"),
+        channel_id=_text(key, scalars["channel_id"], "channel_id"),
+        model=_text(key, scalars["model"], "model"),
+        history=decode_messages(key, items, opener),
         metadata=metadata,
         created_at=to_datetime(_micros(key, fields.get("created_at"), "created_at")),
         updated_at=to_datetime(_micros(key, fields.get("updated_at"), "updated_at")),
@@ -468,10 +510,10 @@ def decode_child(
     key: str,
     meta: Mapping[bytes, bytes] | Sequence[bytes],
     items: Sequence[bytes],
-    keyring: Keyring | None = None,
+    opener: Opener | None = None,
 ) -> ChildSession:
     """A child session from its hash and its stored elements (digest + element); sealed
-    elements are bound to the parent session.
+    elements are bound to the parent session, whose ``opener`` opens them.
     """
     fields = _fields(key, meta)
     if fields.get("v") != SCHEMA_VERSION:
@@ -486,7 +528,7 @@ def decode_child(
         key=key,
         parent_key=parent,
         agent_name=_text(key, fields.get("agent", b""), "agent"),
-        history=decode_messages(key, [bytes(item[8:]) for item in items], keyring, parent),
+        history=decode_messages(key, [bytes(item[8:]) for item in items], opener),
         config=config,
         created_at=to_datetime(_micros(key, fields.get("created_at"), "created_at")),
         merged_at=None if merged is None else to_datetime(_micros(key, merged, "merged_at")),

@@ -17,7 +17,8 @@ Subclasses also inherit the builtin a caller would reach for::
     ├── DurabilityNotReached                 redis_key, acked, wanted  (wait_replicas not met)
     ├── InvalidArgument (ValueError)         argument
     ├── CorruptData                          key           (foreign or damaged data in Redis)
-    │   └── DecryptionFailed (+EncryptionError) key        (tampered, moved or foreign ciphertext)
+    │   └── TamperDetected (+EncryptionError) key          (a sealed session holds what it may not)
+    │       └── DecryptionFailed              key          (tampered, moved or foreign ciphertext)
     └── EncryptionError
         ├── WrongPassphrase                                (the keyring does not open with it)
         ├── PassphraseRequired                key          (sealed data, no passphrase)
@@ -183,13 +184,16 @@ class PassphraseRequired(EncryptionError):
 
 
 class SessionNotEncrypted(EncryptionError):
-    """Session ``key`` is stored in cleartext; a store with a passphrase does not write to it."""
+    """Session ``key`` is stored in cleartext (or its key record was removed); a store with a
+    passphrase neither reads nor writes it, since a sealed session stripped of its key record
+    looks the same. ``rekey`` seals cleartext sessions.
+    """
 
     def __init__(self, key: str) -> None:
         self.key = key
         super().__init__(
-            f"session {key!r} is stored in cleartext; a store with a passphrase never adds "
-            "cleartext to it (write it with a store without passphrase, or copy it)"
+            f"session {key!r} is stored in cleartext (or its key record was removed); a store "
+            "with a passphrase neither reads nor writes it: rekey seals cleartext sessions"
         )
 
 
@@ -201,7 +205,17 @@ class KeyUnavailable(EncryptionError):
         super().__init__(f"data key {kid} is not in the keyring this passphrase opens")
 
 
-class DecryptionFailed(EncryptionError, CorruptData):
+class TamperDetected(EncryptionError, CorruptData):
+    """Session ``key`` holds what a sealed session may not: cleartext data, a sealed value in
+    a session without a key id, a value of another format, a metadata value older than one
+    already read. Someone who can write to Redis changed it; nothing of it is returned.
+    """
+
+    def __init__(self, key: str, problem: str) -> None:
+        CorruptData.__init__(self, key, f"tampering detected: {problem}")
+
+
+class DecryptionFailed(TamperDetected):
     """A ciphertext of session ``key`` failed authentication: altered, moved from another
     session or field, or sealed by another keyring.
     """

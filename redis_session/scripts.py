@@ -42,6 +42,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "rekey_session",
     "reseal_session",
     "set_checksum",
+    "set_master_key",
     "set_secret",
     "stage_push",
     "update",

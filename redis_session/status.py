@@ -44,6 +44,7 @@ class Status(IntEnum):
     TOO_LARGE = 14
     PRUNED = 15
     STAGE = 16
+    VERSION = 17
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +105,8 @@ def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
             raise ChildPruned(ctx.key, int(float(reply[1])))
         case Status.TREE_CHANGED:
             raise ConcurrentChange(ctx.key, "its children kept changing")
+        case Status.VERSION:
+            raise ConcurrentChange(ctx.key, "its sealed metadata kept getting newer versions")
     raise SessionError(f"unknown script status {status!r}")
 
 

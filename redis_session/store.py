@@ -60,13 +60,17 @@ class RedisStore:
     refused with ``InvalidArgument`` before anything is sent.
 
     Encryption at rest: with ``passphrase``, message content, tool calls, metadata values,
-    child histories and summaries are sealed with AES-256-GCM under data keys that a scrypt key
+    child histories, summaries and the scalar fields are sealed with AES-256-GCM, each session
+    under a data key of its own, wrapped under the prefix's master key, which a scrypt key
     (``kdf_work``: log2 of scrypt's n, default 15) of the passphrase wraps. The first operation
     opens the keyring under the prefix (creating it on first use) and raises
     ``WrongPassphrase`` before anything else when the passphrase does not fit; scrypt runs once
     per store (the asyncio store runs it in a worker thread) and callers arriving meanwhile
     wait for it. Reading sealed data without a passphrase raises ``PassphraseRequired``;
-    altered or moved ciphertext raises ``DecryptionFailed``. See :meth:`rekey` for rotation.
+    anything a sealed session may not hold (cleartext, a value moved from elsewhere, an older
+    metadata value than one read) raises ``TamperDetected`` (``DecryptionFailed`` when a
+    ciphertext fails authentication); a cleartext session raises ``SessionNotEncrypted``.
+    See :meth:`rekey` for rotation.
     """
 
     def __init__(
@@ -377,16 +381,19 @@ class RedisStore:
         batch_size: int = 100,
         progress: Callable[[RekeyProgress], object] | None = None,
     ) -> RekeyReport:
-        """Rotate to ``new_passphrase`` and a new data key, re-sealing every session online.
+        """Rotate to ``new_passphrase`` online, resumably.
 
-        Other workers keep reading and writing meanwhile: during the rotation every data key
-        opens with the old and with the new passphrase, and a session switches to the new key
-        (writers follow it) before its values are re-sealed in batches of ``batch_size``
-        sessions, each value swapped only if unchanged since read. ``progress`` is called
-        after each batch with a :class:`RekeyProgress`. Cleartext sessions are sealed too.
-        A crash leaves everything readable; calling ``rekey`` again with the same new
-        passphrase resumes (``WrongPassphrase`` if a rotation to another one is under way).
-        When it returns, the old passphrase opens nothing and this store uses the new one.
+        Other workers keep reading and writing meanwhile: during the rotation the prefix's
+        master key opens with the old and with the new passphrase. Each sealed session keeps
+        its data key and gets its copy of the master key's wrap under the new passphrase (one
+        small script each, in batches of ``batch_size`` sessions); a session of format 1 or in
+        cleartext gets a data key of its own and its values re-sealed in bounded steps, each
+        swapped only if unchanged since read (``TamperDetected`` for cleartext planted in a
+        format-1 session: it is never sealed). ``progress`` is called after each batch with a
+        :class:`RekeyProgress`. A crash leaves everything readable; calling ``rekey`` again
+        with the same new passphrase resumes (``WrongPassphrase`` if a rotation to another one
+        is under way). When it returns, the old passphrase opens nothing and this store uses
+        the new one.
         """
         return self._run(self._core.rekey(new_passphrase, batch_size, progress))
 

@@ -1,4 +1,4 @@
-"""``redis-session rekey``: rotating the passphrase and data key of an encrypted store."""
+"""``redis-session rekey``: rotating the passphrase of an encrypted store."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _rekey_summary(report: RekeyReport) -> str:
     return line + (" (resumed an interrupted rotation)" if report.resumed else "")
 
 
-@click.command(short_help="Rotate the passphrase and data key of an encrypted store.")
+@click.command(short_help="Rotate the passphrase of an encrypted store.")
 @store_options
 @passphrase_option
 @click.option(
@@ -52,7 +52,7 @@ def rekey(
     batch_size: int,
     as_json: bool,
 ) -> None:
-    """Rotate an encrypted store to a new passphrase and data key, re-sealing every session.
+    """Rotate an encrypted store to a new passphrase; seal sessions of an older format.
 
     Online: workers with either passphrase keep reading and writing meanwhile. An interrupted
     rotation resumes when run again with the same new passphrase. Afterwards the old

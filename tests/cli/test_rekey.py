@@ -59,9 +59,9 @@ def test_rekey_rotates_and_reports(real: Place) -> None:
         "rekey", *real.args(), "--passphrase", OLD, "--new-passphrase", NEW, "--batch-size", "2"
     )
     assert result.exit_code == 0, result.output
-    assert "rekeyed: 5 sessions and 20 values re-sealed in 2 passes" in result.stdout
+    assert "rekeyed: 5 sessions and 0 values re-sealed in 2 passes" in result.stdout
     assert "rekey pass 2" in result.stdout  # the bar, reset for the pass that found nothing
-    assert "5/5 sessions, 20 values re-sealed" in result.stdout
+    assert "5/5 sessions, 0 values re-sealed" in result.stdout
     assert_rotated(real, keys)
 
 
@@ -72,11 +72,11 @@ def test_rekey_json(real: Place) -> None:
     assert json.loads(result.stdout) == {
         "prefix": real.prefix,
         "sessions_resealed": 3,
-        "values_resealed": 9,
+        "values_resealed": 0,  # each keeps its data key: only its wrap changes
         "passes": 2,
         "resumed": False,
     }
-    assert "3/3 sessions, 9 values re-sealed" in result.stderr  # the bar stays off stdout
+    assert "3/3 sessions, 0 values re-sealed" in result.stderr  # the bar stays off stdout
     assert_rotated(real, keys, messages=2)
 
 

@@ -241,17 +241,21 @@ async def test_secrets_never_show_in_repr_or_errors(make_store: StoreFactory) ->
     await store.create(Session(key="r"))
     holder: Any = store.sync if hasattr(store, "sync") else store
     core: Any = holder._core
-    texts = [repr(store), repr(core.passphrase), str(core.passphrase), repr(core.keyring)]
-    dek = next(iter(core.keyring.raw.values()))
+    texts = [
+        repr(store), repr(core.passphrase), str(core.passphrase), repr(core.keyring),
+        repr(core.master), repr(core._session_keys),
+    ]  # fmt: skip
+    secrets = [core.master.raw, core._session_keys["r"].raw]
     for text in texts:
-        assert OLD not in text and dek.hex() not in text and repr(dek) not in text
+        assert OLD not in text
+        assert not any(k.hex() in text or repr(k) in text for k in secrets)
     wrong = make_store(passphrase="WRONG-" + OLD, kdf_work=WORK)
     with pytest.raises(WrongPassphrase) as info:
         await wrong.get("r")
     assert OLD not in str(info.value) and OLD not in repr(info.value.args)
 
 
-async def test_a_cleartext_session_is_not_extended_with_a_passphrase_then_rekey_seals_it(
+async def test_a_cleartext_session_is_refused_with_a_passphrase_then_rekey_seals_it(
     make_store: StoreFactory, backend: Backend
 ) -> None:
     plain = make_store()
@@ -259,7 +263,9 @@ async def test_a_cleartext_session_is_not_extended_with_a_passphrase_then_rekey_
     await plain.create(Session(key="old", metadata={"m": secret}))
     await plain.append_message("old", Message(role="user", content=secret))
     sealed = make_store(passphrase=OLD, kdf_work=WORK)
-    assert [m.content for m in await sealed.get_history("old")] == [secret]
+    for read in (sealed.get_history, sealed.get):
+        with pytest.raises(SessionNotEncrypted, match="'old'"):  # it could be a stripped one
+            await read("old")
     with pytest.raises(SessionNotEncrypted, match="'old'"):
         await sealed.append_message("old", Message(role="user", content="new"))
     assert len(await plain.get_history("old")) == 1
@@ -299,16 +305,31 @@ async def test_migrate_secrets_failing_changes_nothing_with_a_keyring(
     assert (await store.get_history("still"))[0].content == "ok"
 
 
-def element_kids(backend: Backend) -> set[bytes]:
-    """The key ids of every sealed message element under the prefix (sessions and children)."""
-    kids = set()
+def element_formats(backend: Backend) -> set[int]:
+    """The format byte of every message element under the prefix (sessions and children;
+    0 for a cleartext one).
+    """
+    formats = set()
     for key, values in raw_values(backend).items():
         if b":msgs:" in key or b":cmsgs:" in key:
             for v in values:
                 body = v[8:] if b":cmsgs:" in key else v
                 parts = crypto.split_element(body)
-                kids.add(b"" if parts is None else crypto.kid_of(parts[1]))
-    return kids
+                formats.add(0 if parts is None else parts[1][0])
+    return formats
+
+
+def master_wraps(backend: Backend) -> set[bytes]:
+    """The master key wraps the sessions' key records (meta field ``dk``) carry."""
+    client = backend.sync_client()
+    wraps = set()
+    for key in client.scan_iter(match=f"{backend.prefix}*", count=1000):
+        if b":meta:" in bytes(key):
+            dk = client.hget(key, "dk")
+            record = crypto.parse_dk(bytes(dk)) if dk else None
+            if record is not None:
+                wraps.add(record[2])
+    return wraps
 
 
 async def seed(store: Any, n: int) -> dict[str, list[str]]:
@@ -369,9 +390,9 @@ def test_rekey_while_threads_append(backend: Backend) -> None:
         assert [m.content for m in child.history][-1] == f"{key}-c"
     with pytest.raises(WrongPassphrase):
         backend.sync_store(passphrase=OLD).get("rk0")
-    current = fresh._core.keyring
-    assert current is not None
-    assert element_kids(backend) == {current.current}
+    assert element_formats(backend) == {crypto.V2}
+    master = fresh._core.master
+    assert master is not None and master_wraps(backend) == {master.wrapped}
 
 
 class _Awaiting:
@@ -454,8 +475,7 @@ async def test_an_interrupted_rekey_loses_nothing_and_resumes(
         await make_store(passphrase=OLD, kdf_work=WORK).rekey(
             NEW, batch_size=2, progress=crash_after_first_batch
         )
-    kids_midway = element_kids(backend)
-    assert len(kids_midway) == 2  # half re-sealed, half not
+    assert len(master_wraps(backend)) == 2  # half rewrapped, half not
     for passphrase in (OLD, NEW):  # both read everything, and both can write, mid-rotation
         reader = make_store(passphrase=passphrase)
         for key, first in expected.items():
@@ -471,7 +491,7 @@ async def test_an_interrupted_rekey_loses_nothing_and_resumes(
         contents = [m.content for m in await fresh.get_history(key)]
         assert contents[:3] == first
     assert [m.content for m in await fresh.get_history("rk5")][3:] == [f"mid-{OLD}", f"mid-{NEW}"]
-    assert len(element_kids(backend)) == 1
+    assert len(master_wraps(backend)) == 1
     with pytest.raises(WrongPassphrase):
         await make_store(passphrase=OLD).get("rk0")
 
