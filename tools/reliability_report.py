@@ -182,6 +182,25 @@ def render(data: dict[str, Any]) -> tuple[str, bool]:
                 f"| {_cell(row['case'])} | {_cell(row['outcome'])} | {_cell(errors)} "
                 f"| {row['damaged']} | {row['lost']} | **{row['duplicated']}** |"
             )
+    if data.get("attacks"):
+        out += [
+            "",
+            "## Hostile writer (tests/security/): attack -> outcome",
+            "",
+            "A raw Redis client that can write the store's keys but does not know the "
+            "passphrase attacks sealed sessions; each row is one test's assertion, on the "
+            "backends it ran on. *Refused* means the read or write raises and returns none of "
+            "the session; the rows marked *accepted* are the documented limits of the threat "
+            "model (README, Encryption at rest).",
+            "",
+            "| attack | outcome | backends |",
+            "| --- | --- | --- |",
+        ]
+        for row in data["attacks"]:
+            out.append(
+                f"| {_cell(row['attack'])} | {_cell(row['outcome'])} "
+                f"| {', '.join(row['backends'])} |"
+            )
     if data.get("fuzz"):
         total = sum(f["passing"] + f["failing"] + f["invalid"] for f in data["fuzz"])
         out += [

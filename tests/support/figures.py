@@ -29,6 +29,7 @@ class Recorder:
         self.fuzz: list[dict[str, Any]] = []
         self.related: list[dict[str, Any]] = []
         self.resources: list[dict[str, Any]] = []
+        self.attacks: dict[tuple[str, str], list[str]] = {}
         self.server: dict[str, str] = {}
 
     def record(
@@ -57,6 +58,13 @@ class Recorder:
         with self._lock:
             self.resources.append(row)
 
+    def record_attack(self, *, attack: str, outcome: str, backend: str) -> None:
+        """One hostile-writer attack (tests/security/) and its outcome on ``backend``."""
+        with self._lock:
+            backends = self.attacks.setdefault((attack, outcome), [])
+            if backend not in backends:
+                backends.append(backend)
+
     def record_soak(self, **row: Any) -> None:
         with self._lock:
             self.soaks.append(row)
@@ -72,7 +80,7 @@ class Recorder:
             self.related.append({"test": test, "outcome": outcome, "seconds": round(seconds, 2)})
 
     def empty(self) -> bool:
-        return not (self.faults or self.soaks or self.fuzz or self.resources)
+        return not (self.faults or self.soaks or self.fuzz or self.resources or self.attacks)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +91,9 @@ class Recorder:
             "faults": self.faults,
             "soak": self.soaks,
             "resources": self.resources,
+            "attacks": [
+                {"attack": a, "outcome": o, "backends": b} for (a, o), b in self.attacks.items()
+            ],
             "fuzz": self.fuzz,
             "related_tests": self.related,
         }
