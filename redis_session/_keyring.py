@@ -173,7 +173,7 @@ class KeyringOps:
                 if salt is None or check_value is None:
                     continue
                 check_value = bytes(check_value)
-                work = crypto.work_of(check_value)
+                work = self._work_allowed(crypto.work_of(check_value))
                 kek = yield from self._kek(passphrase, bytes(salt), work)
                 if crypto.matches(kek, check_value):
                     keyring = self._open_ring(ring, record, kek)
@@ -182,6 +182,18 @@ class KeyringOps:
                     return keyring
             raise WrongPassphrase()
         raise ConcurrentChange("keyring", "the keyring kept changing while it was opened")
+
+    def _work_allowed(self, work: int) -> int:
+        """``work`` as a key-check record asks for it, if this store derives that much: a
+        writer of the record could ask for 2**22 (gigabytes of memory per derivation).
+        """
+        if work > max(self.kdf_work, crypto.DEFAULT_WORK):
+            raise CorruptData(
+                "keyring",
+                f"the key check asks for scrypt work {work}, more than this store's kdf_work="
+                f"{self.kdf_work} allows: open it with kdf_work={work} if you set that",
+            )
+        return work
 
     def _master_key(
         self, ring: dict[bytes, bytes], record: str, kek: bytes, salt: bytes, work: int
@@ -417,7 +429,7 @@ class KeyringOps:
         if resumed:
             next_salt = bytes(salts[1])
             check_next = bytes(checks[1])
-            work_next = crypto.work_of(check_next)
+            work_next = self._work_allowed(crypto.work_of(check_next))
             kek_next = yield from self._kek(new, next_salt, work_next)
             if not crypto.matches(kek_next, check_next):
                 raise WrongPassphrase(

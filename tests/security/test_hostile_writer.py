@@ -17,6 +17,7 @@ import pytest
 
 from redis_session import (
     ChildSessionConfig,
+    CorruptData,
     DecryptionFailed,
     Message,
     PassphraseRequired,
@@ -404,3 +405,19 @@ def test_a_lost_keyring_is_restored_past_forged_records(
     assert 22 not in derived and len(derived) <= 4  # bounded: at most RESTORE_KDF_TRIES
     assert fresh._core.master is not None and writer._core.master is not None
     assert fresh._core.master.raw == writer._core.master.raw
+
+
+def test_a_key_check_asking_for_more_work_than_the_store_allows_is_refused(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = sealed_store(backend)
+    seed(store, "s")
+    raw = backend.sync_client()
+    check = bytes(raw.hget(backend.schema.checksums, crypto.CURRENT))
+    raw.hset(backend.schema.checksums, crypto.CURRENT, check.replace(b":10:", b":22:", 1))
+    derived = _count_derivations(monkeypatch)
+    with pytest.raises(CorruptData, match="scrypt work 22"):
+        sealed_store(backend).get("s")
+    assert derived == []
+    record(backend, "HSET the key check to ask for scrypt work 22 (4 GiB a derivation)",
+           "refused: CorruptData naming the work factor, without deriving")  # fmt: skip
