@@ -2,7 +2,8 @@
 
 Two stores on one real Redis, under two prefixes of one run: ``RedisStore.from_url(url,
 prefix=..., passphrase=..., kdf_work=15)`` and the same without a passphrase (both with a TTL and
-a ``max_history_turns`` that never trims, as in ``bench/bench_store.py``). Every encrypted call is
+a ``max_history_turns`` that never trims, as in ``bench/bench_store.py``; no read cache, so
+every ``get`` reads and opens the whole session). Every encrypted call is
 timed INTERLEAVED with the unencrypted one it is compared to: one loop, the operations of a round
 run round-robin (their order rotates every round), so drift of the machine or of the server
 affects both alike. Timings are ``time.perf_counter_ns`` around one call; the table gives medians
@@ -11,7 +12,7 @@ affects both alike. Timings are ``time.perf_counter_ns`` around one call; the ta
 Targets (issue #15: each session sealed with its own data key, every value authenticated),
 all measured in one run
   append      encrypted ``append_message`` <= 1.25x the unencrypted one (rounds spread over a
-              pool of sessions, <= 50 appends each; messages ~300 chars, every 4th with a tool
+              pool of sessions, <= 50 appends each; messages ~300 chars, a third with a tool
               call)
   get         encrypted ``get`` of a 1,000-message session <= 1.6x the unencrypted one
   KDF         scrypt is paid once per store: the first operation of a FRESH encrypted store
@@ -146,10 +147,12 @@ class EncBench:
                 max_history_turns=MAX_TURNS,
                 passphrase=PASSPHRASE,
                 kdf_work=self.kdf_work,
+                read_cache_bytes=0,  # every get reads and opens the whole session
             )
         return RedisStore.from_url(
-            self.url, prefix=self.plain_prefix, ttl=TTL, max_history_turns=MAX_TURNS
-        )
+            self.url, prefix=self.plain_prefix, ttl=TTL, max_history_turns=MAX_TURNS,
+            read_cache_bytes=0,
+        )  # fmt: skip
 
     def prefill(self, store: RedisStore, key: str, messages: Sequence[Message]) -> None:
         store.create(Session(key=key, agent_id="bench", model="bench-model", metadata=METADATA))

@@ -12,7 +12,12 @@ Cases
               (each case spreads its rounds over a pool of identical pre-filled sessions, so
               that none grows by more than 20% -- or 50 messages for the empty ones)
   async       AsyncRedisStore.append_message vs the same script through redis.asyncio
-  get         get() of a 1,000-message session vs LRANGE 0 -1 + orjson.loads per item
+  get         cold get() of a 1,000-message session (a store that never read it: no read
+              cache) vs LRANGE 0 -1 + orjson.loads per item; messages mixed, a third with a
+              tool call
+  agent loop  append_message + get() of the whole session at 1,000 and 10,000 messages (the
+              store read it before: only the new message travels and is decoded) vs RPUSH +
+              LRANGE -1 -1 + orjson.loads of the newest element; and the 10k/1k flatness
   history     get_history(last=20) at 10,000 and 1,000 messages vs LRANGE -20 -1 + orjson.loads
   bytes       MEMORY USAGE (SAMPLES 0) of meta+msgs+ids per message vs the mean compact JSON
   round trips writes on the socket per append (client side) and EVALSHA calls per append
@@ -129,8 +134,15 @@ def report(bench: Bench, profile_text: str) -> bool:
     print(
         f"bytes: MEMORY USAGE {mem['memory_usage_bytes']} over {mem['messages']} messages; "
         f"message JSON {mem['json_min_bytes']}..{mem['json_max_bytes']} B; "
-        f"stored form == model_dump_json(): {mem['stored_form_is_model_dump_json']}"
+        f"stored form == model_dump_json(exclude_defaults=True): "
+        f"{mem['stored_form_is_model_dump_json_without_defaults']}"
     )
+    above = [
+        f"@{size:,}: {bench.extra[f'agent_loop_{size}_above_floor_us']['wall']:.1f} us wall, "
+        f"{bench.extra[f'agent_loop_{size}_above_floor_us']['client_cpu']:.1f} us client CPU"
+        for size in (1_000, 10_000)
+    ]
+    print(f"agent loop above its floor (medians): {'; '.join(above)}")
     pools = ", ".join(
         f"{name}: {p['sessions']} x {p['start_length']:,}->{p['max_end_length']:,}"
         for name, p in bench.extra["append_sessions"].items()

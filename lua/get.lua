@@ -5,15 +5,16 @@
 -- ARGV[1] the newest N messages wanted (-1 = all)   ARGV[2] '1': the meta hash too
 -- ARGV[3] the session token, ARGV[4] generation and ARGV[5] tail position the caller holds
 --         messages up to ('' = none)   ARGV[6] bytes to read at most (the rest: read_range)
+-- ARGV[7] the position of the first message the caller holds ('' with ARGV[5] '')
 -- Reply: {OK, meta as a flat field/value array (or {}), from, h, n, g, token, elements, upto,
 --        k, dk} (k, dk: the session's key id and wrapped data key, '' when cleartext):
 --        the elements are the messages at positions from .. upto - 1 (absolute, in
 --        generation g; the list holds h .. n - 1); upto < n when the byte budget ran out
 --        | {NOT_FOUND} | {EXPIRED} | {WRONG_TYPE, i} | {DAMAGED, ...}
 -- Events: none. Positions: see the prelude (a first-layout session reads as h = 0, n = its
--- length, token ''). When the caller's token and generation match and its tail position lies
--- in h .. n, from is that position (only the new messages travel); else from is where the
--- wanted messages begin.
+-- length, token ''). When the caller's token and generation match, its tail position lies in
+-- h .. n and what it holds begins at or before the first wanted message, from is that tail
+-- position (only the new messages travel); else from is where the wanted messages begin.
 local want_meta = ARGV[2] == '1'
 local t = redis.call('TYPE', KEYS[3])['ok']
 if t ~= 'none' and t ~= 'hash' then return {WRONG_TYPE, 3} end
@@ -36,9 +37,9 @@ local first = h
 if want >= 0 then first = math.max(h, n - want) end
 local from = first
 local token = f[2] or ''
-if ARGV[3] == token and ARGV[4] == tostring(g) and ARGV[5] ~= '' then
+if token ~= '' and ARGV[3] == token and ARGV[4] == tostring(g) and ARGV[5] ~= '' then
   local held = tonumber(ARGV[5])
-  if held >= h and held <= n then from = math.max(first, held) end
+  if held >= h and held <= n and tonumber(ARGV[7]) <= first then from = math.max(first, held) end
 end
 local elements, upto = read_from(2, h, from, n, tonumber(ARGV[6]))
 return {OK, meta or {}, from, h, n, g, token, elements, upto, f[6] or '', f[7] or ''}

@@ -4,13 +4,15 @@
 -- KEYS[4] the parent's meta hash (its key id and data key seal the child's messages)
 -- ARGV[1] child key   ARGV[2] generation and ARGV[3] tail position the caller holds messages
 --         up to ('' = none)   ARGV[4] bytes to read at most (the rest: read_range)
+-- ARGV[5] the position of the first message the caller holds   ARGV[6] the child's fork token
+--         the caller read (only when ARGV[3] is not '')
 -- Reply: {OK, meta as a flat field/value array, from, h, n, g, stored elements (digest ..
 --        element) at positions from .. upto - 1, upto, the parent's k, dk}
 --        | {NOT_FOUND} (never forked, discarded, expired or deleted) | {PRUNED, merged_at}
 --        | {WRONG_TYPE, i} | {DAMAGED, ...}
 local bad = wrong_type({'hash', 'list', 'zset', 'hash'})
 if bad then return {WRONG_TYPE, bad} end
-local f = redis.call('HMGET', KEYS[1], 'parent', 'discarded', 'g', 'h', 'n')
+local f = redis.call('HMGET', KEYS[1], 'parent', 'discarded', 'g', 'h', 'n', 'token')
 if not f[1] then
   local at = redis.call('ZSCORE', KEYS[3], 'm' .. ARGV[1])
   if at then return {PRUNED, at} end
@@ -21,9 +23,9 @@ if f[2] then return {NOT_FOUND} end
 local g, h, n = positions(f[3], f[4], f[5], 2)
 if not g then return h end
 local from = h
-if ARGV[2] == tostring(g) and ARGV[3] ~= '' then
+if ARGV[3] ~= '' and ARGV[2] == tostring(g) and ARGV[6] == (f[6] or '') then
   local held = tonumber(ARGV[3])
-  if held >= h and held <= n then from = held end
+  if held >= h and held <= n and tonumber(ARGV[5]) <= h then from = held end
 end
 local elements, upto = read_from(2, h, from, n, tonumber(ARGV[4]))
 local p = redis.call('HMGET', KEYS[4], 'k', 'dk')

@@ -21,11 +21,13 @@ from typing import Any
 
 from . import codec
 from ._args import duration_ms, non_negative_int
+from ._cache import DEFAULT_READ_CACHE_BYTES, Held, ReadCache
 from ._keyring import KeyringOps
 from ._requests import Op, ScriptCall
 from .crypto import DEFAULT_WORK, Sealer
 from .errors import ConcurrentChange, InvalidArgument
 from .keys import KeySchema, SessionKeys
+from .models import Message
 from .status import Ctx, Status, check
 
 DEFAULT_EXPIRED_GRACE = timedelta(days=1)
@@ -74,8 +76,10 @@ class CoreBase(KeyringOps):
         keep_merged_children: int = DEFAULT_KEEP_MERGED_CHILDREN,
         passphrase: str | bytes | None = None,
         kdf_work: int = DEFAULT_WORK,
+        read_cache_bytes: int = DEFAULT_READ_CACHE_BYTES,
     ) -> None:
         self.schema = KeySchema(prefix, cluster=cluster)
+        self._reads = ReadCache(non_negative_int(read_cache_bytes, "read_cache_bytes"))
         self._key_cache: dict[str, tuple[SessionKeys, tuple[str, ...]]] = {}
         self._trees: dict[str, Tree] = {}
         self._init_crypto(passphrase, kdf_work)
@@ -213,6 +217,34 @@ class CoreBase(KeyringOps):
             else:
                 return reply, items
         raise ConcurrentChange(key, "its history kept changing while it was read in steps")
+
+    def _hold(
+        self,
+        key: str,
+        held: Held | None,
+        version: tuple[bytes, bytes],
+        h: int,
+        start: int,
+        wanted: int,
+        new: list[Message],
+        items: Sequence[bytes],
+    ) -> list[Message]:
+        """The messages from position ``wanted`` on: ``new`` (read from ``start``) after those
+        ``held`` when the read continued it; the cache keeps what the session holds now.
+        """
+        size = sum(map(len, items))
+        sealed = self.passphrase is not None
+        if held is not None and held.covers(*version, start, wanted):
+            if held.ids is not None and new:  # a sealed element copied within its session
+                new = codec.distinct_from(key, held.repeats, new)
+            messages, entry = held.extended(self._reads.lock, h, wanted, new, size)
+        else:
+            messages = new
+            ids = {m.id for m in new} if sealed else None
+            entry = Held(*version, start, list(new), 0, len(new), size, ids)
+            messages = list(new)
+        self._reads.put(key, entry)
+        return messages
 
     def _write(
         self,

@@ -24,6 +24,7 @@ from .errors import (
     CorruptData,
     EncryptionError,
     InvalidArgument,
+    SessionError,
 )
 from .events import new_event
 from .keys import ChildKeys, check_key, parent_of
@@ -281,14 +282,36 @@ class ChildOps(CoreBase):
         child_key, parent, _, ck = self._child_keys(child_key)
         parent_keys = self.schema.session(parent)
         keys = (ck.meta, ck.msgs, parent_keys.done, parent_keys.meta)
-        first = ScriptCall("get_child", keys, (child_key, "", "", self.read_budget), write=False)
+        held = self._reads.get(child_key)
+        known: tuple[Any, ...] = ("", "", "", "")
+        if held is not None:
+            known = (held.generation, held.tail, held.head, held.token)
+        args = (child_key, known[0], known[1], self.read_budget, known[2], known[3])
+        first = ScriptCall("get_child", keys, args, write=False)
         ctx = Ctx(child_key, keys, child=True)
-        reply, items = yield from self._read_list(
-            child_key, first, ctx, (5, 4, 6, 7, 2), (ck.meta, ck.msgs)
-        )
+        try:
+            reply, items = yield from self._read_list(
+                child_key, first, ctx, (5, 4, 6, 7, 2), (ck.meta, ck.msgs)
+            )
+        except SessionError:
+            self._reads.discard(child_key)
+            raise
+        bodies = [bytes(item[8:]) for item in items]
+        if self.passphrase is None:
+            new = codec.decode_messages(child_key, bodies)
+        else:
+            new = yield from self._opened(
+                parent, reply[8], reply[9], lambda o: codec.decode_messages(child_key, bodies, o)
+            )
+        meta = reply[1]
+        fields = dict(zip(meta[::2], meta[1::2], strict=True))
+        version = (bytes(fields.get(b"token", b"")), b"%d" % int(reply[5]))
+        start, h = int(reply[2]), int(reply[3])
+        history = self._hold(child_key, held, version, h, start, h, new, bodies)
         child: ChildSession = yield from self._opened(
-            parent, reply[8], reply[9], lambda o: codec.decode_child(child_key, reply[1], items, o)
-        )
+            parent, reply[8], reply[9],
+            lambda o: codec.decode_child(child_key, meta, (), o, history=history),
+        )  # fmt: skip
         return child
 
     def children_of(self, parent_key: str) -> Op[list[ChildSession]]:

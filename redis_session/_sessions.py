@@ -15,7 +15,13 @@ from ._args import session as session_arg
 from ._base import STAGE_LEASE_MS, CoreBase
 from ._requests import Commands, Emit, Op, ScriptCall
 from .crypto import Sealer
-from .errors import ConcurrentChange, CorruptData, InvalidArgument, PassphraseRequired
+from .errors import (
+    ConcurrentChange,
+    CorruptData,
+    InvalidArgument,
+    PassphraseRequired,
+    SessionError,
+)
 from .events import new_event
 from .keys import check_key
 from .models import LifecycleEventType, Message, MessageRole, Session, SessionSummary
@@ -108,43 +114,59 @@ class SessionOps(CoreBase):
         now = codec.to_datetime(int(reply[1]))
         return session.model_copy(update={"created_at": now, "updated_at": now})
 
-    def _read(self, key: str, last: int, with_meta: bool) -> Op[tuple[Sequence[Any], list[bytes]]]:
+    def _read(
+        self, key: str, last: int, with_meta: bool
+    ) -> Op[tuple[Sequence[Any], list[Message]]]:
         """The ``get`` script's reply for session ``key`` (``last`` < 0: every message) and
-        the stored elements it asked for (a long history read in steps).
+        the messages it asked for: those the store holds from an earlier read of the session
+        and the ones added since, or all of them (a long history read in steps). The reply's
+        meta array is read as well with ``with_meta``.
         """
         sk = self._keys(key)[0]
         read_keys = (sk.meta, sk.msgs, sk.ids, sk.mark)
-        args = (last, "1" if with_meta else "0", "", "", "", self.read_budget)
+        held = self._reads.get(key)
+        known: tuple[Any, ...] = ("", "", "", "")
+        if held is not None:
+            known = (held.token, held.generation, held.tail, held.head)
+        args = (last, "1" if with_meta else "0", *known[:3], self.read_budget, known[3])
         first = ScriptCall("get", read_keys, args, write=False)
-        return (
-            yield from self._read_list(
+        try:
+            reply, items = yield from self._read_list(
                 key, first, Ctx(key, read_keys), (5, 4, 7, 8, 2), (sk.meta, sk.msgs)
             )
-        )
+        except SessionError:
+            self._reads.discard(key)
+            raise
+        start, h, n = int(reply[2]), int(reply[3]), int(reply[4])
+        wanted = h if last < 0 else max(h, n - last)
+        if self.passphrase is None:
+            new = codec.decode_messages(key, items)
+        else:
+            new = yield from self._opened(
+                key, reply[9], reply[10], lambda o: codec.decode_messages(key, items, o)
+            )
+        version = (bytes(reply[6]), b"%d" % int(reply[5]))
+        return reply, self._hold(key, held, version, h, start, wanted, new, items)
 
     def get(self, key: str, last: int | None = None) -> Op[Session]:
         key = check_key(key)
         n = -1 if last is None else non_negative_int(last, "last")
         # One read-only script: a consistent snapshot without MULTI/EXEC, which Redis refuses
         # when it is out of memory; it also runs on a read-only replica.
-        reply, items = yield from self._read(key, n, True)
+        reply, history = yield from self._read(key, n, True)
         meta = reply[1]
         if self.passphrase is None:
-            return codec.decode_session(key, meta, items)
+            return codec.decode_session(key, meta, (), history=history)
         session: Session = yield from self._opened(
-            key, reply[9], reply[10], lambda o: codec.decode_session(key, meta, items, o)
-        )
+            key, reply[9], reply[10],
+            lambda o: codec.decode_session(key, meta, (), o, history=history),
+        )  # fmt: skip
         return session
 
     def get_history(self, key: str, last: int | None = None) -> Op[list[Message]]:
         key = check_key(key)
         n = -1 if last is None else non_negative_int(last, "last")
-        reply, items = yield from self._read(key, n, False)
-        if self.passphrase is None:  # no passphrase: the read path stays as lean as before
-            return codec.decode_messages(key, items)
-        history: list[Message] = yield from self._opened(
-            key, reply[9], reply[10], lambda o: codec.decode_messages(key, items, o)
-        )
+        _, history = yield from self._read(key, n, False)
         return history
 
     def update(self, session: Session) -> Op[None]:

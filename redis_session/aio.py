@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import redis.asyncio
 
 from . import _url, events
+from ._cache import DEFAULT_READ_CACHE_BYTES
 from ._core import (
     DEFAULT_DEDUP_WINDOW,
     DEFAULT_EXPIRED_GRACE,
@@ -92,6 +93,7 @@ class AsyncRedisStore:
         keep_merged_children: int = DEFAULT_KEEP_MERGED_CHILDREN,
         passphrase: str | bytes | None = None,
         kdf_work: int = DEFAULT_WORK,
+        read_cache_bytes: int = DEFAULT_READ_CACHE_BYTES,
     ) -> None:
         self._core = Core(
             prefix=prefix,
@@ -110,6 +112,7 @@ class AsyncRedisStore:
             keep_merged_children=keep_merged_children,
             passphrase=passphrase,
             kdf_work=kdf_work,
+            read_cache_bytes=read_cache_bytes,
         )
         self._node_clients: dict[str, Any] = {}
         self._unlocking = asyncio.Lock()  # one scrypt per store, however many callers wait
@@ -157,6 +160,13 @@ class AsyncRedisStore:
         ``max(dedup_window, max_history_turns)``.
         """
         return self._core.window
+
+    @property
+    def read_cache_bytes(self) -> int:
+        """The bound of the store's read cache (bytes of messages as stored; 0 = off): a read
+        of a session the store read before sends and decodes only the messages added since.
+        """
+        return self._core._reads.max_bytes
 
     @property
     def keep_merged_children(self) -> int:

@@ -15,7 +15,7 @@ import hashlib
 import logging
 import re
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import repeat
 
@@ -95,17 +95,21 @@ def message_digest(message_id: str) -> bytes:
 
 _MESSAGE_SERIALIZER = Message.__pydantic_serializer__
 _MESSAGE_FIELDS = tuple(Message.model_fields)
-_MESSAGE_SHAPE = (str, MessageRole, str, datetime, list, str)
+_MESSAGE_SHAPE = (str, MessageRole, str, datetime, tuple, str)
 _UTC_Z = orjson.OPT_UTC_Z
 _ZERO = timedelta(0)
 _ID = re.compile(MESSAGE_ID_PATTERN)
 
 
 def encode_message(msg: Message, argument: str = "msg") -> bytes:
-    """The stored form of ``msg``: its compact JSON, exactly ``msg.model_dump_json()``.
+    """The stored form of ``msg``: its compact JSON without the fields that hold their
+    default (empty ``content``, ``tool_calls`` and ``author``; a tool call's empty ``output``,
+    false ``thought``, absent ``thought_signature``), exactly
+    ``msg.model_dump_json(exclude_defaults=True)``; ``id`` first. Elements written with every
+    field (earlier versions) read the same.
 
-    A message whose fields were assigned values of the wrong type after it was built (pydantic
-    does not check assignments) is validated again first, so that what is stored always reads
+    A message whose fields were changed after it was built (past its frozen guard, with
+    ``object.__setattr__``) is validated again first, so that what is stored always reads
     back: a naive timestamp is stored as UTC, an aware one converted to UTC, and a value that
     is no valid message field is refused as ``InvalidArgument``. A plain ``Message`` whose
     tool calls carry no thought signature (the common append) is written by ``orjson`` from
@@ -126,17 +130,32 @@ def encode_message(msg: Message, argument: str = "msg") -> bytes:
         fields = msg.__dict__
     calls = fields["tool_calls"]
     if not calls or all(map(_unsigned, calls)):
+        out = {"id": fields["id"], "role": fields["role"]}
+        if fields["content"]:
+            out["content"] = fields["content"]
+        out["timestamp"] = fields["timestamp"]
         if calls:  # checked above: plain ToolCalls whose fields orjson writes as pydantic does
-            fields = dict(fields)
-            fields["tool_calls"] = [call.__dict__ for call in calls]
+            out["tool_calls"] = [_call_fields(call.__dict__) for call in calls]
+        if fields["author"]:
+            out["author"] = fields["author"]
         try:
-            return orjson.dumps(fields, option=_UTC_Z)
+            return orjson.dumps(out, option=_UTC_Z)
         except orjson.JSONEncodeError:
             pass  # the model's serializer below says what is wrong
     try:
-        return _MESSAGE_SERIALIZER.to_json(msg)
+        return _MESSAGE_SERIALIZER.to_json(msg, exclude_defaults=True)
     except PydanticSerializationError as exc:
         raise InvalidArgument(argument, f"cannot be stored as UTF-8 JSON: {exc}") from None
+
+
+def _call_fields(call: dict[str, object]) -> dict[str, object]:
+    """A plain, unsigned tool call's fields without those at their default."""
+    out = {"id": call["id"], "name": call["name"], "input": call["input"]}
+    if call["output"]:
+        out["output"] = call["output"]
+    if call["thought"]:
+        out["thought"] = True
+    return out
 
 
 _TOOL_CALL_FIELDS = tuple(ToolCall.model_fields)
@@ -161,7 +180,7 @@ def _unsigned(call: ToolCall) -> bool:
 def _revalidated(msg: Message, argument: str) -> Message:
     data = {name: value for name, value in msg.__dict__.items() if name in _MESSAGE_FIELDS}
     calls = data.get("tool_calls")
-    if isinstance(calls, list):  # instances would pass unchecked: validate their fields
+    if isinstance(calls, list | tuple):  # instances would pass unchecked: validate them
         data["tool_calls"] = [dict(c.__dict__) if isinstance(c, ToolCall) else c for c in calls]
     try:
         return Message.model_validate(data)
@@ -251,6 +270,21 @@ def decode_messages(
     if not items:
         return []
     return _decode_plain(key, items)
+
+
+def distinct_from(key: str, held: Callable[[str], bool], messages: list[Message]) -> list[Message]:
+    """``messages`` without those whose id ``held`` says is there already (each logged; see
+    :func:`_distinct`).
+    """
+    out = []
+    for msg in messages:
+        if held(msg.id):
+            log_bad_record(
+                "a sealed session", TamperDetected(key, f"a message repeats id {msg.id!r}")
+            )
+            continue
+        out.append(msg)
+    return out
 
 
 def _distinct(key: str, messages: list[Message]) -> list[Message]:
@@ -393,10 +427,13 @@ def decode_session(
     meta: Mapping[bytes, bytes] | Sequence[bytes],
     items: Sequence[bytes],
     opener: Opener | None = None,
+    *,
+    history: list[Message] | None = None,
 ) -> Session:
-    """A session from its meta hash and its stored messages; with ``opener`` (a store with a
-    passphrase) everything a sealed session holds must open (see :func:`decode_messages`),
-    without, sealed parts raise :class:`PassphraseRequired`.
+    """A session from its meta hash and its stored messages (or its ``history`` decoded
+    already); with ``opener`` (a store with a passphrase) everything a sealed session holds
+    must open (see :func:`decode_messages`), without, sealed parts raise
+    :class:`PassphraseRequired`.
     """
     fields = _fields(key, meta)
     version = fields.get("v")
@@ -425,7 +462,7 @@ def decode_session(
         channel_type=_text(key, scalars["channel_type"], "channel_type"),
         channel_id=_text(key, scalars["channel_id"], "channel_id"),
         model=_text(key, scalars["model"], "model"),
-        history=decode_messages(key, items, opener),
+        history=decode_messages(key, items, opener) if history is None else history,
         metadata=metadata,
         created_at=to_datetime(_micros(key, fields.get("created_at"), "created_at")),
         updated_at=to_datetime(_micros(key, fields.get("updated_at"), "updated_at")),
@@ -511,6 +548,8 @@ def decode_child(
     meta: Mapping[bytes, bytes] | Sequence[bytes],
     items: Sequence[bytes],
     opener: Opener | None = None,
+    *,
+    history: list[Message] | None = None,
 ) -> ChildSession:
     """A child session from its hash and its stored elements (digest + element); sealed
     elements are bound to the parent session, whose ``opener`` opens them.
@@ -528,7 +567,11 @@ def decode_child(
         key=key,
         parent_key=parent,
         agent_name=_text(key, fields.get("agent", b""), "agent"),
-        history=decode_messages(key, [bytes(item[8:]) for item in items], opener),
+        history=(
+            decode_messages(key, [bytes(item[8:]) for item in items], opener)
+            if history is None
+            else history
+        ),
         config=config,
         created_at=to_datetime(_micros(key, fields.get("created_at"), "created_at")),
         merged_at=None if merged is None else to_datetime(_micros(key, merged, "merged_at")),

@@ -54,6 +54,7 @@ UTCDateTime = Annotated[datetime, AfterValidator(_as_utc)]
 """A datetime normalised to aware UTC; naive input is taken to be UTC."""
 
 _STRICT = ConfigDict(extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
+_FROZEN = ConfigDict(**_STRICT, frozen=True)
 
 
 class MessageRole(StrEnum):
@@ -76,9 +77,11 @@ class MessageRole(StrEnum):
 
 
 class ToolCall(BaseModel):
-    """One tool invocation made by the model, with its result once known."""
+    """One tool invocation made by the model, with its result once known. Immutable (change
+    one with ``model_copy(update=...)``).
+    """
 
-    model_config = _STRICT
+    model_config = _FROZEN
 
     id: str
     """The provider's id of the call."""
@@ -99,9 +102,13 @@ class Message(BaseModel):
 
     ``id`` is generated when the message is built, so appending the same object twice stores
     it once: the store skips a message whose id the session already holds.
+
+    Immutable (frozen; ``tool_calls`` a tuple): a store hands the same decoded messages to
+    every read of a session it read before (only new messages are sent and decoded), so no
+    caller can change what another read returns. Change one with ``model_copy(update=...)``.
     """
 
-    model_config = _STRICT
+    model_config = _FROZEN
 
     id: str = Field(default_factory=new_message_id, pattern=MESSAGE_ID_PATTERN)
     """Idempotency id; printable ASCII without space, quote or backslash, at most 128 chars."""
@@ -111,8 +118,8 @@ class Message(BaseModel):
     """The text."""
     timestamp: Annotated[UTCDateTime, BeforeValidator(_now_if_none)] = Field(default_factory=utcnow)
     """When it was said, aware UTC; naive input is UTC; ``None`` or absent means now."""
-    tool_calls: list[ToolCall] = Field(default_factory=list)
-    """Tool invocations carried by this message."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Tool invocations carried by this message (a list is accepted and stored as a tuple)."""
     author: str = ""
     """The agent that wrote it, in multi-agent routing."""
 

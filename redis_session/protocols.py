@@ -58,6 +58,13 @@ class Store(Protocol):
         session's fields and metadata only), at a cost that does not grow with the history's
         length; ``ValueError`` for a negative or non-int ``last``.
 
+        Incremental: a store that read the session before sends what it holds with the read
+        (one round trip either way) and gets only the messages added since, unless anything
+        else changed (compaction, pop, delete and re-create, expiry, a rewrite by another
+        writer), when everything wanted comes again. The result always equals a fresh store's
+        read; the messages are frozen and shared with later reads, the list is the caller's.
+        The store holds up to ``read_cache_bytes`` of messages (least recently read go first).
+
         Raises:
             SessionExpired: the session existed but its TTL ran out (within ``expired_grace``).
             SessionNotFound: no such session (``SessionExpired`` is a subclass).

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import redis
 
 from . import _url, events
+from ._cache import DEFAULT_READ_CACHE_BYTES
 from ._core import (
     DEFAULT_DEDUP_WINDOW,
     DEFAULT_EXPIRED_GRACE,
@@ -93,6 +94,7 @@ class RedisStore:
         keep_merged_children: int = DEFAULT_KEEP_MERGED_CHILDREN,
         passphrase: str | bytes | None = None,
         kdf_work: int = DEFAULT_WORK,
+        read_cache_bytes: int = DEFAULT_READ_CACHE_BYTES,
     ) -> None:
         self._core = Core(
             prefix=prefix,
@@ -111,6 +113,7 @@ class RedisStore:
             keep_merged_children=keep_merged_children,
             passphrase=passphrase,
             kdf_work=kdf_work,
+            read_cache_bytes=read_cache_bytes,
         )
         self._node_clients: dict[str, Any] = {}
         self._unlocking = threading.Lock()  # one scrypt per store, however many callers wait
@@ -158,6 +161,13 @@ class RedisStore:
         ``max(dedup_window, max_history_turns)``.
         """
         return self._core.window
+
+    @property
+    def read_cache_bytes(self) -> int:
+        """The bound of the store's read cache (bytes of messages as stored; 0 = off): a read
+        of a session the store read before sends and decodes only the messages added since.
+        """
+        return self._core._reads.max_bytes
 
     @property
     def keep_merged_children(self) -> int:

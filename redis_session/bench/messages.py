@@ -1,4 +1,4 @@
-"""Realistic messages: ~300 characters of mixed-script prose, every 4th one with a tool call."""
+"""Realistic messages: ~300 characters of mixed-script prose, a third with a tool call."""
 
 from __future__ import annotations
 
@@ -38,12 +38,14 @@ def _text(rng: random.Random, target: int) -> str:
 
 
 def build_messages(rng: random.Random, count: int, start: int = 0) -> list[Message]:
-    """Messages alternating user/assistant, ~300 chars of content, every 4th one with a call."""
+    """Messages alternating user/assistant, ~300 chars of content, a third of them (assistant
+    ones) with a tool call.
+    """
     out: list[Message] = []
     for i in range(start, start + count):
-        role = MessageRole.USER if i % 2 == 0 else MessageRole.ASSISTANT
+        role = MessageRole.USER if i % 2 == 0 and i % 3 != 1 else MessageRole.ASSISTANT
         calls: list[ToolCall] = []
-        if role is MessageRole.ASSISTANT and i % 4 == 1:
+        if i % 3 == 1:
             args = {"query": _text(rng, rng.randint(20, 60)), "limit": rng.randint(1, 50)}
             calls.append(
                 ToolCall(

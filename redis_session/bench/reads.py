@@ -4,14 +4,23 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from .. import codec
 from .cases import history_ops
-from .settings import GET_TARGET, GET_WARMUP, HISTORY_TARGET
-from .timing import SyncOp, Timings, run_interleaved, timed_row
+from .messages import build_messages
+from .settings import (
+    GET_TARGET,
+    GET_WARMUP,
+    HISTORY_TARGET,
+    LOOP_FLATNESS,
+    LOOP_ROUNDS,
+    LOOP_TARGET,
+)
+from .timing import Row, SyncOp, Timings, run_interleaved, timed_row
 from .wire import bare_script, first_script
 
 if TYPE_CHECKING:
@@ -36,8 +45,10 @@ def measure_reads(bench: Bench) -> None:
     items_1k: list[bytes] = list(get_reply[7])
     assert len(store.get(key_1k).history) == 1_000 == len(items_1k)
 
+    cold = bench.cold
+
     def store_get(_: int) -> object:
-        return store.get(key_1k)
+        return cold.get(key_1k)
 
     def floor_get(_: int) -> object:
         return [loads(x) for x in raw.lrange(msgs_1k, 0, -1)]
@@ -77,7 +88,7 @@ def measure_reads(bench: Bench) -> None:
         warmup=GET_WARMUP,
     )
     bench.rows.append(
-        timed_row("get (1,000 msgs) vs LRANGE+orjson", g["store"], g["floor"], GET_TARGET)
+        timed_row("cold get (1,000 msgs) vs LRANGE+orjson", g["store"], g["floor"], GET_TARGET)
     )
     bench.where.append(
         (
@@ -88,7 +99,7 @@ def measure_reads(bench: Bench) -> None:
                 "orjson.loads x1000 alone (no I/O)": g["orjson"].median,
                 "store's get script, bare EVALSHA (no decode)": g["script"].median,
                 "codec.decode_session alone (no I/O)": g["decode"].median,
-                "store.get": g["store"].median,
+                "store.get (cold: a store that never read it)": g["store"].median,
                 "-> server+transfer extra (bare - LRANGE)": g["script"].median - g["lrange"].median,
                 "-> decode extra (decode - orjson)": g["decode"].median - g["orjson"].median,
                 "-> rest (store - bare - decode)": g["store"].median
@@ -139,4 +150,61 @@ def measure_reads(bench: Bench) -> None:
         )
     bench.extra["history_flatness_10k_over_1k"] = (
         hist[10_000]["store"].median / hist[1_000]["store"].median
+    )
+
+
+def measure_agent_loop(bench: Bench) -> None:
+    """The agent loop at 1,000 and 10,000 messages: ``append_message`` then ``get`` of the
+    whole session (the store read it before: only the new message travels and is decoded),
+    against RPUSH + LRANGE -1 -1 + orjson.loads of the newest element, interleaved; adds the
+    rows, the 10k/1k flatness and the absolute cost above the floor (µs, client CPU too).
+    """
+    raw: Any = bench.client
+    store = bench.store
+    loads = orjson.loads
+    messages = build_messages(bench.rng, 2 * (GET_WARMUP + LOOP_ROUNDS + 1))
+    bodies = [codec.encode_message(m) for m in messages]
+    ops: list[tuple[SyncOp, Timings]] = []
+    loops: dict[int, tuple[Timings, Timings, Timings, Timings]] = {}
+    for n, size in enumerate((1_000, 10_000)):
+        key = f"agent-loop-{size}"
+        floor_keys = bench.floor_keys(f"loop{size}")
+        bench.prefill_floor(floor_keys, bench.prefill(key, size))
+        floor_list = floor_keys[0]
+        assert len(store.get(key).history) >= size  # read once: the store holds it now
+        t = (Timings(f"loop@{size}"), Timings(f"floor@{size}"),
+             Timings(f"loop cpu@{size}"), Timings(f"floor cpu@{size}"))  # fmt: skip
+        loops[size] = t
+        offset = n * (GET_WARMUP + LOOP_ROUNDS + 1)
+
+        def loop(i: int, key: str = key, offset: int = offset, cpu: Timings = t[2]) -> object:
+            c0 = time.thread_time_ns()
+            store.append_message(key, messages[offset + i])
+            out = store.get(key)
+            cpu.ns.append(time.thread_time_ns() - c0)
+            return out
+
+        def floor(
+            i: int, lst: str = floor_list, offset: int = offset, cpu: Timings = t[3]
+        ) -> object:
+            c0 = time.thread_time_ns()
+            raw.rpush(lst, bodies[offset + i])
+            out = [loads(x) for x in raw.lrange(lst, -1, -1)]
+            cpu.ns.append(time.thread_time_ns() - c0)
+            return out
+
+        ops += [(loop, t[0]), (floor, t[1])]
+    run_interleaved(LOOP_ROUNDS, ops, warmup=GET_WARMUP)
+    for size, (loop_t, floor_t, loop_cpu, floor_cpu) in loops.items():
+        bench.rows.append(
+            timed_row(f"agent loop @{size:,} vs RPUSH+LRANGE -1", loop_t, floor_t, LOOP_TARGET)
+        )
+        bench.extra[f"agent_loop_{size}_above_floor_us"] = {
+            "wall": loop_t.median - floor_t.median,
+            "client_cpu": loop_cpu.median - floor_cpu.median,
+        }
+    flat = loops[10_000][0].median / loops[1_000][0].median
+    bench.extra["agent_loop_flatness_10k_over_1k"] = flat
+    bench.rows.append(
+        Row("agent loop flatness: 10,000 / 1,000", flat, 1.0, LOOP_FLATNESS, unit="x")
     )

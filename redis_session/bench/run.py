@@ -43,6 +43,7 @@ def run_phases(
         phases: list[tuple[str, Callable[[], object]]] = [
             ("bytes/message", bench.memory),
             ("reads", bench.reads),
+            ("agent loop", bench.agent_loop),
             ("sync appends", lambda: bench.sync_appends(sync_cases)),
             ("async appends", lambda: asyncio.run(bench.async_appends(async_cases))),
             ("round trips", bench.round_trips),
@@ -65,5 +66,5 @@ def run_phases(
     return profile_text
 
 
-PHASE_COUNT = 7
+PHASE_COUNT = 8
 """How many times :func:`run_phases` calls ``on_phase`` without ``profile`` (setup included)."""

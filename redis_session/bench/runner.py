@@ -40,7 +40,7 @@ from .cases import (
     sync_store_op,
 )
 from .messages import build_messages
-from .reads import measure_reads
+from .reads import measure_agent_loop, measure_reads
 from .settings import (
     APPEND_TARGET,
     BYTES_TARGET,
@@ -74,6 +74,10 @@ class Bench:
         self.store = RedisStore(
             self.client, prefix=self.prefix, ttl=TTL, max_history_turns=MAX_TURNS
         )
+        self.cold = RedisStore(  # reads as a store that never read the session before
+            self.client, prefix=self.prefix, ttl=TTL, max_history_turns=MAX_TURNS,
+            read_cache_bytes=0,
+        )  # fmt: skip
         self.core = Core(prefix=self.prefix, ttl=TTL, max_history_turns=MAX_TURNS)
         self.floor_script = self.client.register_script(FLOOR_LUA)
         self.rng = random.Random(20240501)
@@ -169,7 +173,7 @@ class Bench:
         count = int(raw.llen(sk.msgs))
         stored = sum(per_key.values()) / count
         json_mean = statistics.fmean(self.json_sizes)
-        first = self.store.get_history(key)[0].model_dump_json().encode()
+        first = self.store.get_history(key)[0].model_dump_json(exclude_defaults=True).encode()
         self.rows.append(
             Row(f"bytes/message ({count:,} msgs)", stored, json_mean, BYTES_TARGET, unit="B")
         )
@@ -180,7 +184,7 @@ class Bench:
             "json_mean_bytes": json_mean,
             "json_min_bytes": min(self.json_sizes),
             "json_max_bytes": max(self.json_sizes),
-            "stored_form_is_model_dump_json": raw.lindex(sk.msgs, 0) == first,
+            "stored_form_is_model_dump_json_without_defaults": raw.lindex(sk.msgs, 0) == first,
         }
 
     def reads(self) -> None:
@@ -188,6 +192,12 @@ class Bench:
         (see :func:`redis_session.bench.reads.measure_reads`).
         """
         measure_reads(self)
+
+    def agent_loop(self) -> None:
+        """Phase: the agent loop (append, then read the whole session) at 1,000 and 10,000
+        messages (see :func:`redis_session.bench.reads.measure_agent_loop`).
+        """
+        measure_agent_loop(self)
 
     def sync_appends(self, cases: list[AppendCase]) -> None:
         """Phase: blocking appends at every size against the floor script."""
