@@ -1,6 +1,6 @@
 """``python -m redis_session``: the ``redis-session`` command line."""
 
-from .cli import main
+from ._entry import main
 
 if __name__ == "__main__":
     main()

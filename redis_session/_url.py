@@ -28,16 +28,18 @@ from __future__ import annotations
 
 import inspect
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import fakeredis
 import redis
 import redis.asyncio
 import redis.asyncio.retry
 import redis.asyncio.sentinel
 import redis.sentinel
 from redis.backoff import ExponentialBackoff, ExponentialWithJitterBackoff
+
+if TYPE_CHECKING:
+    from fakeredis import FakeServer
 from redis.retry import Retry
 
 from .errors import InvalidArgument
@@ -143,14 +145,26 @@ def _sentinel_target(url: str) -> tuple[list[tuple[str, int]], str, int]:
     return hosts, path[0], int(path[1]) if len(path) == 2 else 0
 
 
-_servers: dict[str, fakeredis.FakeServer] = {}
+_servers: dict[str, FakeServer] = {}
 _lock = threading.Lock()
 
 
-def _memory_server(url: str) -> fakeredis.FakeServer:
+def _fakeredis() -> Any:
+    """The fakeredis module (the ``memory`` extra), or an ImportError that says how to get it."""
+    try:
+        import fakeredis
+    except ImportError as exc:
+        raise ImportError(
+            "memory:// needs fakeredis with Lua: pip install 'redis-session[memory]'"
+        ) from exc
+    return fakeredis
+
+
+def _memory_server(url: str) -> FakeServer:
+    fakeredis = _fakeredis()
     name = urlsplit(url).netloc + urlsplit(url).path
     if not name:
-        return fakeredis.FakeServer()
+        return fakeredis.FakeServer()  # type: ignore[no-any-return]
     with _lock:
         return _servers.setdefault(name, fakeredis.FakeServer())
 
@@ -179,7 +193,7 @@ def sync_client(
     scheme, url, cluster = _parse(url, cluster)
     if scheme == MEMORY_SCHEME:
         _client_options(kwargs, pool=False)
-        return fakeredis.FakeRedis(server=_memory_server(url))
+        return _fakeredis().FakeRedis(server=_memory_server(url))  # type: ignore[no-any-return]
     if scheme == SENTINEL_SCHEME:
         hosts, service, db = _sentinel_target(url)
         make_sentinel: Any = redis.sentinel.Sentinel
@@ -202,7 +216,7 @@ def async_client(
     scheme, url, cluster = _parse(url, cluster)
     if scheme == MEMORY_SCHEME:
         _client_options(kwargs, pool=False)
-        return fakeredis.FakeAsyncRedis(server=_memory_server(url))
+        return _fakeredis().FakeAsyncRedis(server=_memory_server(url))  # type: ignore[no-any-return]
     if scheme == SENTINEL_SCHEME:
         hosts, service, db = _sentinel_target(url)
         factory: Any = redis.asyncio.sentinel.Sentinel

@@ -295,3 +295,23 @@ def test_threads_sharing_a_store_read_whole_prefixes(backend: Backend) -> None:
     final = [m.id for m in backend.sync_store().get_history("s")]
     assert len(final) == 80 and len(reads) > 10
     assert all(r == final[: len(r)] for r in reads)
+
+
+async def test_an_async_store_reads_incrementally_too(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reader = backend.async_store()
+    writer = backend.async_store(max_history_turns=4)
+    try:
+        await writer.create(Session(key="s", history=[msg(f"m{i}") for i in range(4)]))
+        counts = decoded_counts(monkeypatch)
+        assert len(await reader.get_history("s")) == 4
+        await writer.append_message("s", msg("m4"))  # trims m0
+        history = await reader.get_history("s")
+        assert [m.content for m in history] == ["m1", "m2", "m3", "m4"] and counts == [4, 1]
+        fresh = backend.async_store()
+        assert [m.id for m in await fresh.get_history("s")] == [m.id for m in history]
+        await fresh.close()
+    finally:
+        await reader.close()
+        await writer.close()

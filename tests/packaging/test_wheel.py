@@ -13,6 +13,7 @@ import textwrap
 import zipfile
 from email.message import Message
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,3 +135,53 @@ def test_installed_wheel_runs_from_a_fresh_venv(wheel: Path, tmp_path: Path) -> 
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['[Compacted Summary]\\ns', 'b']"
+
+
+BARE = textwrap.dedent(
+    """
+    import importlib.util, sys, uuid
+    from redis_session import Message, RedisStore, Session
+
+    assert all(importlib.util.find_spec(m) is None for m in ("click", "rich", "fakeredis"))
+    prefix = f"bare-{uuid.uuid4().hex[:8]}:"
+    with RedisStore.from_url(sys.argv[1], prefix=prefix) as store:
+        store.create(Session(key="k", history=[Message(role="user", content="hello")]))
+        print(store.get_history("k")[0].content)
+        store.delete("k")
+    try:
+        RedisStore.from_url("memory://")
+    except ImportError as exc:
+        print(exc)
+    """
+)
+
+
+@pytest.mark.redis
+def test_the_wheel_without_extras_talks_to_redis_and_names_the_extras(
+    wheel: Path, tmp_path: Path, redis_server: Any
+) -> None:
+    """Installed with its dependencies resolved by pip (the machine's index): no click, rich
+    or fakeredis; the store works on a real Redis; memory:// and the command line say which
+    extra they need.
+    """
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    installed = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", str(wheel)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    done = subprocess.run(
+        [str(python), "-c", BARE, redis_server.url],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "hello",
+        "memory:// needs fakeredis with Lua: pip install 'redis-session[memory]'",
+    ]
+    cli = subprocess.run(
+        [str(venv / "bin" / "redis-session"), "ls"], capture_output=True, text=True, timeout=60
+    )
+    assert cli.returncode == 1 and "pip install 'redis-session[cli]'" in cli.stderr
