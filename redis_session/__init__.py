@@ -36,6 +36,7 @@ from .errors import (
     SessionNotEncrypted,
     SessionNotFound,
     StaleCompaction,
+    StaleExpectation,
     TamperDetected,
     WrongPassphrase,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "SessionNotFound",
     "SessionSummary",
     "StaleCompaction",
+    "StaleExpectation",
     "Store",
     "TamperDetected",
     "ToolCall",

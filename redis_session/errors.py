@@ -11,7 +11,7 @@ Subclasses also inherit the builtin a caller would reach for::
     ├── ItemNotFound (LookupError)           kind, name    (salts, checksums, secrets)
     ├── DuplicateSession                     key
     ├── ChildAlreadyMerged                   key
-    ├── StaleCompaction                      key
+    ├── StaleExpectation (StaleCompaction)   key           (an expect_id guard failed)
     ├── MigrationConflict                    (another secret migration or write interleaved)
     ├── ConcurrentChange                     key           (gave up after repeated interference)
     ├── DurabilityNotReached                 redis_key, acked, wanted  (wait_replicas not met)
@@ -92,9 +92,11 @@ class ChildAlreadyMerged(SessionError):
         super().__init__(f"child session {key!r} is already merged")
 
 
-class StaleCompaction(SessionError):
-    """``compact_messages`` was asked to cut at a message that is no longer at that index (or
-    ``pop_message`` to pop one that is no longer the newest: index -1).
+class StaleExpectation(SessionError):
+    """An ``expect_id`` guard failed: ``compact_messages`` was asked to cut at a message that
+    is no longer at that index (or the history is now shorter than the index), or
+    ``pop_message`` to pop one that is no longer the newest (index -1). The history changed
+    since it was read; read it again. ``StaleCompaction`` is the same class (its old name).
     """
 
     def __init__(self, key: str, index: int, expected_id: str) -> None:
@@ -105,6 +107,10 @@ class StaleCompaction(SessionError):
             f"session {key!r}: message {index} is no longer {expected_id!r}; "
             "the history changed since it was read"
         )
+
+
+StaleCompaction = StaleExpectation
+"""The earlier name of :class:`StaleExpectation` (the same class)."""
 
 
 class ItemNotFound(SessionError, LookupError):

@@ -164,12 +164,13 @@ class Store(Protocol):
 
         Messages appended meanwhile by other workers stay after the summary. With
         ``expect_id``, the message at ``up_to_index`` must still have that id (else
-        ``StaleCompaction`` and nothing changes), which guards against a history that was
+        ``StaleExpectation`` and nothing changes), which guards against a history that was
         trimmed since it was read. Returns the number of messages removed.
 
         Raises:
-            InvalidArgument: ``up_to_index`` is past the end of the history.
-            StaleCompaction: ``expect_id`` no longer sits at ``up_to_index``.
+            InvalidArgument: ``up_to_index`` is past the end of the history (no ``expect_id``).
+            StaleExpectation: ``expect_id`` no longer sits at ``up_to_index``, or the history
+                is now shorter than that (``StaleCompaction`` is its old name).
             SessionNotFound, SessionExpired: no live session under ``key``.
         """
         ...

@@ -20,7 +20,7 @@ from .errors import (
     SessionError,
     SessionExpired,
     SessionNotFound,
-    StaleCompaction,
+    StaleExpectation,
 )
 
 
@@ -70,12 +70,14 @@ def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
             raise SessionExpired(ctx.key)
         case Status.EXISTS:
             raise DuplicateSession(ctx.key)
+        case Status.OUT_OF_RANGE if ctx.expect_id:  # the history got shorter since it was read
+            raise StaleExpectation(ctx.key, ctx.index, ctx.expect_id)
         case Status.OUT_OF_RANGE:
             raise InvalidArgument(
                 "up_to_index", f"{ctx.index} is out of range: the history has {reply[1]} messages"
             )
         case Status.STALE:
-            raise StaleCompaction(ctx.key, ctx.index, ctx.expect_id)
+            raise StaleExpectation(ctx.key, ctx.index, ctx.expect_id)
         case Status.MERGED:
             raise ChildAlreadyMerged(ctx.key)
         case Status.CONFLICT:

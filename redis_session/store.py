@@ -49,8 +49,8 @@ class RedisStore:
     ``ttl`` (seconds or timedelta; None = never expire) refreshed on every write,
     ``max_history_turns`` (0 = keep all), ``expired_grace`` (how long after expiry ``get`` still
     says ``SessionExpired`` rather than ``SessionNotFound``), ``lifecycle_hook`` (called with
-    each lifecycle event after the change; in the blocking flavour it may be a coroutine
-    function), ``publish_events`` (False: publish nothing on ``events_channel``).
+    each lifecycle event after the change; a plain function; an async one
+    is logged, never run), ``publish_events`` (False: publish nothing on ``events_channel``).
 
     Durability: with ``wait_replicas=N`` every write is followed, on the same connection, by
     ``WAIT N wait_timeout``; fewer acknowledgements raise ``DurabilityNotReached`` (the write
@@ -326,7 +326,7 @@ class RedisStore:
         """Remove and return the newest message of session ``key`` in one atomic script (None
         when the history is empty), refreshing the TTL and ``updated_at``.
 
-        With ``expect_id``, only if the newest message has that id, else ``StaleCompaction``
+        With ``expect_id``, only if the newest message has that id, else ``StaleExpectation``
         (index -1). A call that redis-py retries after a lost reply returns the same message
         and pops nothing more (a per-call token). The popped id stays recorded, so appending
         that message again stores nothing. ``SessionNotFound`` / ``SessionExpired``.

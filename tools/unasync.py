@@ -37,6 +37,10 @@ RULES: list[tuple[str, str]] = [
     (r"__aenter__", "__enter__"),
     (r"__aexit__", "__exit__"),
     (r"asyncio flavour", "blocking flavour"),
+    (
+        r"it may be a coroutine function, which this store\n    awaits\)",
+        "a plain function; an async one\n    is logged, never run)",
+    ),
 ]
 
 

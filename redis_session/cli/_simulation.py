@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..errors import StaleCompaction
+from ..errors import StaleExpectation
 from ..models import ChildSessionConfig, Message, Session, SessionLifecycleEvent, ToolCall
 from ..store import RedisStore
 
@@ -233,7 +233,7 @@ class _Worker:
             self.timed(
                 self.store.compact_messages, key, up_to, summary, expect_id=history[up_to].id
             )
-        except StaleCompaction:
+        except StaleExpectation:
             self.counts["stale"] += 1
             return
         with self.ledger.lock:

@@ -19,6 +19,7 @@ from redis_session import (
     SessionExpired,
     SessionNotFound,
     StaleCompaction,
+    StaleExpectation,
     ToolCall,
 )
 from tests.conftest import Backend, StoreFactory
@@ -324,6 +325,21 @@ async def test_compact_with_stale_expect_id_changes_nothing(make_store: StoreFac
     with pytest.raises(StaleCompaction):
         await store.compact_messages("st", 1, "s", expect_id=seen[1].id)
     assert contents(await store.get_history("st")) == ["b", "c", "d"]
+
+
+async def test_a_guarded_compaction_past_a_shrunk_history_is_stale_not_out_of_range(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store()
+    await store.create(Session(key="sh", history=[msg("a"), msg("b"), msg("c")]))
+    seen = await store.get_history("sh")
+    await store.compact_messages("sh", 1, "by another worker")  # now 2 messages
+    with pytest.raises(StaleExpectation) as info:
+        await store.compact_messages("sh", 2, "late", expect_id=seen[2].id)
+    assert isinstance(info.value, StaleCompaction) and StaleCompaction is StaleExpectation
+    with pytest.raises(InvalidArgument, match="out of range"):  # no guard: a bad argument
+        await store.compact_messages("sh", 5, "late")
+    assert contents(await store.get_history("sh"))[1:] == ["c"]
 
 
 async def test_list_sessions_most_recent_first_and_pages(store: Any) -> None:
