@@ -96,7 +96,7 @@ def render(rows: Sequence[Row]) -> str:
             _fmt(r.floor_p99, r.unit),
             _fmt(r.store - r.floor, r.unit),
             f"{r.ratio:.2f}x",
-            "-" if r.target is None else f"<= {r.target:.2f}x",
+            r.target_text,
             r.verdict,
         )
         for r in rows

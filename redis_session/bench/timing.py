@@ -57,6 +57,9 @@ class Row:
     store_p99: float | None = None
     floor_p99: float | None = None
     unit: str = "us"
+    allowance: float | None = None
+    """An absolute cost above the floor (µs) that passes too: the store adds a roughly
+    constant cost per call, so a ratio alone is stricter on a fast loopback than a slow one."""
 
     @property
     def ratio(self) -> float:
@@ -68,7 +71,19 @@ class Row:
         """``PASS`` / ``FAIL`` against the target; ``info`` for a row without one."""
         if self.target is None:
             return "info"
-        return "PASS" if self.ratio <= self.target else "FAIL"
+        if self.ratio <= self.target:
+            return "PASS"
+        if self.allowance is not None and self.store - self.floor <= self.allowance:
+            return "PASS"
+        return "FAIL"
+
+    @property
+    def target_text(self) -> str:
+        """The target as the tables print it (``-`` for none)."""
+        if self.target is None:
+            return "-"
+        text = f"<= {self.target:.2f}x"
+        return text if self.allowance is None else f"{text} or +{self.allowance:.0f} us"
 
     def as_json(self) -> dict[str, Any]:
         """The row as a JSON-ready dict."""
@@ -81,13 +96,20 @@ class Row:
             "floor_p99": self.floor_p99,
             "ratio": self.ratio,
             "target": self.target,
+            "allowance_us": self.allowance,
             "verdict": self.verdict,
         }
 
 
-def timed_row(case: str, store: Timings, floor: Timings, target: float | None) -> Row:
+def timed_row(
+    case: str,
+    store: Timings,
+    floor: Timings,
+    target: float | None,
+    allowance: float | None = None,
+) -> Row:
     """A row of the store's timings against the floor's (medians and p99s)."""
-    return Row(case, store.median, floor.median, target, store.p99, floor.p99)
+    return Row(case, store.median, floor.median, target, store.p99, floor.p99, allowance=allowance)
 
 
 SyncOp = Callable[[int], object]

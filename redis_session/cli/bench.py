@@ -38,7 +38,7 @@ def _bench_table(bench: Bench) -> Table:
             num(r.floor),
             num(r.floor_p99),
             f"{r.ratio:.2f}×",
-            "-" if r.target is None else f"≤ {r.target:.2f}×",
+            r.target_text.replace("<=", "≤").replace("x", "×", 1),
             Text(r.verdict, style=style),
         )
     return table
