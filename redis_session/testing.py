@@ -1,0 +1,92 @@
+"""A pytest plugin for tests of code that uses redis_session: stores on the embedded
+``memory://`` server (no Redis needed), the lifecycle events they emitted, and a count of
+the round trips a block of code made.
+
+Installed with the package (entry point ``pytest11``), it only adds fixtures, all named
+``rs_*``; a test that names none of them is untouched, and nothing of redis_session is
+imported until one is used. The stores need the ``memory`` extra (fakeredis).
+
+Fixtures:
+
+- ``rs_store``: a :class:`~redis_session.RedisStore` on a ``memory://`` server of the test's
+  own (empty, shared with nothing), closed afterwards.
+- ``rs_async_store``: the same as an :class:`~redis_session.AsyncRedisStore` (an async
+  fixture: it needs pytest-asyncio, as async tests do).
+- ``rs_events``: the lifecycle events ``rs_store`` and ``rs_async_store`` emitted so far,
+  in order (a list the store's hook appends to).
+
+And :func:`round_trips`: ``with round_trips(store) as count: ...``, then ``count.value`` is
+how many requests the store sent to Redis inside the block (a script call or a pipeline is
+one round trip).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from .aio import AsyncRedisStore
+    from .models import SessionLifecycleEvent
+    from .store import RedisStore
+
+
+@dataclass
+class RoundTrips:
+    """How many requests a store sent inside a :func:`round_trips` block."""
+
+    value: int = 0
+
+
+@contextmanager
+def round_trips(store: RedisStore | AsyncRedisStore) -> Iterator[RoundTrips]:
+    """Count the requests ``store`` sends to Redis inside the block (sync or async store)."""
+    from ._requests import Commands, ScriptCall
+
+    count = RoundTrips()
+    real = store._execute
+
+    def counting(request: Any) -> Any:
+        if isinstance(request, ScriptCall | Commands):
+            count.value += 1
+        return real(request)
+
+    store._execute = counting  # type: ignore[method-assign]
+    try:
+        yield count
+    finally:
+        del store._execute  # the class's method again
+
+
+@pytest.fixture
+def rs_events() -> list[SessionLifecycleEvent]:
+    """The lifecycle events ``rs_store`` / ``rs_async_store`` emitted, in order."""
+    return []
+
+
+@pytest.fixture
+def rs_store(rs_events: list[SessionLifecycleEvent]) -> Iterator[RedisStore]:
+    """A blocking store on a ``memory://`` server of this test's own."""
+    from .store import RedisStore
+
+    store = RedisStore.from_url("memory://", lifecycle_hook=rs_events.append)  # its own server
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.fixture
+async def rs_async_store(rs_events: list[SessionLifecycleEvent]) -> AsyncIterator[AsyncRedisStore]:
+    """An asyncio store on a ``memory://`` server of this test's own."""
+    from .aio import AsyncRedisStore
+
+    store = AsyncRedisStore.from_url("memory://", lifecycle_hook=rs_events.append)
+    try:
+        yield store
+    finally:
+        await store.close()
