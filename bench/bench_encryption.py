@@ -439,7 +439,7 @@ def render(rows: Sequence[Row]) -> str:
             f"{r.floor_p99 or 0:,.1f}",
             f"{r.store_p99 or 0:,.1f}",
             f"{r.ratio:.2f}x",
-            "-" if r.target is None else f"<= {r.target:.1f}x",
+            "-" if r.target is None else f"<= {r.target:.2f}x",
             "met" if r.verdict == "PASS" else "MISSED" if r.verdict == "FAIL" else "info",
         )
         for r in rows
