@@ -29,6 +29,7 @@ from ._core import (
     Request,
     ScriptCall,
 )
+from ._loops import LoopClients  # async only
 from .crypto import DEFAULT_WORK
 from .errors import DurabilityNotReached
 from .events import AsyncEventListener, LifecycleHook
@@ -118,6 +119,7 @@ class AsyncRedisStore:
         self._unlocking = asyncio.Lock()  # one scrypt per store, however many callers wait
         self.set_lifecycle_hook(lifecycle_hook)
         self._client = client
+        self._clients = LoopClients(client)  # async only: one client per event loop
         self._scripts = {n: client.register_script(script_source(n)) for n in SCRIPT_NAMES}
 
     @classmethod
@@ -196,7 +198,7 @@ class AsyncRedisStore:
         ``aclose()``. It resubscribes after a dropped connection; pub/sub is at-most-once, so
         events published during the gap are missed.
         """
-        return await AsyncEventListener(self._client, self.events_channel).start()
+        return await AsyncEventListener(self._clients.current(), self.events_channel).start()
 
     async def _execute(self, request: Request) -> Any:
         if isinstance(request, ScriptCall):
@@ -205,7 +207,7 @@ class AsyncRedisStore:
             # EVALSHA by hand rather than through Script.__call__: the same reload on NOSCRIPT,
             # without its per-call copies (this is the append hot path).
             script = self._scripts[request.name]
-            client: Any = self._client
+            client: Any = self._clients.current()
             command = ("EVALSHA", script.sha, len(request.keys), *request.keys, *request.args)
             try:
                 return await client.execute_command(*command)
@@ -217,7 +219,7 @@ class AsyncRedisStore:
             return await events.finish_hook(pending, request.event)
         if isinstance(request, Compute):
             return await asyncio.to_thread(request.fn)
-        client = self._client  # redis-py leaves execute_command untyped
+        client = self._clients.current()  # redis-py leaves execute_command untyped
         if len(request.commands) == 1 and not request.transaction:
             try:
                 return [await client.execute_command(*request.commands[0])]
@@ -235,7 +237,7 @@ class AsyncRedisStore:
         """The client whose connection runs a write to ``key``: on a cluster, the own client of
         the node serving its slot, so that WAIT asks about that very write.
         """
-        client: Any = self._client
+        client: Any = self._clients.current()
         if not self._core.schema.cluster:
             return client
         await client.initialize()  # async only
@@ -276,7 +278,7 @@ class AsyncRedisStore:
                 raise error
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
-            await _url.async_refresh(self._client)
+            await _url.async_refresh(self._clients.current())
 
     async def _run(self, op: Op[T]) -> T:
         if self._core.locked:
@@ -440,7 +442,7 @@ class AsyncRedisStore:
     async def close(self) -> None:
         for node_client in self._node_clients.values():
             await node_client.aclose()
-        await _url.async_close(self._client)
+        await self._clients.aclose(_url.async_close)
 
     async def __aenter__(self) -> AsyncRedisStore:
         return self

@@ -1,0 +1,107 @@
+"""One AsyncRedisStore used from many event loops over its life: ``asyncio.run`` again and
+again (as ``Runner.run_sync`` does), threads each running a loop of their own; nothing fails
+and no connection is left behind on the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from redis_session import AsyncRedisStore, Message, Session
+from tests.conftest import Backend
+
+
+def _store(backend: Backend, **options: Any) -> AsyncRedisStore:
+    assert backend.server is not None
+    return AsyncRedisStore.from_url(backend.server.url, prefix=backend.prefix, **options)
+
+
+def _connections(admin: Any) -> int:
+    return len(admin.client_list(_type="normal"))
+
+
+def test_asyncio_run_again_and_again_with_one_store(real_backend: Backend) -> None:
+    store = _store(real_backend)
+
+    async def turn(n: int) -> int:
+        if n == 0:
+            await store.create(Session(key="s"))
+        await store.append_message("s", Message(role="user", content=f"turn {n}"))
+        return len(await store.get_history("s"))
+
+    admin = real_backend.sync_client()
+    baseline = _connections(admin)  # other tests' clients of this server included
+    counts = [asyncio.run(turn(n)) for n in range(100)]
+    assert counts == list(range(1, 101))
+    assert _connections(admin) <= baseline + 1  # the last loop's connection: none leaked
+    assert store._clients.loops == 1
+    asyncio.run(store.close())
+    assert _connections(admin) <= baseline
+
+
+def test_threads_each_with_a_loop_share_one_store(real_backend: Backend) -> None:
+    store = _store(real_backend)
+    asyncio.run(store.create(Session(key="t")))
+    errors: list[BaseException] = []
+
+    def worker(w: int) -> None:
+        async def appends() -> None:
+            for n in range(20):
+                await store.append_message("t", Message(role="user", content=f"{w}-{n}"))
+
+        try:
+            asyncio.run(appends())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors and not any(t.is_alive() for t in threads)
+    history = asyncio.run(store.get_history("t"))
+    assert sorted(m.content for m in history) == sorted(
+        f"{w}-{n}" for w in range(4) for n in range(20)
+    )
+    asyncio.run(store.close())
+
+
+def test_a_listener_and_the_adapters_in_a_later_loop(real_backend: Backend) -> None:
+    from redis_session.integrations.openai_agents import RedisAgentSession
+
+    store = _store(real_backend)
+    asyncio.run(store.create(Session(key="first loop")))
+
+    async def later() -> list[str]:
+        listener = await store.listen()
+        try:
+            await store.create(Session(key="second loop"))
+            event = await listener.get(timeout=5)
+            assert event is not None
+            return [event.key]
+        finally:
+            await listener.aclose()
+
+    assert asyncio.run(later()) == ["second loop"]
+    agent_session = RedisAgentSession("chat", store, key_prefix="oa:")
+    for n in range(5):  # what Runner.run_sync does with one session object
+        asyncio.run(agent_session.add_items([{"role": "user", "content": f"item {n}"}]))
+    items = asyncio.run(agent_session.get_items())
+    assert [dict(i).get("content") for i in items] == [f"item {n}" for n in range(5)]
+    asyncio.run(store.close())
+
+
+@pytest.mark.fake
+def test_memory_stores_work_from_any_loop() -> None:
+    store = AsyncRedisStore.from_url("memory://")
+    asyncio.run(store.create(Session(key="m")))
+    for n in range(3):
+        asyncio.run(store.append_message("m", Message(role="user", content=str(n))))
+    assert len(asyncio.run(store.get_history("m"))) == 3
+    assert store._clients.loops == 0  # memory:// is used as it is
+    asyncio.run(store.close())
