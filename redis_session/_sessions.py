@@ -389,6 +389,7 @@ class SessionOps(CoreBase):
                     (page,) = yield Commands(
                         [("ZREVRANGE", index, at, at + SCAN_COUNT - 1, "WITHSCORES")]
                     )
+                    page = codec.scored(page)
                     rows += ((float(score), member) for member, score in page)
                     at += SCAN_COUNT
                     if len(page) < SCAN_COUNT:
@@ -402,6 +403,7 @@ class SessionOps(CoreBase):
             # The newest `window` entries of every index shard, merged newest first; then the
             # sessions' own timestamps, which also drop entries of sessions gone meanwhile.
             pages = yield Commands([("ZREVRANGE", i, 0, window - 1, "WITHSCORES") for i in indexes])
+            pages = [codec.scored(page) for page in pages]
             rows = sorted(
                 ((float(score), member) for page in pages for member, score in page),
                 reverse=True,

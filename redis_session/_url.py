@@ -56,6 +56,16 @@ DEFAULT_POOL_OPTIONS: dict[str, Any] = {"max_connections": 32, "timeout": 10.0}
 """The bounded pool of a plain client: its size, and how long a caller waits for a connection."""
 
 
+def _is_connected(connection: Any) -> bool:
+    """Whether a pooled connection holds an open socket (redis-py before 7.1 has no
+    ``is_connected`` on its blocking connections: their socket is ``_sock``).
+    """
+    known = getattr(type(connection), "is_connected", None)
+    if known is not None:
+        return bool(connection.is_connected)
+    return getattr(connection, "_sock", None) is not None
+
+
 class ConnectedFirstPool(redis.BlockingConnectionPool):
     """A bounded blocking pool that hands out a connected connection before an unconnected one
     (see the module docstring). Not a client subclass: the client is redis-py's own.
@@ -68,7 +78,7 @@ class ConnectedFirstPool(redis.BlockingConnectionPool):
             with self.pool.mutex:
                 for i in range(len(queue) - 1, -1, -1):
                     connection = queue[i]
-                    if connection is not None and connection.is_connected:
+                    if connection is not None and _is_connected(connection):
                         del queue[i]
                         queue.append(connection)  # the LIFO queue gives it out next
                         break
@@ -85,7 +95,7 @@ class AsyncConnectedFirstPool(redis.asyncio.BlockingConnectionPool):
         available: Any = getattr(self, "_available_connections", None)
         if available:
             for i in range(len(available) - 1, -1, -1):
-                if available[i].is_connected:
+                if _is_connected(available[i]):
                     available.append(available.pop(i))
                     break
         return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]

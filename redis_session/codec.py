@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import repeat
+from typing import Any
 
 import orjson
 from pydantic import AwareDatetime, ConfigDict, TypeAdapter, ValidationError
@@ -467,6 +468,15 @@ def decode_session(
         created_at=to_datetime(_micros(key, fields.get("created_at"), "created_at")),
         updated_at=to_datetime(_micros(key, fields.get("updated_at"), "updated_at")),
     )
+
+
+def scored(reply: Sequence[Any]) -> list[tuple[Any, Any]]:
+    """A ``ZREVRANGE … WITHSCORES`` reply as (member, score) pairs, whether redis-py paired
+    it (its callback for the command, 7.1 and later) or left it flat (earlier releases).
+    """
+    if reply and not isinstance(reply[0], list | tuple):
+        return list(zip(reply[::2], reply[1::2], strict=True))
+    return [(pair[0], pair[1]) for pair in reply]
 
 
 def decode_summary(key: str, created: bytes | None, updated: bytes | None) -> SessionSummary:

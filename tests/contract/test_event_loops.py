@@ -71,9 +71,7 @@ def test_threads_each_with_a_loop_share_one_store(real_backend: Backend) -> None
     asyncio.run(store.close())
 
 
-def test_a_listener_and_the_adapters_in_a_later_loop(real_backend: Backend) -> None:
-    from redis_session.integrations.openai_agents import RedisAgentSession
-
+def test_a_listener_in_a_later_loop(real_backend: Backend) -> None:
     store = _store(real_backend)
     asyncio.run(store.create(Session(key="first loop")))
 
@@ -88,6 +86,14 @@ def test_a_listener_and_the_adapters_in_a_later_loop(real_backend: Backend) -> N
             await listener.aclose()
 
     assert asyncio.run(later()) == ["second loop"]
+    asyncio.run(store.close())
+
+
+def test_the_openai_agents_session_over_many_loops(real_backend: Backend) -> None:
+    pytest.importorskip("agents")  # the openai-agents extra
+    from redis_session.integrations.openai_agents import RedisAgentSession
+
+    store = _store(real_backend)
     agent_session = RedisAgentSession("chat", store, key_prefix="oa:")
     for n in range(5):  # what Runner.run_sync does with one session object
         asyncio.run(agent_session.add_items([{"role": "user", "content": f"item {n}"}]))
