@@ -239,10 +239,9 @@ class CoreBase(KeyringOps):
                 new = codec.distinct_from(key, held.repeats, new)
             messages, entry = held.extended(self._reads.lock, h, wanted, new, size)
         else:
-            messages = new
             ids = {m.id for m in new} if sealed else None
             entry = Held(*version, start, list(new), 0, len(new), size, ids)
-            messages = list(new)
+            messages = list(new)  # the caller's own, not the cache's list
         self._reads.put(key, entry)
         return messages
 

@@ -56,7 +56,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cryptography.exceptions import InvalidTag
@@ -168,14 +168,6 @@ def unwrap(kek: bytes, kid: bytes, wrapped: bytes) -> bytes:
         )
     except (InvalidTag, ValueError):
         raise CorruptData("keyring", f"data key {kid.hex()} does not open") from None
-
-
-def new_kid(taken: Mapping[bytes, object]) -> bytes:
-    """A fresh random key id not in ``taken``."""
-    while True:
-        kid = os.urandom(KID_LEN)
-        if kid not in taken:
-            return kid
 
 
 V2 = 0x02
@@ -502,12 +494,6 @@ def _open2(session_key: SessionKey, value: bytes, bound: bytes, key: str, what: 
         return session_key.aead.decrypt(value[:NONCE_LEN], value[NONCE_LEN:], bound)
     except InvalidTag:
         raise DecryptionFailed(key, f"{what} failed authentication") from None
-
-
-def element_kid(item: bytes) -> bytes:
-    """The key id of a sealed message element, or b"" for a cleartext one."""
-    parts = split_element(item)
-    return b"" if parts is None else kid_of(parts[1])
 
 
 def open_message(keyring: Keyring, owner: str, item: bytes, key: str, i: int) -> bytes:
