@@ -82,6 +82,54 @@ def test_decode_session_reports_the_key() -> None:
         decode_session("k", meta[:-2], [])
 
 
+def _stored_meta(**extra: bytes) -> list[bytes]:
+    meta = meta_args(Session(key="k", agent_id="a", metadata={"a": "b"}))
+    meta += [b"v", b"1", b"created_at", b"1", b"updated_at", b"2"]
+    for name, value in extra.items():
+        meta += [name.encode(), value]
+    return meta
+
+
+def test_decode_session_equals_the_model_it_stands_for() -> None:
+    # decode_session builds the model without pydantic's constructor: it must be the model
+    # model_construct would build (same fields, same fields-set, dumps and copies alike).
+    s = decode_session("k", _stored_meta(), [])
+    same = Session.model_construct(
+        key="k", agent_id="a", channel_type="", channel_id="", model="", history=[],
+        metadata={"a": "b"}, created_at=to_datetime(1), updated_at=to_datetime(2),
+    )  # fmt: skip
+    assert s == same and s.model_fields_set == same.model_fields_set
+    assert s.model_dump() == same.model_dump()
+    assert s.model_copy(update={"agent_id": "b"}).agent_id == "b" and s.agent_id == "a"
+    assert Session.model_validate(s.model_dump()) == s
+
+
+def test_decode_session_takes_a_mapping_or_memoryviews() -> None:
+    flat = _stored_meta()
+    pairs = dict(zip(flat[::2], flat[1::2], strict=True))
+    views = [memoryview(x) for x in flat]
+    assert (
+        decode_session("k", pairs, [])
+        == decode_session("k", views, [])
+        == (decode_session("k", flat, []))
+    )
+
+
+@pytest.mark.parametrize(
+    ("meta", "what"),
+    [
+        (_stored_meta()[:-1], "odd number"),
+        ([*_stored_meta(), b"m:\xff", b"x"], "field name"),
+        ([*_stored_meta(), b"m:x", b"\xff"], "metadata 'x'"),
+        ([*_stored_meta()[:-2], b"model", b"\xff", b"updated_at", b"2"], "model"),
+        ([b"v", b"2", b"created_at", b"1"], "schema version"),
+    ],
+)
+def test_decode_session_names_what_is_corrupt(meta: list[bytes], what: str) -> None:
+    with pytest.raises(CorruptData, match=f"'k'.*{what}"):
+        decode_session("k", meta, [])
+
+
 @pytest.mark.parametrize("raw", [b"", b"{", b"null", b"\x80", b'{"role":"user","id":"x","x":1}'])
 def test_decode_messages_names_key_and_index(raw: bytes) -> None:
     good = encode_message(Message(role="user"))
