@@ -56,6 +56,8 @@ CLIENT_COMMANDS: Mapping[str, Sent] = MappingProxyType(
         "zrange": Sent("children_of, delete, rekey: a session's children"),
         "zrevrange": Sent("list_sessions"),
         "zscan": Sent("list_sessions(prefix=...)"),
+        "zadd": Sent("the ADK adapter's session index: create_session, list_sessions"),
+        "zrem": Sent("the ADK adapter's session index: delete_session, list_sessions"),
         "wait": Sent("writes with wait_replicas"),
         "ping": Sent("the OpenAI Agents session's ping()"),
         # events

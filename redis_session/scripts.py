@@ -20,6 +20,7 @@ from pathlib import Path
 PRELUDE = "_prelude"
 
 SCRIPT_NAMES: tuple[str, ...] = (
+    "adk_append_event",
     "append_child_message",
     "append_message",
     "begin_rekey",

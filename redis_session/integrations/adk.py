@@ -68,6 +68,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import re
 import time
 import uuid
@@ -102,13 +103,32 @@ except ImportError:  # ADK releases before google.adk.errors (1.0 raised ValueEr
         """The session does not exist (ADK releases without their own class)."""
 
 
+try:
+    from google.adk.errors._stale_session_error import StaleSessionError
+except ImportError:  # ADK releases before the stale-session check (< 2.x)
+
+    class StaleSessionError(ValueError):  # type: ignore[no-redef]
+        """The session was changed in storage since the caller's copy was read."""
+
+
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
+from .. import codec
+from .._args import token
+from .._requests import Commands, Emit, Op, Request, ScriptCall
 from ..aio import AsyncRedisStore
-from ..errors import CorruptData, DuplicateSession, SessionNotFound
-from ..models import MESSAGE_ID_PATTERN, Message, MessageRole
+from ..errors import (
+    ConcurrentChange,
+    CorruptData,
+    DuplicateSession,
+    PassphraseRequired,
+    SessionNotFound,
+)
+from ..events import new_event
+from ..models import MESSAGE_ID_PATTERN, LifecycleEventType, Message, MessageRole
 from ..models import Session as StoreSession
+from ..status import Ctx, Status, check
 
 __all__ = ["AdkKeys", "RedisSessionService"]
 
@@ -124,6 +144,15 @@ LAYOUT = "adk:layout"
 """Present (``2``) on sessions that keep their events as their own messages."""
 _FIRST_PAGE = 16
 _EVENT_ID = re.compile(MESSAGE_ID_PATTERN)
+_STALE = (
+    "The session has been modified in storage since it was loaded. "
+    "Please reload the session before appending more events."
+)
+"""ADK's own message (its tests match ``modified in storage``)."""
+BUILT = "!"
+"""The index member that says the index lists every session of its app (percent-encoded
+names never hold a bare ``!``)."""
+_ATTEMPTS = 8
 
 
 def _part(name: str) -> str:
@@ -160,6 +189,17 @@ class AdkKeys:
         """The common beginning of the session records of an app, or of one user of it."""
         head = f"{self.namespace}/session/{_part(app_name)}/"
         return head if user_id is None else f"{head}{_part(user_id)}/"
+
+    def member(self, user_id: str, session_id: str) -> str:
+        """The session's member in its app's index: its record key after :meth:`sessions_of`."""
+        return f"{_part(user_id)}/{_part(session_id)}"
+
+    def index(self, prefix: str, app_name: str) -> str:
+        """The Redis key of the app's session index (a sorted set read by lexical range)
+        under the store's ``prefix``; its hash tag is the app's name, so one app's index is one
+        key in one slot.
+        """
+        return f"{prefix}{_part(self.namespace)}-index:{{{_part(app_name)}}}"
 
 
 def _dump(value: Any, key: str) -> str:
@@ -242,13 +282,25 @@ def _to_event(key: str, msg: Message) -> Event:
 
 
 def _first_window(config: GetSessionConfig | None) -> int | None:
-    """How many of the newest events the first read of a session takes (None: all)."""
+    """How many of the newest events the first read of a session takes (None: all): one more
+    than ``num_recent_events``, so that a tie at the window's edge is seen.
+    """
     recent = None if config is None else config.num_recent_events
     if recent == 0:
         return 0
-    if config is None or config.after_timestamp is None:
-        return recent
-    return recent or _FIRST_PAGE
+    if config is None or (config.after_timestamp is None and recent is None):
+        return None
+    return recent + 1 if recent else _FIRST_PAGE
+
+
+def _order(event: Event) -> tuple[float, str]:
+    """ADK's database order of events: by timestamp, ties by event id."""
+    return event.timestamp, event.id
+
+
+def _one(request: Request) -> Op[Any]:
+    """An operation of one request (for the store's driver)."""
+    return (yield request)
 
 
 class RedisSessionService(BaseSessionService):
@@ -294,6 +346,11 @@ class RedisSessionService(BaseSessionService):
             LAYOUT: "2",
             **_state_entries(session_state),
         }
+        # Indexed first: the index may name a session that is not (yet, or any longer) there,
+        # never miss one; list_sessions drops what it names in vain.
+        await self._send(
+            Commands([("ZADD", self._index(app_name), 0, self.keys.member(user_id, session_id))])
+        )
         try:
             await self.store.create(StoreSession(key=record, metadata=metadata))
         except DuplicateSession:
@@ -350,19 +407,43 @@ class RedisSessionService(BaseSessionService):
     ) -> ListSessionsResponse:
         """The app's sessions (or one user's), without events, with merged state, ordered by
         ``last_update_time`` (oldest first), then user id and session id.
+
+        Read through the app's index (one lexical range of one sorted set), then each listed
+        session's fields and metadata without its events: the cost follows the sessions
+        listed, not all sessions of the store. Entries of sessions that are gone (deleted,
+        expired) are dropped from the index here.
         """
-        head = self.keys.sessions_of(app_name, user_id)
-        keys = [s.key for s in await self.store.list_sessions(prefix=head)]
-        records = await asyncio.gather(*(self._record(k) for k in keys))
-        found = [r for r in records if r is not None]
-        users = sorted({r.metadata.get(USER_ID, "") for r in found})
+        index = self._index(app_name)
+        head = self.keys.sessions_of(app_name)
+        low, high = (
+            ("-", "+") if user_id is None else (f"[{_part(user_id)}/", f"[{_part(user_id)}0")
+        )
+        built, members = await self._send(
+            Commands([("ZRANGE", index, f"[{BUILT}", f"[{BUILT}", "BYLEX"),
+                      ("ZRANGE", index, low, high, "BYLEX")])
+        )  # fmt: skip
+        if not built:  # sessions made before the index: found once by prefix, then indexed
+            found = [s.key for s in await self.store.list_sessions(prefix=head)]
+            names = [k[len(head) :] for k in found]
+            pairs = [x for name in (BUILT, *names) for x in (0, name)]
+            await self._send(Commands([("ZADD", index, *pairs)]))
+            members = [n for n in names if user_id is None or n.startswith(low[1:])]
+        names = [m.decode() if isinstance(m, bytes) else str(m) for m in members]
+        names = [n for n in names if n != BUILT]
+        records = await asyncio.gather(*(self._record(head + n) for n in names))
+        gone = [n for n, r in zip(names, records, strict=True) if r is None]
+        if gone:
+            await self._send(Commands([("ZREM", index, *gone)]))
+        found_records = [r for r in records if r is not None]
+        users = sorted({r.metadata.get(USER_ID, "") for r in found_records})
         app_state, *user_states = await asyncio.gather(
             self._shared_state(self.keys.app(app_name)),
             *(self._shared_state(self.keys.user(app_name, u)) for u in users),
         )
         by_user = dict(zip(users, user_states, strict=True))
         sessions = [
-            self._session_from(r, app_state, by_user[r.metadata.get(USER_ID, "")]) for r in found
+            self._session_from(r, app_state, by_user[r.metadata.get(USER_ID, "")])
+            for r in found_records
         ]
         sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
         return ListSessionsResponse(sessions=sessions)
@@ -374,6 +455,9 @@ class RedisSessionService(BaseSessionService):
             self.store.delete(self.keys.session(app_name, user_id, session_id)),
             self.store.delete(self.keys.events(app_name, user_id, session_id)),
         )
+        await self._send(
+            Commands([("ZREM", self._index(app_name), self.keys.member(user_id, session_id))])
+        )
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The ``user:`` state of this app and user, keys without the prefix (``{}`` if none)."""
@@ -383,12 +467,16 @@ class RedisSessionService(BaseSessionService):
         """Store ``event`` and its state delta, then apply both to ``session`` in memory.
 
         Partial (streaming) events are returned untouched. ``temp:`` keys reach the in-memory
-        session only. The event, the session-state delta and ``last_update_time =
-        event.timestamp`` are stored in one atomic step; then the ``app:`` / ``user:`` deltas
-        are applied concurrently (see the module docstring). Idempotent by event id: an event
-        already stored changes nothing.
+        session only. One script (one round trip) checks that ``session`` is not stale,
+        stores the event, the session-state delta, ``last_update_time = event.timestamp`` and
+        (on a single server) the ``app:`` / ``user:`` deltas; see the module docstring for a
+        cluster and for encrypted stores. Idempotent by event id: an event already stored
+        changes nothing.
 
         Raises:
+            StaleSessionError: the stored session was changed since ``session`` was read
+                (its ``last_update_time`` is later than the caller's and its newest event is
+                not the caller's newest); nothing was stored.
             SessionNotFoundError: the session does not exist (deleted, expired, never made).
         """
         if event.partial:
@@ -402,24 +490,114 @@ class RedisSessionService(BaseSessionService):
         keys = self.keys
         record = keys.session(session.app_name, session.user_id, session.id)
         entries = {LAST_UPDATE: repr(event.timestamp), **_state_entries(session_delta)}
-        try:  # the event, the session state and last_update_time: one atomic script
-            await self.store.append_message(record, _to_message(event), metadata=entries)
+        shared = [
+            (keys.app(session.app_name), _state_entries(app_delta)),
+            (keys.user(session.app_name, session.user_id), _state_entries(user_delta)),
+        ]
+        one_script = not self.store.encrypted and not self.store._core.schema.cluster
+        try:
+            if self.store.encrypted:  # sealed values: the store's own path (module docstring)
+                await self._check_fresh(record, session)
+                await self.store.append_message(record, _to_message(event), metadata=entries)
+            else:
+                op = self._append_op(
+                    record, _to_message(event), entries, shared if one_script else [], session
+                )
+                await self.store._run(op)
         except SessionNotFound:
             raise SessionNotFoundError(f"Session {session.id} not found.") from None
-        steps: list[Awaitable[None]] = []
-        for key, delta in (
-            (keys.app(session.app_name), app_delta),
-            (keys.user(session.app_name, session.user_id), user_delta),
-        ):
-            if delta:
-                steps.append(self._upsert(key, _state_entries(delta)))
-            elif self.store.ttl is not None:
-                steps.append(self._touch(key))
-        await asyncio.gather(*steps)
+        if not one_script:  # other slots (a cluster), or sealed: each record in its own step
+            steps: list[Awaitable[None]] = []
+            for key, put in shared:
+                if put:
+                    steps.append(self._upsert(key, put))
+                elif self.store.ttl is not None:
+                    steps.append(self._touch(key))
+            await asyncio.gather(*steps)
         session.state.update(event.actions.state_delta)
         session.events.append(event)
         session.last_update_time = event.timestamp
         return event
+
+    def _append_op(
+        self,
+        record: str,
+        msg: Message,
+        entries: Mapping[str, str],
+        shared: Sequence[tuple[str, Mapping[str, str]]],
+        session: AdkSession,
+    ) -> Op[None]:
+        """The ``adk_append_event`` script call (``lua/adk_append_event.lua``), sent again when
+        the session tree's members turned out to be other than the store knew.
+        """
+        core = self.store._core
+        root = core._keys(record)[1]
+        element = codec.check_size(
+            codec.encode_message(msg, "event"), core.max_message_bytes, "event"
+        )
+        own = core._metadata_pairs(entries, "state_delta")(None)
+        shared_keys: list[str] = []
+        tail: list[bytes | str | int] = []
+        created = []
+        for key, put in shared:
+            sk = core.schema.session(key)
+            shared_keys += [sk.meta, sk.msgs, sk.ids, sk.mark, sk.kids, sk.done]
+            event, payload = new_event(LifecycleEventType.CREATE, key)
+            base = codec.meta_args(StoreSession(key=key))
+            pairs = core._metadata_pairs(put, "state_delta")(None)
+            tail += [key, payload, token(), len(base), *base, len(pairs), *pairs]
+            created.append(event)
+        last = _message_id(session.events[-1].id) if session.events else ""
+        for _ in range(_ATTEMPTS):
+            generation, members, _ = core._tree(record)
+            script_keys = [*root, *shared_keys, *members]
+            args = [
+                core.ttl_ms, core.grace_ms, generation, core.window, core.max_history_turns,
+                record, core.max_metadata_bytes, codec.SCHEMA_VERSION,
+                codec.METADATA_PREFIX + LAST_UPDATE, repr(session.last_update_time), last,
+                core.channel, codec.message_digest(msg.id), element, len(shared), len(own),
+                *own, *tail,
+            ]  # fmt: skip
+            reply = yield ScriptCall("adk_append_event", script_keys, args)
+            status = reply[0] if type(reply) is list and reply else None
+            if status == Status.TREE_CHANGED:
+                core._learn_tree(record, reply[1], reply[2:])
+                continue
+            if status == Status.STALE:
+                raise StaleSessionError(_STALE)
+            if status == Status.KEY_CHANGED:
+                where = int(reply[3]) if len(reply) > 3 else 1
+                raise PassphraseRequired(record if where == 1 else shared[(where - 8) // 6][0])
+            check(reply, Ctx(record, script_keys, argument="state_delta"))
+            for event, made in zip(created, bytes(reply[2]).decode(), strict=False):
+                if made == "1":
+                    yield Emit(event)
+            return
+        raise ConcurrentChange(record, "its children kept changing")
+
+    async def _check_fresh(self, record: str, session: AdkSession) -> None:
+        """The stale check of an encrypted store, made before its append (one more round trip,
+        not atomic with it: the script cannot read sealed values).
+        """
+        stored = await self._record(record, 1)
+        if stored is None:
+            return  # the append says SessionNotFound
+        try:
+            newer = float(stored.metadata.get(LAST_UPDATE, "0")) > session.last_update_time
+        except ValueError as exc:
+            raise CorruptData(record, f"{LAST_UPDATE} is not a number") from exc
+        if newer:
+            last = session.events[-1].id if session.events else None
+            held = stored.history[-1].id if stored.history else None
+            if last is None or held != _message_id(last):
+                raise StaleSessionError(_STALE)
+
+    async def _send(self, request: Request) -> Any:
+        """Send one request through the store (its client of the running event loop)."""
+        return await self.store._run(_one(request))
+
+    def _index(self, app_name: str) -> str:
+        return self.keys.index(self.store.prefix, app_name)
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -505,18 +683,26 @@ class RedisSessionService(BaseSessionService):
         after = None if config is None else config.after_timestamp
         if recent == 0:
             return []
-        if after is None:
-            return [_to_event(key, m) for m in await newest(recent)]
-        size = recent or _FIRST_PAGE
-        while True:
+
+        def chosen(events: list[Event]) -> list[Event]:
+            if after is not None:
+                events = [e for e in events if e.timestamp >= after]
+            return events[-recent:] if recent else events
+
+        if window is None:
+            return sorted((_to_event(key, m) for m in await newest(None)), key=_order)
+        size = window
+        while True:  # the newest pages until one reaches past what is selected (ties too)
             page = await newest(size)
-            events = [_to_event(key, m) for m in page]
-            start = len(events)
-            while start > 0 and events[start - 1].timestamp >= after:
-                start -= 1
-            chosen = events[start:]
-            if start > 0 or len(page) < size or (recent and len(chosen) >= recent):
-                return chosen[-recent:] if recent else chosen
+            events = sorted((_to_event(key, m) for m in page), key=_order)
+            if len(page) < size:  # all the session holds
+                return chosen(events)
+            picked = chosen(events)
+            bound = -math.inf if after is None else after
+            if recent and len(picked) >= recent:
+                bound = max(bound, picked[0].timestamp)
+            if events[0].timestamp < bound:
+                return picked
             size *= 2
 
     async def _history(self, key: str, last: int | None) -> Sequence[Message]:

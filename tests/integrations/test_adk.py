@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from google.adk.agents import LlmAgent
+from google.adk.errors._stale_session_error import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
@@ -310,7 +311,8 @@ async def test_recent_events_are_read_without_the_whole_history(
         return got.events
 
     assert await get(GetSessionConfig(num_recent_events=3)) == events[-3:]
-    assert reads == [("get", 3)]  # the session and its 3 newest events: one snapshot
+    # the session and its 3 newest events, and one more to see a tie at the edge: one snapshot
+    assert reads == [("get", 4)]
     assert await get(GetSessionConfig(after_timestamp=T0 + 295)) == events[295:]
     assert reads == [("get", 16)]
     assert await get(GetSessionConfig(after_timestamp=T0 + 250)) == events[250:]
@@ -318,7 +320,7 @@ async def test_recent_events_are_read_without_the_whole_history(
     assert reads == [("get", 16), ("history", 32), ("history", 64)]
     both = GetSessionConfig(num_recent_events=5, after_timestamp=T0 + 10)
     assert await get(both) == events[-5:]
-    assert reads == [("get", 5)]
+    assert reads == [("get", 6)]
     assert await get(GetSessionConfig(num_recent_events=0)) == []
     assert reads == [("get", 0)]
 
@@ -457,13 +459,21 @@ async def test_concurrent_appends_keep_every_event_and_state_key(make_astore: Ma
     services = [RedisSessionService(make_astore()) for _ in range(6)]
     await services[0].create_session(app_name=APP, user_id=USER, session_id="s1")
 
+    refused = 0
+
     async def work(w: int) -> None:
+        nonlocal refused
         service = services[w]
-        session = await service.get_session(app_name=APP, user_id=USER, session_id="s1")
-        assert session is not None
         for n in range(10):
             state = {f"w{w}": n, f"user:w{w}": n, f"app:w{w}": n}
-            await service.append_event(session, event(100 * w + n, state=state))
+            while True:  # what an ADK worker does on StaleSessionError: reload, try again
+                session = await service.get_session(app_name=APP, user_id=USER, session_id="s1")
+                assert session is not None
+                try:
+                    await service.append_event(session, event(100 * w + n, state=state))
+                    break
+                except StaleSessionError:
+                    refused += 1
 
     await asyncio.wait_for(asyncio.gather(*(work(w) for w in range(6))), timeout=50)
     got = await services[0].get_session(app_name=APP, user_id=USER, session_id="s1")
@@ -474,6 +484,7 @@ async def test_concurrent_appends_keep_every_event_and_state_key(make_astore: Ma
     assert len({e.id for e in got.events}) == 60
     for w in range(6):
         assert got.state[f"w{w}"] == got.state[f"user:w{w}"] == got.state[f"app:w{w}"] == 9
+    print(f"\nstale refusals: {refused}")
 
 
 async def _near_expiry(client: Any, meta: str, *others: str) -> None:
@@ -546,7 +557,9 @@ async def test_reading_a_first_layout_session_keeps_its_event_log_alive(
     assert await client.pttl(log) > 200_000
 
 
-async def test_round_trips_per_call(service: RedisSessionService, round_trips: RoundTrips) -> None:
+async def test_round_trips_per_call(
+    backend: Backend, service: RedisSessionService, round_trips: RoundTrips
+) -> None:
     """Printed with -s; the assertions pin the counts the module docstring states."""
     session = await service.create_session(app_name=APP, user_id=USER, session_id="s1")
     # Warm-up: scripts loaded, connections opened (the pool opens one per concurrent call).
@@ -566,7 +579,9 @@ async def test_round_trips_per_call(service: RedisSessionService, round_trips: R
     counts["get_session(num_recent_events=2)"] = round_trips.count
     print(f"\nround trips: {counts}")
     assert counts["append_event"] == 1  # event, state and last_update_time: one script
-    assert counts["append_event with app/user/session deltas"] == 3  # that, then 2 at once
+    # one script on a server; on a cluster (app and user state in other slots) then 2 at once
+    shared = 3 if backend.name == "cluster" else 1
+    assert counts["append_event with app/user/session deltas"] == shared
     assert counts["get_session(num_recent_events=2)"] == 3  # 3 reads, one concurrent batch
 
 

@@ -1,0 +1,148 @@
+-- adk_append_event: one Google ADK event (RedisSessionService.append_event): refuse a caller
+-- whose session is older than the stored one, then append the event, set the session's state
+-- entries and last_update_time, and set the app and user state entries (creating their
+-- records when missing), all in one script.
+-- KEYS[1..7] the session tree's root keys (see the prelude)
+-- KEYS[8 ..] first six keys per shared state record (r of them, ARGV[15]; none on a cluster,
+--   where they live in other slots): meta hash, msgs list, ids hash, expiry marker, kids zset,
+--   done zset; then the session tree's members
+-- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
+-- ARGV[5] max messages (0 = all)   ARGV[6] session key (index member)
+-- ARGV[7] max metadata bytes (0 = no limit)   ARGV[8] schema version
+-- ARGV[9] the metadata field of last_update_time ('m:adk:last_update_time')
+-- ARGV[10] the caller's last_update_time (seconds, a decimal string)
+-- ARGV[11] the message id of the caller's newest event ('' = it holds none)
+-- ARGV[12] events channel ('' = none)
+-- ARGV[13] 8-byte id digest of the event   ARGV[14] the event as stored (message JSON)
+-- ARGV[15] r = number of shared records
+-- ARGV[16] m = number of the session's metadata arguments (field/value pairs), ARGV[17 .. 16+m]
+-- then per shared record: its key (index member), its 'create' event JSON, a call token,
+--   q = number of base field/value arguments (written only when the record is created), them,
+--   p = number of its metadata arguments (field/value pairs: 'm:' .. name, value), them
+-- Reply: {OK, 1, created} (created: one character per shared record, '1' when this call
+--        created it) | {OK, 0, ''} (the event id was stored before: nothing changed)
+--        | {STALE} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk[, i]} | {WRONG_TYPE, i}
+--        | {TREE_CHANGED, ...} | {DAMAGED, ...} | {TOO_LARGE, bytes, limit}
+-- Events: 'create' on ARGV[12] for each shared record this call created.
+-- Stale: the stored last_update_time is later than the caller's and the newest stored event
+-- is not the caller's newest (ADK's DatabaseSessionService check for sessions without a
+-- storage marker). The id window is looked in first, so a retry of an applied call answers
+-- OK and is not taken for a stale writer. Cleartext only: a sealed session or record answers
+-- KEY_CHANGED (the Python side uses the store's own path for encrypted stores). Every check
+-- (types, staleness, sizes) is made before the first write (ZADD, which Redis refuses when it
+-- is out of memory).
+local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n', 'tg', 'mb')
+if failed(f) then return refusal(f, 1) end
+if not f[1] then return gone(1, 2, 3, 5) end
+if (f[2] or '') ~= '' then return key_changed(f[2]) end
+local us, now = clock()
+local ttl = tonumber(ARGV[1])
+local grace = tonumber(ARGV[2])
+local extend_now = due(f[3], ttl, now)
+if extend_now and (f[6] or '0') ~= ARGV[3] then return tree_changed(f[6]) end
+local g, h, n = positions(false, f[4], f[5], 2, 1)
+if g == nil then return h end
+local win, stop = open_window(3, f[5], 13, 13, 2)
+if not win then return stop end
+if has(win, ARGV[13]) then return {OK, 0, ''} end
+
+local stored = tonumber(redis.call('HGET', KEYS[1], ARGV[9]) or '')
+if stored and stored > tonumber(ARGV[10]) then
+  local last = redis.call('LINDEX', KEYS[2], -1)
+  local id = last and string.match(last, '^{"id":"([^"]*)"')
+  if ARGV[11] == '' or id ~= ARGV[11] then return {STALE} end
+end
+
+local m = tonumber(ARGV[16])
+local limit = tonumber(ARGV[7])
+local mb = metadata_after(KEYS[1], f[7], 17, 16 + m, 1, 0)
+if limit > 0 and mb > limit then return {TOO_LARGE, mb, limit} end
+
+local r = tonumber(ARGV[15])
+local shared = {}
+local at = 17 + m
+for j = 1, r do
+  local b = 7 + 6 * (j - 1)
+  local rec = {meta = b + 1, msgs = b + 2, ids = b + 3, mark = b + 4, kids = b + 5, done = b + 6,
+    member = at, payload = at + 1, token = at + 2}
+  local q = tonumber(ARGV[at + 3])
+  rec.qfirst, rec.qlast = at + 4, at + 3 + q
+  local p = tonumber(ARGV[at + 4 + q])
+  rec.pfirst, rec.plast = at + 5 + q, at + 4 + q + p
+  at = at + 5 + q + p
+  local s = redis.pcall('HMGET', KEYS[rec.meta], 'v', 'k', 'x', 'mb')
+  if failed(s) then return refusal(s, rec.meta) end
+  if s[1] then
+    if (s[2] or '') ~= '' then return {KEY_CHANGED, s[2], '', rec.meta} end
+    rec.x = s[3]
+    rec.mb = metadata_after(KEYS[rec.meta], s[4], rec.pfirst, rec.plast, 1, 0)
+  else
+    if redis.call('EXISTS', KEYS[rec.meta]) == 1 then return {DAMAGED, rec.meta, 'foreign'} end
+    rec.fresh = true
+    rec.mb = 0
+    for i = rec.pfirst, rec.plast, 2 do rec.mb = rec.mb + #ARGV[i] + #ARGV[i + 1] end
+  end
+  if limit > 0 and rec.mb > limit then return {TOO_LARGE, rec.mb, limit} end
+  shared[j] = rec
+end
+
+local z = redis.pcall('ZADD', KEYS[4], now, ARGV[6])
+if failed(z) then return refusal(z, 4) end
+local created = n == h  -- the list is made anew: it joins the tree's deadline
+redis.call('RPUSH', KEYS[2], ARGV[14])
+add(win, {ARGV[13]}, tonumber(ARGV[4]))
+save_window(win)
+n = n + 1
+local max = tonumber(ARGV[5])
+if max > 0 and n - h > max then
+  redis.call('LTRIM', KEYS[2], -max, -1)
+  h = n - max
+end
+if g then
+  redis.call('HSET', KEYS[1], 'updated_at', us, 'n', n, 'h', h, 'g', g, 'mb', mb)
+else
+  redis.call('HSET', KEYS[1], 'updated_at', us, 'n', n, 'h', h, 'mb', mb)
+end
+hcall_from('HSET', KEYS[1], 17, 16 + m)
+if extend_now then
+  extend(8 + 6 * r, ttl, grace, now)
+elseif created then
+  join_tree(f[3], {2})
+end
+
+local made = ''
+for j = 1, r do
+  local rec = shared[j]
+  local x
+  if rec.fresh then
+    if rec.plast >= rec.pfirst then  -- a record is made only to hold entries
+      redis.call('DEL', KEYS[rec.msgs], KEYS[rec.ids], KEYS[rec.mark], KEYS[rec.kids],
+        KEYS[rec.done])
+      redis.call('HSET', KEYS[rec.meta], 'v', ARGV[8], 'h', 0, 'n', 0, 'g', 0, 'updated_at', us,
+        'created_at', us, 'token', ARGV[rec.token], 'tg', 0, 'mb', rec.mb)
+      hcall_from('HSET', KEYS[rec.meta], rec.qfirst, rec.qlast)
+      hcall_from('HSET', KEYS[rec.meta], rec.pfirst, rec.plast)
+      redis.call('HSET', KEYS[rec.ids], 'w', '0')
+      redis.call('ZADD', KEYS[4], now, ARGV[rec.member])
+      if ttl > 0 then x = now + ttl + math.floor(ttl / 16) end
+      emit(ARGV[12], ARGV[rec.payload])
+      made = made .. '1'
+    else
+      made = made .. '0'
+    end
+  else
+    redis.call('HSET', KEYS[rec.meta], 'updated_at', us, 'mb', rec.mb)
+    hcall_from('HSET', KEYS[rec.meta], rec.pfirst, rec.plast)
+    redis.call('ZADD', KEYS[4], now, ARGV[rec.member])
+    if due(rec.x, ttl, now) then x = now + ttl + math.floor(ttl / 16) end
+    made = made .. '0'
+  end
+  if x then  -- the record's deadline (it has no children: nothing forks a state record)
+    redis.call('HSET', KEYS[rec.meta], 'x', x)
+    redis.call('SET', KEYS[rec.mark], x, 'PXAT', x + grace)
+    for _, i in ipairs({rec.meta, rec.msgs, rec.ids, rec.kids, rec.done}) do
+      redis.call('PEXPIREAT', KEYS[i], x)
+    end
+  end
+end
+return {OK, 1, made}
