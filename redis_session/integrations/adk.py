@@ -38,27 +38,49 @@ Reading. ``get_session`` reads the session with only the events it returns
 event: the cost follows the number of events returned (the pages overlap: at most about four
 times the events returned, plus 16), not the history's length.
 
-Consistency. ``append_event`` stores the event, the session-state delta and
-``last_update_time`` in one atomic store script (``append_message(..., metadata=...)``); an
-event whose id is already stored changes nothing, so retrying a failed ``append_event`` is
-safe. The ``app:`` / ``user:`` deltas live in other records (other cluster slots): they are
-applied right after, concurrently, each atomically and idempotently (state by value), so a
-crash between the two steps leaves the event and session state stored and a shared delta
-missing. Concurrent writers never lose each other's events or state keys (state is
-last-writer-wins per key), and there is no stale-session check (ADK's SQL services raise
-``StaleSessionError`` for an outdated ``Session`` object): every worker's events land, in
-arrival order.
+Consistency. ``append_event`` is one script (``lua/adk_append_event.lua``, one round trip):
+it refuses a stale caller with ADK's ``StaleSessionError`` (the stored ``last_update_time``
+is later than the caller's and the newest stored event is not the caller's newest: the rule
+of ADK's ``DatabaseSessionService`` for sessions without its storage marker), checked before
+the first write, then stores the event, the session-state delta, ``last_update_time =
+event.timestamp`` and the ``app:`` / ``user:`` deltas (making their records when missing).
+Two workers holding the same version of a session: exactly one append lands, the other is
+refused and stores nothing (the caller reloads with ``get_session`` and retries). An event
+whose id is already stored changes nothing and is not taken for a stale write, so retrying a
+failed ``append_event`` is safe.
+
+Cluster. All keys of one script must share a slot, and the ``app:`` / ``user:`` records are
+shared by many sessions, so they cannot share every session's slot. On a Redis Cluster the
+script covers the session only (stale check, event, session state, ``last_update_time``:
+atomic), and the app / user deltas are applied right after, concurrently, each atomically
+and idempotently (state by value): a crash between the two steps leaves the event stored and
+a shared delta missing, and a refused (stale) append writes nothing anywhere. Per-app hash
+tags would put one app's sessions in one slot (one hot slot per app, and every stored key
+renamed); the keys stay as they were, so data written by earlier versions reads unchanged.
+
+Encryption. The script cannot compare or write sealed values, so with a passphrase the store's
+own path is kept (``append_message`` with metadata, then the shared deltas as on a cluster),
+preceded by a stale check in Python: one more round trip, and not atomic with the append (a
+concurrent writer between the check and the append is not refused).
 
 TTL. With a store ``ttl``, the three records expire ``ttl`` after their last write;
-``append_event`` also refreshes the user and app records (in the same concurrent step), so
-shared state outlives every session that uses it, and ``get_session`` refreshes the event log
-of a first-layout session, which no longer takes writes.
+``append_event`` also refreshes the user and app records (in the same script, or the same
+concurrent step on a cluster), so shared state outlives every session that uses it, and
+``get_session`` refreshes the event log of a first-layout session, which no longer takes
+writes.
 
-Listing. ``list_sessions`` asks the store for the sessions whose key begins with the app's
-(or the user's) part (``list_sessions(prefix=...)``: Redis filters its index, so only those
-cross the network), then reads each one's fields and metadata without its events. Redis
-still scans the whole index, so the server's part grows with every session under the
-store's prefix.
+Ordering. Events come back as ADK's database service orders them: by timestamp, ties by event
+id. ``num_recent_events=N`` reads the newest N + 1 appended events (more, doubling, while the
+oldest one read ties with the N-th), so a tie at the edge is cut by id.
+
+Listing. ``list_sessions`` reads the app's index (``<prefix><namespace>-index:{<app>}``, a
+sorted set of ``<user>/<session>`` members read by lexical range: one app's or one user's
+sessions only), then each listed session's fields and metadata without its events. A session
+is indexed before it is created and unindexed after it is deleted, so the index may name a
+session that is gone (deleted, expired) but never misses one; such entries are dropped when a
+listing finds them. Sessions created before the index are found once, the first time their app
+is listed (by prefix, as earlier versions listed), and indexed then (the member ``!`` marks an
+index that is complete).
 """
 
 from __future__ import annotations
