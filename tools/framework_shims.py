@@ -228,8 +228,19 @@ def _decoding_store(**options: Any) -> AsyncRedisStore:
 # -- Google ADK ------------------------------------------------------------------------------
 
 
+REFERENCE = "adk-reference"
+"""The run's backend when the runner checks which tests apply to the installed google-adk: the
+tests get ADK's own ``InMemorySessionService`` instead of ours."""
+
+
 def adk_service(**options: Any) -> Any:
-    """A ``RedisSessionService`` on a new store of the current test; it owns the store."""
+    """A ``RedisSessionService`` on a new store of the current test; it owns the store (on the
+    reference run: ADK's own ``InMemorySessionService``).
+    """
+    if URL == REFERENCE:
+        from google.adk.sessions.in_memory_session_service import InMemorySessionService
+
+        return InMemorySessionService()
     from redis_session.integrations.adk import RedisSessionService
 
     from_url: Callable[..., Any] | None = getattr(RedisSessionService, "from_url", None)
@@ -254,7 +265,10 @@ async def _adk_make(tmp_path: Path) -> AsyncIterator[Any]:
         yield service
     finally:
         close = getattr(service, "close", None)
-        await (close() if close is not None else service.store.close())
+        if close is not None:
+            await close()
+        elif hasattr(service, "store"):
+            await service.store.close()
 
 
 def adk_backends() -> list[tuple[str, Callable[[Path], Any], dict[str, str]]]:
@@ -431,7 +445,7 @@ def _close(store: AsyncRedisStore) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Delete every key this run wrote on the real Redis (by prefix; never FLUSHALL)."""
-    if _memory():
+    if _memory() or URL == REFERENCE:
         return
     client = redis.Redis.from_url(URL, socket_timeout=5)
     try:
