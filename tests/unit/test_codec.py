@@ -107,7 +107,7 @@ def test_decode_session_equals_the_model_it_stands_for() -> None:
 def test_decode_session_takes_a_mapping_or_memoryviews() -> None:
     flat = _stored_meta()
     pairs = dict(zip(flat[::2], flat[1::2], strict=True))
-    views = [memoryview(x) for x in flat]
+    views: Any = [memoryview(x) for x in flat]  # what a client might hand over; not typed bytes
     assert (
         decode_session("k", pairs, [])
         == decode_session("k", views, [])
