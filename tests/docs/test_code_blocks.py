@@ -160,37 +160,31 @@ def environment() -> dict[str, str]:
     return env
 
 
+def _runs(page: str, line: int, argv: list[str], cwd: Path) -> None:
+    """Run one block (``argv``) bounded by TIMEOUT: it exits 0 and prints something."""
+    done = subprocess.run(
+        argv,
+        cwd=cwd,
+        env=environment(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 0, f"{page}:{line}\n{done.stdout}\n{done.stderr}"
+    assert done.stdout.strip(), f"{page}:{line} printed nothing"
+
+
 @pytest.mark.parametrize(("page", "line", "code"), PYTHON, ids=ids(PYTHON))
 def test_python_block_runs_as_written(
     page: str, line: int, code: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     if "127.0.0.1:6379" in code:
         request.getfixturevalue("local_redis")
-    done = subprocess.run(
-        [sys.executable, "-W", "error", "-c", code],
-        cwd=tmp_path,
-        env=environment(),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
-    assert done.returncode == 0, f"{page}:{line}\n{done.stdout}\n{done.stderr}"
-    assert done.stdout.strip(), f"{page}:{line} printed nothing"
+    _runs(page, line, [sys.executable, "-W", "error", "-c", code], tmp_path)
 
 
 @pytest.mark.parametrize(("page", "line", "code"), SHELL, ids=ids(SHELL))
 def test_shell_block_runs_as_written(page: str, line: int, code: str, tmp_path: Path) -> None:
-    done = subprocess.run(
-        ["bash", "-c", "set -euo pipefail\n" + code],
-        cwd=tmp_path,
-        env=environment(),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
-    assert done.returncode == 0, f"{page}:{line}\n{done.stdout}\n{done.stderr}"
-    assert done.stdout.strip(), f"{page}:{line} printed nothing"
+    _runs(page, line, ["bash", "-c", "set -euo pipefail\n" + code], tmp_path)
