@@ -42,6 +42,12 @@ WRITE_ATTEMPTS = 8
 READ_BUDGET = 4 * 1024 * 1024
 """Bytes one read script returns at most; a longer history is read in steps (read_range)."""
 READ_ATTEMPTS = 4
+COLD_READ_MESSAGES = 2_000
+"""Messages a store's first read of a session takes at most by one plain LRANGE sent behind the
+``get`` script (fewer when the elements it read so far were larger: about one read's budget)."""
+SMALL_READ = 24
+"""A read of at most this many newest messages passes them through the ``get`` script: below
+it the LRANGE's round-trip share costs more than the script's ~1.5 us per element it saves."""
 STEP_MESSAGES = 2_000
 """Messages one script call copies at most (a merge, an inheriting fork): more go in steps."""
 BATCH_MESSAGES = 10_000
@@ -108,6 +114,9 @@ class CoreBase(KeyringOps):
         self.pop_keep_ms = max(self.failover_window_ms, 60_000)
         #: Bytes one read script returns at most (tests make it small).
         self.read_budget = READ_BUDGET
+        #: The mean size in bytes of the elements this store read, weighted to the larger
+        #: (0: none read yet); it sizes the plain LRANGE of a first read (see _cold_span).
+        self.element_bytes = 0
         #: Messages one script call copies at most (tests make it small).
         self.step_messages = STEP_MESSAGES
         #: Messages and bytes one append call takes at most (a create with more is staged).
@@ -204,19 +213,44 @@ class CoreBase(KeyringOps):
         for _ in range(READ_ATTEMPTS):
             reply = check((yield first), ctx)
             items = list(reply[items_at])
-            upto, n, g = int(reply[upto_at]), int(reply[n_at]), reply[g_at]
-            while upto < n:
-                part = yield ScriptCall(
-                    "read_range", range_keys, (g, upto, n, self.read_budget), write=False
-                )
-                if part[0] == Status.STALE:
-                    break
-                check(part, ctx)
-                items += part[1]
-                upto = int(part[2])
-            else:
+            upto, n = int(reply[upto_at]), int(reply[n_at])
+            if upto >= n:
                 return reply, items
+            rest = yield from self._read_rest(reply[g_at], upto, n, range_keys, ctx)
+            if rest is not None:
+                return reply, items + rest
         raise ConcurrentChange(key, "its history kept changing while it was read in steps")
+
+    def _read_rest(
+        self, g: Any, upto: int, n: int, range_keys: tuple[str, str], ctx: Ctx
+    ) -> Op[list[bytes] | None]:
+        """The elements of a list of generation ``g`` at positions ``upto`` .. ``n`` - 1, read
+        in steps of at most one read's budget (``read_range``); None when the list changed
+        generation or lost what was to be read meanwhile (then read again from the start).
+        """
+        items: list[bytes] = []
+        while upto < n:
+            part = yield ScriptCall(
+                "read_range", range_keys, (g, upto, n, self.read_budget), write=False
+            )
+            if part[0] == Status.STALE:
+                return None
+            check(part, ctx)
+            items += part[1]
+            upto = int(part[2])
+        return items
+
+    def _cold_span(self, last: int) -> tuple[int, int] | None:
+        """The list indexes of the LRANGE a read of the newest ``last`` messages (< 0: all)
+        of a session this store does not hold sends behind the ``get`` script, or None: the
+        script alone (small reads, a store that read nothing yet, very large elements).
+        """
+        if not self.element_bytes or 0 <= last <= SMALL_READ:
+            return None
+        cap = min(COLD_READ_MESSAGES, self.read_budget // self.element_bytes)
+        if last < 0:
+            return (0, cap - 1) if cap > SMALL_READ else None
+        return (-last, -1) if last <= cap else None
 
     def _hold(
         self,
@@ -233,6 +267,9 @@ class CoreBase(KeyringOps):
         ``held`` when the read continued it; the cache keeps what the session holds now.
         """
         size = sum(map(len, items))
+        if items:  # the mean element size, rising at once and falling slowly
+            mean, known = size // len(items), self.element_bytes
+            self.element_bytes = mean if mean > known else (15 * known + mean) // 16
         sealed = self.passphrase is not None
         if held is not None and held.covers(*version, start, wanted):
             if held.ids is not None and new:  # a sealed element copied within its session

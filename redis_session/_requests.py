@@ -22,6 +22,11 @@ class ScriptCall:
     args: Sequence[bytes | str | int]
     write: bool = True
     """Whether the script may write (only writes wait for replicas)."""
+    after: Sequence[tuple[Any, ...]] = ()
+    """Read commands sent right behind a read-only script in the same pipeline (one round
+    trip, not atomic with it: the caller checks what changed between). With any, the reply is
+    the list of every reply, a failed command's exception in its place.
+    """
 
 
 @dataclass(slots=True)

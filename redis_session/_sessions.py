@@ -129,14 +129,21 @@ class SessionOps(CoreBase):
         if held is not None:
             known = (held.token, held.generation, held.tail, held.head)
         args = (last, "1" if with_meta else "0", *known[:3], self.read_budget, known[3])
-        first = ScriptCall("get", read_keys, args, write=False)
+        ctx = Ctx(key, read_keys)
         try:
-            reply, items = yield from self._read_list(
-                key, first, Ctx(key, read_keys), (5, 4, 7, 8, 2), (sk.meta, sk.msgs)
-            )
+            span = None if held is not None else self._cold_span(last)
+            got = None
+            if span is not None:
+                got = yield from self._read_cold(key, args, span, ctx)
+            if got is None:
+                first = ScriptCall("get", read_keys, args, write=False)
+                got = yield from self._read_list(
+                    key, first, ctx, (5, 4, 7, 8, 2), (sk.meta, sk.msgs)
+                )
         except SessionError:
             self._reads.discard(key)
             raise
+        reply, items = got
         start, h, n = int(reply[2]), int(reply[3]), int(reply[4])
         wanted = h if last < 0 else max(h, n - last)
         if self.passphrase is None:
@@ -148,11 +155,51 @@ class SessionOps(CoreBase):
         version = (bytes(reply[6]), b"%d" % int(reply[5]))
         return reply, self._hold(key, held, version, h, start, wanted, new, items)
 
+    def _read_cold(
+        self, key: str, args: tuple[Any, ...], span: tuple[int, int], ctx: Ctx
+    ) -> Op[tuple[Sequence[Any], list[bytes]] | None]:
+        """A read of a session this store does not hold in one round trip without passing the
+        elements through Lua (~1.5 us each on the server): the ``get`` script for the meta
+        hash and the list's positions only (a zero byte budget), then ``LRANGE`` of list
+        indexes ``span`` and the positions again (``HMGET``), pipelined, not atomic. The
+        elements belong to the script's snapshot when the positions read after them are the
+        same (every change to a session's list changes its token, generation, head or tail);
+        the rest of a longer list is read in steps. None: the caller reads by the script
+        alone (changed between, a first-layout session, a list changed behind the store).
+        """
+        sk = self._keys(key)[0]
+        read_keys = (sk.meta, sk.msgs, sk.ids, sk.mark)
+        after = (
+            ("LRANGE", sk.msgs, *span),
+            ("HMGET", sk.meta, "token", "g", "h", "n"),
+        )
+        replies = yield ScriptCall("get", read_keys, (*args[:5], 0, args[6]), False, after)
+        if isinstance(replies[0], Exception):
+            raise replies[0]
+        reply, items, now = check(replies[0], ctx), replies[1], replies[2]
+        if isinstance(items, Exception) or isinstance(now, Exception):
+            return None
+        start, n, g = int(reply[2]), int(reply[4]), reply[5]
+        token = bytes(reply[6])
+        version = [token, b"%d" % int(g), b"%d" % int(reply[3]), b"%d" % n]
+        if not token or [now[0], now[1] or b"0", now[2] or b"0", now[3]] != version:
+            return None
+        count = span[1] - span[0] + 1 if span[0] >= 0 else n - start
+        if len(items) != min(count, n - start):
+            return None
+        upto = start + len(items)
+        if upto < n:
+            rest = yield from self._read_rest(g, upto, n, (sk.meta, sk.msgs), ctx)
+            if rest is None:
+                return None
+            items += rest
+        return reply, items
+
     def get(self, key: str, last: int | None = None) -> Op[Session]:
         key = check_key(key)
         n = -1 if last is None else non_negative_int(last, "last")
-        # One read-only script: a consistent snapshot without MULTI/EXEC, which Redis refuses
-        # when it is out of memory; it also runs on a read-only replica.
+        # Read-only commands only: no MULTI/EXEC, which Redis refuses when it is out of
+        # memory; it also runs on a read-only replica.
         reply, history = yield from self._read(key, n, True)
         meta = reply[1]
         if self.passphrase is None:

@@ -204,6 +204,8 @@ class AsyncRedisStore:
         if isinstance(request, ScriptCall):
             if request.write and self._core.wait_replicas:
                 return await self._durable(request)
+            if request.after:
+                return await self._script_then(request)
             # EVALSHA by hand rather than through Script.__call__: the same reload on NOSCRIPT,
             # without its per-call copies (this is the append hot path).
             script = self._scripts[request.name]
@@ -232,6 +234,26 @@ class AsyncRedisStore:
         for command in request.commands:
             pipe.execute_command(*command)
         return await pipe.execute(raise_on_error=not request.errors_as_values)
+
+    async def _script_then(self, request: ScriptCall) -> list[Any]:
+        """Run a read-only script and the plain reads behind it in one pipeline (reloading
+        the script on NOSCRIPT); each failed command's exception in its reply's place.
+        """
+        script = self._scripts[request.name]
+        client: Any = self._clients.current()
+        await client.initialize()  # async only: else redis-py's cluster pipeline leaks
+        for _ in range(2):
+            pipe = client.pipeline(transaction=False)
+            pipe.execute_command(
+                "EVALSHA", script.sha, len(request.keys), *request.keys, *request.args
+            )
+            for command in request.after:
+                pipe.execute_command(*command)
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+            if not isinstance(replies[0], redis.exceptions.NoScriptError):
+                break
+            await client.script_load(script.script)
+        return replies
 
     async def _writer_for(self, key: str | bytes) -> Any:
         """The client whose connection runs a write to ``key``: on a cluster, the own client of

@@ -203,6 +203,8 @@ class RedisStore:
         if isinstance(request, ScriptCall):
             if request.write and self._core.wait_replicas:
                 return self._durable(request)
+            if request.after:
+                return self._script_then(request)
             # EVALSHA by hand rather than through Script.__call__: the same reload on NOSCRIPT,
             # without its per-call copies (this is the append hot path).
             script = self._scripts[request.name]
@@ -230,6 +232,25 @@ class RedisStore:
         for command in request.commands:
             pipe.execute_command(*command)
         return pipe.execute(raise_on_error=not request.errors_as_values)
+
+    def _script_then(self, request: ScriptCall) -> list[Any]:
+        """Run a read-only script and the plain reads behind it in one pipeline (reloading
+        the script on NOSCRIPT); each failed command's exception in its reply's place.
+        """
+        script = self._scripts[request.name]
+        client: Any = self._client
+        for _ in range(2):
+            pipe = client.pipeline(transaction=False)
+            pipe.execute_command(
+                "EVALSHA", script.sha, len(request.keys), *request.keys, *request.args
+            )
+            for command in request.after:
+                pipe.execute_command(*command)
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+            if not isinstance(replies[0], redis.exceptions.NoScriptError):
+                break
+            client.script_load(script.script)
+        return replies
 
     def _writer_for(self, key: str | bytes) -> Any:
         """The client whose connection runs a write to ``key``: on a cluster, the own client of

@@ -71,12 +71,25 @@ def first_commands(op: Generator[Request, Any, Any]) -> Commands:
 
 def bare_script(client: Any, request: ScriptCall) -> Callable[[], Any]:
     """Send ``request``'s script as plain redis-py would: EVALSHA of the script as the store
-    sends it, with the same KEYS and ARGV (the script is loaded first).
+    sends it, with the same KEYS and ARGV (the script is loaded first), and the commands it
+    has behind it in the same pipeline.
     """
     from ..scripts import script_source
 
     sha = client.script_load(script_source(request.name))
     command = ("EVALSHA", sha, len(request.keys), *request.keys, *request.args)
+
+    if request.after:  # the script and the reads behind it, in one pipeline
+        after = [tuple(c) for c in request.after]
+
+        def send_all() -> Any:
+            pipe = client.pipeline(transaction=False)
+            pipe.execute_command(*command)
+            for c in after:
+                pipe.execute_command(*c)
+            return pipe.execute(raise_on_error=False)
+
+        return send_all
 
     def send() -> Any:
         return client.execute_command(*command)

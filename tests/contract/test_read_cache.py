@@ -168,6 +168,11 @@ class CachedReads(RuleBasedStateMachine):
         b = self.backend
         b.prefix = b.prefix.rstrip(":") + f"-{time.monotonic_ns()}:"
         self.reader = b.sync_store(prefix=b.prefix)
+        # No cache, but it knows the element size: every read of it is a first read (the
+        # get script with an LRANGE behind it), with a cap of ~30 so that longer ones step.
+        self.cold = b.sync_store(prefix=b.prefix, read_cache_bytes=0)
+        self.cold._core.element_bytes = 120
+        self.cold._core.read_budget = 30 * 120
         self.writers = [
             b.sync_store(prefix=b.prefix),
             b.sync_store(prefix=b.prefix, max_history_turns=5),
@@ -238,7 +243,7 @@ class CachedReads(RuleBasedStateMachine):
             return
         fresh = self.backend.sync_store(prefix=self.backend.prefix)
         for key in KEYS:
-            assert view(self.reader, key) == view(fresh, key)
+            assert view(self.reader, key) == view(fresh, key) == view(self.cold, key)
 
     def teardown(self) -> None:
         if hasattr(self, "reader"):

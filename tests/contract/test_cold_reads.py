@@ -1,0 +1,199 @@
+"""A store's first read of a session: the ``get`` script for the meta hash and the positions,
+and a plain LRANGE behind it in the same round trip (no elements through Lua). The two are
+not atomic: a change between them must be seen, and the read then falls back to the script.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from redis_session import Message, RedisStore, Session, codec
+from redis_session._base import SMALL_READ
+from redis_session._requests import Commands, ScriptCall
+from tests.conftest import Backend
+
+
+def msg(text: str, role: str = "user") -> Message:
+    return Message(role=role, content=text)
+
+
+def filled(backend: Backend, key: str, count: int) -> RedisStore:
+    writer = backend.sync_store()
+    writer.create(Session(key=key, metadata={"m": "1"}))
+    writer.append_messages(key, [msg(f"m{i}") for i in range(count)])
+    return writer
+
+
+def cold_store(backend: Backend, **options: Any) -> RedisStore:
+    """A store without a read cache that has read something (it knows the element size)."""
+    store = backend.sync_store(read_cache_bytes=0, **options)
+    store.create(Session(key="primer", history=[msg("p")]))
+    store.get("primer")
+    assert store._core.element_bytes > 0
+    return store
+
+
+def drive(store: RedisStore, op: Any, between: Callable[[], object] | None = None) -> Any:
+    """Run a core operation on ``store``, recording its requests; a request with commands
+    behind its script runs in two parts with ``between`` (another worker) in the middle.
+    """
+    requests: list[Any] = []
+    reply: Any = None
+    try:
+        while True:
+            request = op.send(reply)
+            requests.append(request)
+            if isinstance(request, ScriptCall) and request.after and between is not None:
+                alone = ScriptCall(request.name, request.keys, request.args, request.write)
+                first = store._execute(alone)
+                between()
+                rest = store._execute(Commands(request.after, errors_as_values=True))
+                reply = [first, *rest]
+            else:
+                reply = store._execute(request)
+    except StopIteration as done:
+        drive.requests = requests  # type: ignore[attr-defined]
+        return done.value
+
+
+def test_a_first_read_is_one_round_trip_without_the_elements_through_lua(
+    backend: Backend,
+) -> None:
+    filled(backend, "s", 60)
+    store = cold_store(backend)
+    session = drive(store, store._core.get("s"))
+    (request,) = drive.requests  # type: ignore[attr-defined]
+    assert request.name == "get" and [c[0] for c in request.after] == ["LRANGE", "HMGET"]
+    assert request.args[5] == 0  # the script's byte budget: it returns no element
+    assert session == backend.sync_store().get("s")
+    assert [m.content for m in session.history] == [f"m{i}" for i in range(60)]
+    history = drive(store, store._core.get_history("s", 40))
+    (request,) = drive.requests  # type: ignore[attr-defined]
+    assert request.after[0][2:] == (-40, -1)
+    assert [m.content for m in history] == [f"m{i}" for i in range(20, 60)]
+
+
+def test_small_reads_and_a_store_that_read_nothing_use_the_script_alone(
+    backend: Backend,
+) -> None:
+    filled(backend, "s", 60)
+    store = cold_store(backend)
+    drive(store, store._core.get_history("s", SMALL_READ))
+    assert not drive.requests[0].after  # type: ignore[attr-defined]
+    new = backend.sync_store(read_cache_bytes=0)
+    assert [m.content for m in drive(new, new._core.get_history("s"))][-1] == "m59"
+    assert not drive.requests[0].after  # type: ignore[attr-defined]
+    # Elements so large that the cap (one read's budget of them) falls to SMALL_READ or
+    # below: the byte-bounded script reads them.
+    store._core.element_bytes = store._core.read_budget // SMALL_READ
+    assert store._core._cold_span(-1) is None and store._core._cold_span(100) is None
+
+
+def test_a_long_history_is_read_on_in_steps_after_the_lrange(backend: Backend) -> None:
+    filled(backend, "s", 130)
+    store = cold_store(backend)
+    # A cap of ~30 elements (one read's budget of them), steps of ~10 after it.
+    store._core.read_budget = 30 * store._core.element_bytes
+    span = store._core._cold_span(-1)
+    assert span is not None and SMALL_READ < span[1] + 1 < 130
+    history = drive(store, store._core.get_history("s"))
+    requests = drive.requests  # type: ignore[attr-defined]
+    assert requests[0].after and {r.name for r in requests[1:]} == {"read_range"}
+    assert [m.content for m in history] == [f"m{i}" for i in range(130)]
+    store._core.read_budget = 10 * store._core.element_bytes
+    assert store._core._cold_span(-1) is None  # the cap would be 10: the script alone
+
+
+def _append(backend: Backend, writer: RedisStore) -> None:
+    writer.append_message("s", msg("late"))
+
+
+def _pop(backend: Backend, writer: RedisStore) -> None:
+    writer.pop_message("s")
+
+
+def _pop_and_append(backend: Backend, writer: RedisStore) -> None:
+    writer.pop_message("s")  # the same length as before, another generation
+    writer.append_message("s", msg("instead"))
+
+
+def _compact(backend: Backend, writer: RedisStore) -> None:
+    writer.compact_messages("s", 10, "summary")
+
+
+def _trim(backend: Backend, writer: RedisStore) -> None:
+    backend.sync_store(max_history_turns=40).append_message("s", msg("trims"))
+
+
+def _recreate(backend: Backend, writer: RedisStore) -> None:
+    writer.delete("s")
+    writer.create(Session(key="s", history=[msg(f"x{i}") for i in range(60)]))
+
+
+def _delete(backend: Backend, writer: RedisStore) -> None:
+    writer.delete("s")
+
+
+def _raw_rpush(backend: Backend, writer: RedisStore) -> None:
+    # Another writer, behind the store's back: the list no longer matches its positions.
+    sk = writer._core._keys("s")[0]
+    element = codec.encode_message(msg("raw"))
+    writer._execute(Commands([("RPUSH", sk.msgs, element)]))
+
+
+CHANGES = [_append, _pop, _pop_and_append, _compact, _trim, _recreate, _delete, _raw_rpush]
+
+
+@pytest.mark.parametrize("change", CHANGES, ids=[c.__name__[1:] for c in CHANGES])
+def test_a_change_between_the_script_and_the_lrange_is_seen(
+    backend: Backend, change: Callable[[Backend, RedisStore], None]
+) -> None:
+    writer = filled(backend, "s", 60)
+    store = cold_store(backend)
+    fresh = backend.sync_store(read_cache_bytes=0)
+    try:
+        got: Any = drive(store, store._core.get("s"), lambda: change(backend, writer))
+    except Exception as exc:  # the read may see the session gone, as a fresh read does
+        got = type(exc).__name__
+    requests = drive.requests  # type: ignore[attr-defined]
+    assert requests[0].after and len(requests) >= 2  # read again, by the script
+    assert not any(r.after for r in requests[1:] if isinstance(r, ScriptCall))
+    try:
+        expected: Any = fresh.get("s")
+    except Exception as exc:
+        expected = type(exc).__name__
+    assert got == expected
+
+
+def test_unchanged_between_is_not_read_twice(backend: Backend) -> None:
+    writer = filled(backend, "s", 60)
+    store = cold_store(backend)
+    got = drive(store, store._core.get("s"), lambda: writer.get("s"))  # a read changes nothing
+    assert len(drive.requests) == 1 and len(got.history) == 60  # type: ignore[attr-defined]
+
+
+async def test_an_async_store_reads_cold_in_one_pipeline(backend: Backend) -> None:
+    filled(backend, "s", 60)
+    store = backend.async_store(read_cache_bytes=0)
+    try:
+        await store.get("s")  # learns the element size
+        assert store._core.element_bytes > 0 and store._core._cold_span(-1) is not None
+        await store._clients.current().script_flush()  # the pipeline reloads on NOSCRIPT
+        for last in (None, 40):
+            history = await store.get_history("s", last=last)
+            expected = backend.sync_store().get_history("s", last=last)
+            assert [m.id for m in history] == [m.id for m in expected]
+        assert (await store.get("s")).metadata == {"m": "1"}
+    finally:
+        await store.close()
+
+
+def test_the_sync_pipeline_reloads_a_flushed_script(backend: Backend) -> None:
+    filled(backend, "s", 60)
+    store = cold_store(backend)
+    store._client.script_flush()
+    assert len(drive(store, store._core.get_history("s"))) == 60
+    assert drive.requests[0].after  # type: ignore[attr-defined]
