@@ -359,6 +359,22 @@ def _text(key: str, raw: bytes, what: str, name: bytes | str | None = None) -> s
         raise CorruptData(key, f"{what} is not UTF-8") from None
 
 
+_STAMPS: dict[bytes, datetime] = {}
+"""Timestamps as read lately (raw -> datetime; datetimes are immutable): a hot session's
+``created_at`` is read on every read of it. Cleared when it holds 4,096."""
+
+
+def _stamp(key: str, raw: bytes | None, what: str) -> datetime:
+    """A meta field of microseconds since the epoch as an aware UTC datetime."""
+    stamp = _STAMPS.get(raw)  # type: ignore[arg-type]
+    if stamp is None:
+        stamp = to_datetime(_micros(key, raw, what))
+        if len(_STAMPS) >= 4096:
+            _STAMPS.clear()
+        _STAMPS[raw] = stamp  # type: ignore[index]
+    return stamp
+
+
 def _micros(key: str, raw: bytes | None, what: str) -> int:
     try:
         return int(raw)  # type: ignore[arg-type]
@@ -440,9 +456,12 @@ def _raw_fields(key: str, meta: Mapping[bytes, bytes] | Sequence[bytes]) -> dict
         raise CorruptData(key, "its meta hash reply has an odd number of elements")
     it = iter(meta)
     fields = dict(zip(it, it, strict=False))  # pairs of one iterator; length checked above
-    if not all(type(f) is bytes and type(v) is bytes for f, v in fields.items()):
+    if not _BYTES_ONLY.issuperset(map(type, meta)):  # C calls only: no Python frame per field
         fields = {bytes(f): bytes(v) for f, v in fields.items()}
     return fields
+
+
+_BYTES_ONLY = frozenset({bytes})
 
 
 def decode_session(
@@ -492,8 +511,8 @@ def decode_session(
         "model": _text(key, scalars[3], "model"),
         "history": decode_messages(key, items, opener) if history is None else history,
         "metadata": metadata,
-        "created_at": to_datetime(_micros(key, get(b"created_at"), "created_at")),
-        "updated_at": to_datetime(_micros(key, get(b"updated_at"), "updated_at")),
+        "created_at": _stamp(key, get(b"created_at"), "created_at"),
+        "updated_at": _stamp(key, get(b"updated_at"), "updated_at"),
     }
     session = _new_session(Session)
     _set_attr(session, "__dict__", values)

@@ -43,6 +43,11 @@ def test_a_read_only_replica_serves_every_read(
     reader = RedisStore.from_url(replica.url, prefix="r:")
     assert [m.content for m in reader.get("s").history] == [f"m{i}" for i in range(5)]
     assert len(reader.get_history("s", last=2)) == 2
+    cold = RedisStore.from_url(replica.url, prefix="r:", read_cache_bytes=0)
+    cold.get("s")  # learns the element size: its next read takes the LRANGE behind the script
+    assert cold._core._cold_span(-1) is not None
+    assert cold.get("s").history == reader.get("s").history
+    cold.close()
     assert [s.key for s in reader.list_sessions()] == ["s"]
     assert len(reader.get_child(child.key).history) == 2
     assert [c.key for c in reader.children_of("s")] == [child.key]

@@ -107,6 +107,14 @@ def test_at_maxmemory_writes_are_refused_as_oom_and_reads_work(
     # Reads need no memory: every one works (the encrypted store opens its keyring too).
     assert [m.content for m in store.get("s").history] == [m.content for m in history]
     assert len(store.get_history("s", last=5)) == 5
+    cold = RedisStore.from_url(server.url, prefix="m:", read_cache_bytes=0)
+    cold.get("s")  # learns the element size: its next reads take the LRANGE behind the script
+    assert cold._core._cold_span(-1) is not None and cold._core._cold_span(30) is not None
+    lranges = raw.info("commandstats").get("cmdstat_lrange", {}).get("calls", 0)
+    assert cold.get("s").history == store.get("s").history
+    assert raw.info("commandstats")["cmdstat_lrange"]["calls"] == lranges + 1  # not refused
+    assert [m.content for m in cold.get_history("s", last=30)] == [m.content for m in history][-30:]
+    cold.close()
     assert "s" in [s.key for s in store.list_sessions()]
     assert store.get_child(child.key).history[-1].content == "work"
     assert child.key in [c.key for c in store.children_of("s")]
