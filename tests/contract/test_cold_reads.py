@@ -197,3 +197,13 @@ def test_the_sync_pipeline_reloads_a_flushed_script(backend: Backend) -> None:
     store._client.script_flush()
     assert len(drive(store, store._core.get_history("s"))) == 60
     assert drive.requests[0].after  # type: ignore[attr-defined]
+
+
+def test_a_sealed_session_reads_cold_and_opens(backend: Backend) -> None:
+    writer = backend.sync_store(passphrase="cold pw", kdf_work=10)
+    writer.create(Session(key="s", metadata={"m": "1"}, history=[msg(f"m{i}") for i in range(40)]))
+    store = backend.sync_store(read_cache_bytes=0, passphrase="cold pw", kdf_work=10)
+    store.get("s")  # learns the element size (sealed elements: larger)
+    session = drive(store, store._core.get("s"))
+    assert drive.requests[0].after and session.metadata == {"m": "1"}  # type: ignore[attr-defined]
+    assert [m.content for m in session.history] == [f"m{i}" for i in range(40)]
