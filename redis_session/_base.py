@@ -48,6 +48,10 @@ COLD_READ_MESSAGES = 2_000
 SMALL_READ = 24
 """A read of at most this many newest messages passes them through the ``get`` script: below
 it the LRANGE's round-trip share costs more than the script's ~1.5 us per element it saves."""
+OWN_APPENDS = 256
+"""Own appends a store keeps at hand (stored form -> message), to read back without parsing."""
+OWN_APPEND_BYTES = 16 * 1024
+"""The largest stored message kept at hand (at most ``OWN_APPENDS`` of them: 4 MiB)."""
 STEP_MESSAGES = 2_000
 """Messages one script call copies at most (a merge, an inheriting fork): more go in steps."""
 BATCH_MESSAGES = 10_000
@@ -86,6 +90,7 @@ class CoreBase(KeyringOps):
     ) -> None:
         self.schema = KeySchema(prefix, cluster=cluster)
         self._reads = ReadCache(non_negative_int(read_cache_bytes, "read_cache_bytes"))
+        self._own_appends: dict[bytes, Message] = {}
         self._key_cache: dict[str, tuple[SessionKeys, tuple[str, ...]]] = {}
         self._trees: dict[str, Tree] = {}
         self._init_crypto(passphrase, kdf_work)
@@ -198,9 +203,9 @@ class CoreBase(KeyringOps):
         self,
         key: str,
         first: ScriptCall,
-        ctx: Ctx,
+        ctx: Ctx | Callable[[], Ctx],
         at: tuple[int, int, int, int, int],
-        range_keys: tuple[str, str],
+        range_keys: tuple[str, ...],
     ) -> Op[tuple[Sequence[Any], list[bytes]]]:
         """Run read script ``first`` and, when the list is longer than one read's budget, read
         the rest in steps (``read_range``), each only while the list keeps its generation and
@@ -222,7 +227,12 @@ class CoreBase(KeyringOps):
         raise ConcurrentChange(key, "its history kept changing while it was read in steps")
 
     def _read_rest(
-        self, g: Any, upto: int, n: int, range_keys: tuple[str, str], ctx: Ctx
+        self,
+        g: Any,
+        upto: int,
+        n: int,
+        range_keys: tuple[str, ...],
+        ctx: Ctx | Callable[[], Ctx],
     ) -> Op[list[bytes] | None]:
         """The elements of a list of generation ``g`` at positions ``upto`` .. ``n`` - 1, read
         in steps of at most one read's budget (``read_range``); None when the list changed
@@ -251,6 +261,34 @@ class CoreBase(KeyringOps):
         if last < 0:
             return (0, cap - 1) if cap > SMALL_READ else None
         return (-last, -1) if last <= cap else None
+
+    def _wrote(self, body: bytes, msg: Message) -> None:
+        """Keep at hand that ``body`` is the stored form of ``msg`` (an own append), when the
+        store holds what it reads: a read that finds ``body`` among the new messages takes
+        ``msg``'s decoded twin instead of parsing it (the agent loop reads its own appends).
+        Whoever wrote the element, these bytes decode to that message.
+        """
+        if self._reads.max_bytes and len(body) <= OWN_APPEND_BYTES:
+            own = self._own_appends
+            if len(own) >= OWN_APPENDS:
+                own.clear()
+            own[body] = msg
+
+    def _decoded(self, key: str, items: Sequence[bytes]) -> list[Message]:
+        """The cleartext elements ``items`` as messages: parsed, or, when every one of a few
+        is an own append kept at hand, the twins of those messages (see :meth:`_wrote`).
+        """
+        own = self._own_appends
+        if own and len(items) <= 8:
+            try:
+                found = [own.pop(item) for item in items]
+            except (KeyError, TypeError):  # not all own appends (or not bytes): parse them
+                pass
+            else:
+                twins = [codec.decoded_twin(m) for m in found]
+                if None not in twins:
+                    return twins  # type: ignore[return-value]  # None checked just above
+        return codec.decode_messages(key, items)
 
     def _hold(
         self,

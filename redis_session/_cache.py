@@ -9,9 +9,9 @@ held tail when the version still holds and the held messages cover what the read
 otherwise with everything wanted, and the entry is replaced. A trim at the head (a store with
 ``max_history_turns``) keeps the version: positions are absolute, the entry drops what left.
 
-Entries are immutable (replaced, never changed), so threads sharing a store never see one
-half-updated; the messages themselves are frozen models. Bounded by bytes as stored (the
-decoded objects take a few times that), least recently read evicted first.
+Entries are immutable (named tuples, replaced, never changed), so threads sharing a store
+never see one half-updated; the messages themselves are frozen models. Bounded by bytes as
+stored (the decoded objects take a few times that), least recently read evicted first.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .models import Message
 
@@ -27,8 +27,7 @@ DEFAULT_READ_CACHE_BYTES = 64 * 2**20
 """The default bound of a store's read cache: 64 MiB of messages as stored."""
 
 
-@dataclass(frozen=True, slots=True)
-class Held:
+class Held(NamedTuple):
     """A session's (or child's) messages at absolute positions ``head`` .. ``tail``: the
     slice ``start:end`` of ``store``, a list that entries of one session share and that only
     grows at its end (under the cache's lock), so that holding one more message costs O(1).
@@ -49,10 +48,6 @@ class Held:
     @property
     def tail(self) -> int:
         return self.head + self.end - self.start
-
-    @property
-    def count(self) -> int:
-        return self.end - self.start
 
     def covers(self, token: bytes, generation: bytes, start: int, first: int) -> bool:
         """Whether a reply that starts at ``start`` (wanting messages from ``first``) is the

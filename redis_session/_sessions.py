@@ -124,30 +124,49 @@ class SessionOps(CoreBase):
         """
         sk = self._keys(key)[0]
         read_keys = (sk.meta, sk.msgs, sk.ids, sk.mark)
+
+        def ctx() -> Ctx:  # built only for an exception
+            return Ctx(key, read_keys)
+
         held = self._reads.get(key)
-        known: tuple[Any, ...] = ("", "", "", "")
-        if held is not None:
-            known = (held.token, held.generation, held.tail, held.head)
-        args = (last, "1" if with_meta else "0", *known[:3], self.read_budget, known[3])
-        ctx = Ctx(key, read_keys)
+        want_meta = "1" if with_meta else "0"
+        args: tuple[Any, ...]
         try:
-            span = None if held is not None else self._cold_span(last)
-            got = None
-            if span is not None:
-                got = yield from self._read_cold(key, args, span, ctx)
-            if got is None:
+            if held is not None:  # the hot path: only what was added since travels
+                args = (last, want_meta, held.token, held.generation, held.tail,
+                        self.read_budget, held.head)  # fmt: skip
                 first = ScriptCall("get", read_keys, args, write=False)
-                got = yield from self._read_list(
-                    key, first, ctx, (5, 4, 7, 8, 2), (sk.meta, sk.msgs)
-                )
+                reply = check((yield first), ctx)
+                items = reply[7]
+                if int(reply[8]) < int(reply[4]):  # more than one read's budget: in steps
+                    rest = yield from self._read_rest(
+                        reply[5], int(reply[8]), int(reply[4]), read_keys[:2], ctx
+                    )
+                    if rest is None:  # changed meanwhile: from the start
+                        reply, items = yield from self._read_list(
+                            key, first, ctx, (5, 4, 7, 8, 2), read_keys[:2]
+                        )
+                    else:
+                        items = [*items, *rest]
+            else:
+                args = (last, want_meta, "", "", "", self.read_budget, "")
+                span = self._cold_span(last)
+                got = None
+                if span is not None:
+                    got = yield from self._read_cold(args, span, read_keys, ctx)
+                if got is None:
+                    first = ScriptCall("get", read_keys, args, write=False)
+                    got = yield from self._read_list(
+                        key, first, ctx, (5, 4, 7, 8, 2), read_keys[:2]
+                    )
+                reply, items = got
         except SessionError:
             self._reads.discard(key)
             raise
-        reply, items = got
         start, h, n = int(reply[2]), int(reply[3]), int(reply[4])
         wanted = h if last < 0 else max(h, n - last)
         if self.passphrase is None:
-            new = codec.decode_messages(key, items)
+            new = self._decoded(key, items)
         else:
             new = yield from self._opened(
                 key, reply[9], reply[10], lambda o: codec.decode_messages(key, items, o)
@@ -156,7 +175,11 @@ class SessionOps(CoreBase):
         return reply, self._hold(key, held, version, h, start, wanted, new, items)
 
     def _read_cold(
-        self, key: str, args: tuple[Any, ...], span: tuple[int, int], ctx: Ctx
+        self,
+        args: tuple[Any, ...],
+        span: tuple[int, int],
+        read_keys: tuple[str, ...],
+        ctx: Callable[[], Ctx],
     ) -> Op[tuple[Sequence[Any], list[bytes]] | None]:
         """A read of a session this store does not hold in one round trip without passing the
         elements through Lua (~1.5 us each on the server): the ``get`` script for the meta
@@ -167,12 +190,8 @@ class SessionOps(CoreBase):
         the rest of a longer list is read in steps. None: the caller reads by the script
         alone (changed between, a first-layout session, a list changed behind the store).
         """
-        sk = self._keys(key)[0]
-        read_keys = (sk.meta, sk.msgs, sk.ids, sk.mark)
-        after = (
-            ("LRANGE", sk.msgs, *span),
-            ("HMGET", sk.meta, "token", "g", "h", "n"),
-        )
+        meta, msgs = read_keys[0], read_keys[1]
+        after = (("LRANGE", msgs, *span), ("HMGET", meta, "token", "g", "h", "n"))
         replies = yield ScriptCall("get", read_keys, (*args[:5], 0, args[6]), False, after)
         if isinstance(replies[0], Exception):
             raise replies[0]
@@ -189,7 +208,7 @@ class SessionOps(CoreBase):
             return None
         upto = start + len(items)
         if upto < n:
-            rest = yield from self._read_rest(g, upto, n, (sk.meta, sk.msgs), ctx)
+            rest = yield from self._read_rest(g, upto, n, (meta, msgs), ctx)
             if rest is None:
                 return None
             items += rest
@@ -308,16 +327,17 @@ class SessionOps(CoreBase):
             codec.metadata_args(metadata, "metadata")
         keys = self._keys(key)[1]
         tree = self._trees.get(key)
+        body = codec.check_size(codec.encode_message(msg), self.max_message_bytes, "msg")
         args = (
             self.ttl_ms, self.grace_ms, "0" if tree is None else tree[0], self.window,
             self.max_history_turns, key, b"", self.max_metadata_bytes, 0,
-            codec.message_digest(msg.id),
-            codec.check_size(codec.encode_message(msg), self.max_message_bytes, "msg"),
+            codec.message_digest(msg.id), body,
         )  # fmt: skip
         reply = yield ScriptCall(
             "append_message", keys if tree is None else (*keys, *tree[1]), args
         )
         if type(reply) is list and reply[0] == Status.OK:
+            self._wrote(body, msg)
             return int(reply[1]) == 1
         if type(reply) is list and reply[0] == Status.KEY_CHANGED:
             raise PassphraseRequired(key)
@@ -351,6 +371,9 @@ class SessionOps(CoreBase):
             return ScriptCall("append_message", (*keys, *self._tree(key)[1]), args)
 
         reply = yield from self._write(key, build, lambda: Ctx(key, keys, argument="metadata"))
+        if self.passphrase is None:
+            for msg, body in zip(messages, pairs[1::2], strict=True):
+                self._wrote(body, msg)
         return int(reply[1])
 
     def annotate_timeout(self, key: str, partial: str) -> Op[bool]:

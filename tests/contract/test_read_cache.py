@@ -21,6 +21,7 @@ from redis_session import (
     RedisStore,
     Session,
     SessionNotFound,
+    ToolCall,
     codec,
 )
 from tests.conftest import Backend
@@ -70,6 +71,48 @@ def test_a_second_read_decodes_only_the_new_messages(
     assert len(reader.get_history("s")) == 53 and len(reader.get_history("s", last=5)) == 5
     assert counts == [50, 3, 0, 0]
     assert reader.read_cache_bytes > 0 and len(reader._core._reads) == 1
+
+
+def test_own_appends_are_read_back_without_parsing_as_a_fresh_store_reads_them(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The agent loop: a worker reads back what it appended. Those elements are not parsed
+    # (the store kept their messages at hand), yet a read equals a fresh store's in every
+    # field, type and fields-set; what another writer appended is parsed as before.
+    store, other = backend.sync_store(), backend.sync_store()
+    store.create(Session(key="s"))
+    store.get("s")
+    counts = decoded_counts(monkeypatch)
+    call = ToolCall(id="c1", name="f", input="{}", output="ok", thought_signature=b"\x01")
+    store.append_message("s", Message(role="assistant", content="a", tool_calls=[call]))
+    store.append_messages("s", [msg("b"), Message(role="user", author="x")])
+    own = store.get("s").history
+    assert counts == [] and not store._core._own_appends  # none parsed, none kept after
+    other.append_message("s", msg("theirs"))
+    assert [m.content for m in store.get("s").history] == ["a", "b", "", "theirs"]
+    assert counts == [1]
+    fresh = backend.sync_store().get("s").history
+    assert own == fresh[:3]
+    for mine, read in zip(own, fresh, strict=False):
+        assert mine.model_dump(exclude_unset=True) == read.model_dump(exclude_unset=True)
+        assert mine.model_fields_set == read.model_fields_set
+        assert type(mine.timestamp.tzinfo) is type(read.timestamp.tzinfo)
+
+
+def test_own_appends_kept_at_hand_are_bounded(backend: Backend) -> None:
+    store = backend.sync_store()
+    store.create(Session(key="s"))
+    for i in range(300):
+        store.append_message("s", msg(f"m{i}"))
+    assert 0 < len(store._core._own_appends) <= 256
+    assert len(store.get("s").history) == 300
+    for kept_none in (backend.sync_store(read_cache_bytes=0),
+                      backend.sync_store(passphrase="own appends", kdf_work=WORK)):  # fmt: skip
+        kept_none.create(Session(key="t"))
+        kept_none.append_message("t", msg("x"))
+        kept_none.append_messages("t", [msg("y")])
+        assert not kept_none._core._own_appends
+        kept_none.delete("t")
 
 
 def test_returned_messages_cannot_change_a_later_read(backend: Backend) -> None:

@@ -12,6 +12,7 @@ from redis_session import CorruptData, InvalidArgument, Message, MessageRole, Se
 from redis_session.codec import (
     decode_messages,
     decode_session,
+    decoded_twin,
     encode_message,
     id_prefix,
     message_digest,
@@ -264,3 +265,77 @@ def test_the_slow_path_reads_naive_timestamps_and_refuses_missing_ids() -> None:
     for foreign in (b'{"role":"user","content":"no id"}', b'{"id":"x","role":"user"}'):
         with pytest.raises(CorruptData, match="message 1"):
             decode_messages("k", [good, foreign])
+
+
+def _seen(m: Message) -> object:
+    """What a caller can see of a message: every field's value and type (the timestamp's
+    tzinfo type and offset too), the fields set, the tool calls' alike.
+    """
+    stamp = m.timestamp
+    calls = [
+        (type(c), [(k, type(v), v) for k, v in c.__dict__.items()], c.model_fields_set,
+         c.__pydantic_extra__, c.__pydantic_private__)
+        for c in m.tool_calls
+    ]  # fmt: skip
+    plain = [(k, type(v), v) for k, v in m.__dict__.items() if k != "tool_calls"]
+    return (
+        type(m), plain, type(stamp.tzinfo), stamp.utcoffset(), type(m.tool_calls), calls,
+        m.model_fields_set, m.__pydantic_extra__, m.__pydantic_private__,
+    )  # fmt: skip
+
+
+signed_calls = st.lists(
+    st.builds(
+        ToolCall,
+        id=st.text(),
+        name=st.text(),
+        input=st.text(),
+        output=st.text(),
+        thought=st.booleans(),
+        thought_signature=st.binary() | st.none(),
+    ),
+    max_size=2,
+)
+
+
+@given(ids, st.sampled_from(list(MessageRole)), st.text(), st.text(), any_time, signed_calls)
+def test_the_decoded_twin_of_a_message_is_what_its_stored_form_decodes_to(
+    message_id: str,
+    role: MessageRole,
+    content: str,
+    author: str,
+    ts: datetime,
+    calls: list[ToolCall],
+) -> None:
+    # A store reads its own appends back from decoded_twin instead of parsing them: the twin
+    # must be what a fresh store's read decodes, down to types and model_fields_set.
+    m = Message(
+        id=message_id, role=role, content=content, author=author, timestamp=ts, tool_calls=calls
+    )
+    try:
+        body = encode_message(m)
+    except InvalidArgument:
+        return
+    twin = decoded_twin(m)
+    assert twin is not None
+    (decoded,) = decode_messages("k", [body])
+    assert twin == decoded == m
+    assert _seen(twin) == _seen(decoded)
+    assert twin.model_dump(exclude_unset=True) == decoded.model_dump(exclude_unset=True)
+
+
+def test_no_decoded_twin_for_a_message_stored_otherwise() -> None:
+    # Stored only after it is validated again (or its UTC is another tzinfo): parse it.
+    m = Message(role="user", content="c")
+    changed = m.model_copy(update={"content": 5})
+    other_utc = Message.model_construct(
+        id="i", role=MessageRole.USER, content="c",
+        timestamp=datetime.now(timezone(timedelta(0), "GMT")), tool_calls=(), author="",
+    )  # fmt: skip
+
+    class Tagged(Message):
+        tag: str = "x"
+
+    for odd in (changed, other_utc, Tagged(role="user")):
+        assert decoded_twin(odd) is None
+    assert decoded_twin(m) is not None
