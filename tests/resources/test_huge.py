@@ -80,6 +80,23 @@ def test_huge_operations_are_bounded_per_script_and_linear(
             raw, lambda: store.fork_child("p", "copy", ChildSessionConfig(inherit_history=size))
         )
         row["get"] = timed(raw, lambda: store.get("p"))
+        # A store that read before (it knows the element size) reads a session new to it by
+        # a plain LRANGE of up to 2,000 elements behind the get script, then in steps.
+        cold = RedisStore.from_url(server.url, prefix=f"h{size}:")
+        store.create(Session(key="q", history=[msg(BODY)]))
+        cold.get("q")  # another session: "p" is new to it
+        taken: list[bool] = []
+        read_cold = cold._core._read_cold
+
+        def spied(*args: Any) -> Any:
+            got = yield from read_cold(*args)
+            taken.append(got is not None)
+            return got
+
+        cold._core._read_cold = spied  # type: ignore[method-assign,assignment]
+        row["first get, by LRANGE"] = timed(raw, lambda: lengths.append(len(cold.get("p").history)))
+        assert lengths[-1] == size + 1 and taken == [True]
+        cold.close()
         row["compact"] = timed(raw, lambda: store.compact_messages("p", size - 1, "summary"))
         row["create"] = timed(
             raw, lambda: store.create(Session(key="c", history=[msg(BODY) for _ in range(size)]))
