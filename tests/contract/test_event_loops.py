@@ -111,3 +111,37 @@ def test_memory_stores_work_from_any_loop() -> None:
     assert len(asyncio.run(store.get_history("m"))) == 3
     assert store._clients.loops == 0  # memory:// is used as it is
     asyncio.run(store.close())
+
+
+def test_first_reads_by_lrange_from_loop_after_loop(real_backend: Backend) -> None:
+    # Without a read cache every get is a first read: the get script with LRANGE and HMGET
+    # pipelined behind it, through the client of the running loop; and a store with a
+    # cache reads incrementally on in each new loop.
+    cold, hot = _store(real_backend, read_cache_bytes=0), _store(real_backend)
+    taken: list[bool] = []
+    read_cold = cold._core._read_cold
+
+    def spied(*args: Any) -> Any:
+        got = yield from read_cold(*args)
+        taken.append(got is not None)
+        return got
+
+    cold._core._read_cold = spied  # type: ignore[method-assign,assignment]
+
+    async def turn(n: int) -> tuple[int, int]:
+        if n == 0:
+            await hot.create(Session(key="c"))
+            await hot.append_messages(
+                "c", [Message(role="user", content=str(i)) for i in range(40)]
+            )
+        await hot.append_message("c", Message(role="assistant", content=f"turn {n}"))
+        a, b = await cold.get("c"), await hot.get("c")
+        assert a.history == b.history
+        return len(a.history), len(b.history)
+
+    counts = [asyncio.run(turn(n)) for n in range(12)]
+    assert counts == [(41 + n, 41 + n) for n in range(12)]
+    assert taken == [True] * 11  # not the first: the store knew no element size yet
+    assert cold._clients.loops == 1 and hot._clients.loops == 1
+    asyncio.run(cold.close())
+    asyncio.run(hot.close())
