@@ -263,10 +263,11 @@ class CoreBase(KeyringOps):
         return (-last, -1) if last <= cap else None
 
     def _wrote(self, body: bytes, msg: Message) -> None:
-        """Keep at hand that ``body`` is the stored form of ``msg`` (an own append), when the
-        store holds what it reads: a read that finds ``body`` among the new messages takes
-        ``msg``'s decoded twin instead of parsing it (the agent loop reads its own appends).
-        Whoever wrote the element, these bytes decode to that message.
+        """Keep at hand that ``body`` is the stored form of ``msg`` (an own append that
+        :func:`codec.twin_ready` holds ready), when the store holds what it reads: a read
+        that finds ``body`` among the new messages takes ``msg``'s decoded twin instead of
+        parsing it (the agent loop reads its own appends). Whoever wrote the element, these
+        bytes decode to that message.
         """
         if self._reads.max_bytes and len(body) <= OWN_APPEND_BYTES:
             own = self._own_appends
@@ -285,9 +286,7 @@ class CoreBase(KeyringOps):
             except (KeyError, TypeError):  # not all own appends (or not bytes): parse them
                 pass
             else:
-                twins = [codec.decoded_twin(m) for m in found]
-                if None not in twins:
-                    return twins  # type: ignore[return-value]  # None checked just above
+                return [codec.twin_of(m) for m in found]
         return codec.decode_messages(key, items)
 
     def _hold(

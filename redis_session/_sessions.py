@@ -327,7 +327,8 @@ class SessionOps(CoreBase):
             codec.metadata_args(metadata, "metadata")
         keys = self._keys(key)[1]
         tree = self._trees.get(key)
-        body = codec.check_size(codec.encode_message(msg), self.max_message_bytes, "msg")
+        body, ready = codec.stored_form(msg)
+        codec.check_size(body, self.max_message_bytes, "msg")
         args = (
             self.ttl_ms, self.grace_ms, "0" if tree is None else tree[0], self.window,
             self.max_history_turns, key, b"", self.max_metadata_bytes, 0,
@@ -337,7 +338,8 @@ class SessionOps(CoreBase):
             "append_message", keys if tree is None else (*keys, *tree[1]), args
         )
         if type(reply) is list and reply[0] == Status.OK:
-            self._wrote(body, msg)
+            if ready:
+                self._wrote(body, msg)
             return int(reply[1]) == 1
         if type(reply) is list and reply[0] == Status.KEY_CHANGED:
             raise PassphraseRequired(key)
@@ -373,7 +375,8 @@ class SessionOps(CoreBase):
         reply = yield from self._write(key, build, lambda: Ctx(key, keys, argument="metadata"))
         if self.passphrase is None:
             for msg, body in zip(messages, pairs[1::2], strict=True):
-                self._wrote(body, msg)
+                if codec.twin_ready(msg):
+                    self._wrote(body, msg)
         return int(reply[1])
 
     def annotate_timeout(self, key: str, partial: str) -> Op[bool]:

@@ -124,8 +124,20 @@ def encode_message(msg: Message, argument: str = "msg") -> bytes:
     else goes through the model's own serializer. Text that UTF-8 cannot encode (lone
     surrogates) is refused as ``InvalidArgument``.
     """
-    if not _stored_as_is(msg):
-        msg = _revalidated(msg, argument)
+    return stored_form(msg, argument)[0]
+
+
+def stored_form(msg: Message, argument: str = "msg") -> tuple[bytes, bool]:
+    """:func:`encode_message` of ``msg``, and whether ``msg`` is stored as it is with its
+    timestamp in ``datetime.UTC`` (:func:`twin_ready`: a read of these bytes may take
+    :func:`twin_of` ``msg`` instead of parsing them).
+    """
+    ready = _stored_as_is(msg)
+    body = _encoded(msg if ready else _revalidated(msg, argument), argument)
+    return body, ready and msg.__dict__["timestamp"].tzinfo is UTC
+
+
+def _encoded(msg: Message, argument: str) -> bytes:
     fields = msg.__dict__
     calls = fields["tool_calls"]
     if not calls or all(map(_unsigned, calls)):
@@ -169,13 +181,20 @@ def decoded_twin(msg: Message) -> Message | None:
     fields set that the stored JSON names (``model_fields_set``, the tool calls' too). None
     for a message that is not stored as it is, or whose timestamp is UTC by another tzinfo.
     """
-    if not _stored_as_is(msg):
-        return None
+    return twin_of(msg) if twin_ready(msg) else None
+
+
+def twin_ready(msg: Message) -> bool:
+    """Whether :func:`twin_of` ``msg`` is what its stored form decodes to: ``msg`` is stored
+    as it is, its timestamp in ``datetime.UTC``.
+    """
+    return _stored_as_is(msg) and msg.__dict__["timestamp"].tzinfo is UTC
+
+
+def twin_of(msg: Message) -> Message:
+    """:func:`decoded_twin` of a message :func:`twin_ready` holds ready (not checked again)."""
     values = dict(msg.__dict__)
-    stamp = values["timestamp"]
-    if stamp.tzinfo is not UTC:
-        return None
-    values["timestamp"] = stamp.replace(tzinfo=_DECODED_UTC)
+    values["timestamp"] = values["timestamp"].replace(tzinfo=_DECODED_UTC)
     named = {"id", "role", "timestamp"}
     if values["content"]:
         named.add("content")
@@ -511,7 +530,7 @@ _SESSION_FIELDS = frozenset(Session.model_fields)
 
 def _raw_fields(key: str, meta: Mapping[bytes, bytes] | Sequence[bytes]) -> dict[bytes, bytes]:
     """A hash's fields by name (bytes), from HGETALL's mapping or a script's flat list."""
-    if isinstance(meta, Mapping):
+    if type(meta) is not list and isinstance(meta, Mapping):
         return {bytes(f): bytes(v) for f, v in meta.items()}
     if len(meta) % 2:
         raise CorruptData(key, "its meta hash reply has an odd number of elements")
