@@ -126,7 +126,8 @@ class Backend:
         self.schema = KeySchema(self.prefix, cluster=self.cluster is not None)
         self._closers: list[Callable[[], Any]] = []
 
-    def sync_client(self, **kwargs: Any) -> Any:
+    def sync_client(self, *, kept: bool = True, **kwargs: Any) -> Any:
+        """A new client, closed after the test (``kept=False``: nothing here keeps it alive)."""
         client: Any
         if self.fake_server is not None:
             client = fakeredis.FakeRedis(server=self.fake_server, **kwargs)
@@ -137,7 +138,8 @@ class Backend:
         else:
             assert self.server is not None
             client = redis.Redis.from_url(self.server.url, **kwargs)
-        self._closers.append(client.close)
+        if kept:
+            self._closers.append(client.close)
         return client
 
     def async_client(self, **kwargs: Any) -> Any:

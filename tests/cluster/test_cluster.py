@@ -19,8 +19,10 @@ pytestmark = pytest.mark.cluster
 def test_events_reach_subscribers_on_every_node(cluster_server: Cluster) -> None:
     store = RedisStore(cluster_server.client(), prefix=unique_prefix())
     subscribers: list[Any] = []
-    for port in cluster_server.ports:
-        node: Any = redis.Redis(port=port)  # pubsub() is untyped before redis 8.2, typed after
+    # The node clients live as long as their subscribers: from redis 8.2 a dropped client closes
+    # its pool, and with it the subscriber's connection. Any: pubsub() is typed from 8.2 only.
+    nodes: list[Any] = [redis.Redis(port=port) for port in cluster_server.ports]
+    for node in nodes:
         pubsub = node.pubsub(ignore_subscribe_messages=True)
         pubsub.subscribe(store.events_channel)
         subscribers.append(pubsub)
@@ -37,6 +39,8 @@ def test_events_reach_subscribers_on_every_node(cluster_server: Cluster) -> None
     finally:
         for pubsub in subscribers:
             pubsub.close()
+        for node in nodes:
+            node.close()
         store.delete("anywhere")
         store.close()
 

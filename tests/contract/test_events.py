@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import json
 from typing import Any
@@ -10,15 +11,18 @@ from typing import Any
 import pytest
 
 from redis_session import (
+    AsyncRedisStore,
     ChildAlreadyMerged,
     ChildNotFound,
     DuplicateSession,
     InvalidArgument,
     LifecycleEventType,
     Message,
+    RedisStore,
     Session,
     SessionLifecycleEvent,
 )
+from redis_session._url import async_close, sync_close
 from tests.conftest import Backend, StoreFactory
 
 EVENT_FIELDS = {"type", "key", "child_key", "parent_key", "agent_name", "timestamp"}
@@ -139,6 +143,30 @@ async def test_listener_yields_events_and_skips_garbage(backend: Backend, store:
     assert second is not None and second.type == LifecycleEventType.CREATE and second.key == "l"
     assert await next_event(listener, timeout=0.2) is None
     await close(listener)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_a_listener_outlives_the_store_and_client_that_made_it(
+    backend: Backend, flavour: str
+) -> None:
+    """From redis 8.2 a client that is dropped closes its pool, and with it any subscriber's
+    connection: the listener keeps its client alive itself."""
+    listener: Any
+    if flavour == "sync":
+        listener = RedisStore(backend.sync_client(kept=False), prefix=backend.prefix).listen()
+    else:
+        made = AsyncRedisStore(backend.async_client(), prefix=backend.prefix)
+        listener = await made.listen()
+        del made
+    gc.collect()
+    backend.sync_store().create(Session(key="heard"))
+    got = await next_event(listener)
+    assert got is not None and (got.type, got.key) == (LifecycleEventType.CREATE, "heard")
+    await close(listener)
+    if flavour == "sync":
+        sync_close(listener._client)
+    else:
+        await async_close(listener._client)  # with a Sentinel-managed client's sentinels
 
 
 async def test_stores_with_other_prefixes_do_not_hear_each_other(
