@@ -49,9 +49,9 @@ SMALL_READ = 24
 """A read of at most this many newest messages passes them through the ``get`` script: below
 it the LRANGE's round-trip share costs more than the script's ~1.5 us per element it saves."""
 OWN_APPENDS = 256
-"""Own appends a store keeps at hand (stored form -> message), to read back without parsing."""
+"""Own appends a store keeps at hand (stored form -> decoded twin), to read back unparsed."""
 OWN_APPEND_BYTES = 16 * 1024
-"""The largest stored message kept at hand (at most ``OWN_APPENDS`` of them: 4 MiB)."""
+"""The largest stored message kept at hand (``OWN_APPENDS`` of them: 4 MiB, and their twins)."""
 STEP_MESSAGES = 2_000
 """Messages one script call copies at most (a merge, an inheriting fork): more go in steps."""
 BATCH_MESSAGES = 10_000
@@ -262,31 +262,39 @@ class CoreBase(KeyringOps):
             return (0, cap - 1) if cap > SMALL_READ else None
         return (-last, -1) if last <= cap else None
 
-    def _wrote(self, body: bytes, msg: Message) -> None:
-        """Keep at hand that ``body`` is the stored form of ``msg`` (an own append that
-        :func:`codec.twin_ready` holds ready), when the store holds what it reads: a read
-        that finds ``body`` among the new messages takes ``msg``'s decoded twin instead of
-        parsing it (the agent loop reads its own appends). Whoever wrote the element, these
-        bytes decode to that message.
+    def _twin(self, body: bytes, msg: Message) -> Message | None:
+        """``msg``'s decoded twin (:func:`codec.twin_of`; ``msg`` is one that
+        :func:`codec.twin_ready` holds ready and ``body`` its stored form), taken when it is
+        encoded, so that a change made to ``msg`` later (past its frozen guard) cannot reach a
+        read; None when the store keeps no own appends (it holds nothing it reads) or
+        ``body`` is too long to keep.
         """
         if self._reads.max_bytes and len(body) <= OWN_APPEND_BYTES:
-            own = self._own_appends
-            if len(own) >= OWN_APPENDS:
-                own.clear()
-            own[body] = msg
+            return codec.twin_of(msg)
+        return None
+
+    def _wrote(self, body: bytes, twin: Message) -> None:
+        """Keep at hand that ``body``, appended, decodes to ``twin`` (see :meth:`_twin`): a
+        read that finds ``body`` among the new messages takes ``twin`` instead of parsing it
+        (the agent loop reads its own appends). Whoever wrote the element, these bytes decode
+        to that message.
+        """
+        own = self._own_appends
+        if len(own) >= OWN_APPENDS:
+            own.clear()
+        own[body] = twin
 
     def _decoded(self, key: str, items: Sequence[bytes]) -> list[Message]:
         """The cleartext elements ``items`` as messages: parsed, or, when every one of a few
-        is an own append kept at hand, the twins of those messages (see :meth:`_wrote`).
+        is an own append kept at hand, the twins of those messages (see :meth:`_wrote`;
+        each is handed out once).
         """
         own = self._own_appends
         if own and len(items) <= 8:
             try:
-                found = [own.pop(item) for item in items]
+                return [own.pop(item) for item in items]
             except (KeyError, TypeError):  # not all own appends (or not bytes): parse them
                 pass
-            else:
-                return [codec.twin_of(m) for m in found]
         return codec.decode_messages(key, items)
 
     def _hold(

@@ -329,6 +329,7 @@ class SessionOps(CoreBase):
         tree = self._trees.get(key)
         body, ready = codec.stored_form(msg)
         codec.check_size(body, self.max_message_bytes, "msg")
+        twin = self._twin(body, msg) if ready else None
         args = (
             self.ttl_ms, self.grace_ms, "0" if tree is None else tree[0], self.window,
             self.max_history_turns, key, b"", self.max_metadata_bytes, 0,
@@ -338,8 +339,8 @@ class SessionOps(CoreBase):
             "append_message", keys if tree is None else (*keys, *tree[1]), args
         )
         if type(reply) is list and reply[0] == Status.OK:
-            if ready:
-                self._wrote(body, msg)
+            if twin is not None:
+                self._wrote(body, twin)
             return int(reply[1]) == 1
         if type(reply) is list and reply[0] == Status.KEY_CHANGED:
             raise PassphraseRequired(key)
@@ -372,11 +373,14 @@ class SessionOps(CoreBase):
             args += codec.seal_pairs(pairs, messages, sealer, argument, self.max_message_bytes)
             return ScriptCall("append_message", (*keys, *self._tree(key)[1]), args)
 
+        twins = [
+            (body, self._twin(body, msg) if codec.twin_ready(msg) else None)
+            for msg, body in zip(messages, pairs[1::2], strict=True)
+        ] if self.passphrase is None else []  # fmt: skip
         reply = yield from self._write(key, build, lambda: Ctx(key, keys, argument="metadata"))
-        if self.passphrase is None:
-            for msg, body in zip(messages, pairs[1::2], strict=True):
-                if codec.twin_ready(msg):
-                    self._wrote(body, msg)
+        for body, twin in twins:
+            if twin is not None:
+                self._wrote(body, twin)
         return int(reply[1])
 
     def annotate_timeout(self, key: str, partial: str) -> Op[bool]:

@@ -194,7 +194,7 @@ def twin_ready(msg: Message) -> bool:
 def twin_of(msg: Message) -> Message:
     """:func:`decoded_twin` of a message :func:`twin_ready` holds ready (not checked again)."""
     values = dict(msg.__dict__)
-    values["timestamp"] = values["timestamp"].replace(tzinfo=_DECODED_UTC)
+    values["timestamp"] = values["timestamp"].astimezone(_DECODED_UTC)  # fold 0, as decoded
     named = {"id", "role", "timestamp"}
     if values["content"]:
         named.add("content")
@@ -525,6 +525,8 @@ def _fields(key: str, meta: Mapping[bytes, bytes] | Sequence[bytes]) -> dict[str
 
 _SCALAR_NAMES = tuple(n.encode() for n in SCALAR_FIELDS)
 _M, _E = METADATA_PREFIX.encode(), SEALED_METADATA_PREFIX.encode()
+_V2 = bytes((crypto.V2,))
+"""The first byte of a sealed scalar (format 2)."""
 _SESSION_FIELDS = frozenset(Session.model_fields)
 
 
@@ -576,6 +578,8 @@ def decode_session(
     scalars = [get(n, b"") for n in _SCALAR_NAMES]
     if opener is not None:
         scalars = [opener.scalar(n, v, key) for n, v in zip(SCALAR_FIELDS, scalars, strict=True)]
+    elif get(b"k") and any(v[:1] == _V2 for v in scalars):  # sealed scalars, no passphrase
+        raise PassphraseRequired(key)
     try:
         texts = [v.decode("utf-8") for v in scalars]
     except UnicodeDecodeError:  # name the field

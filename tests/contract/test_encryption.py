@@ -170,6 +170,21 @@ async def test_sealed_data_without_a_passphrase_raises(make_store: StoreFactory)
         await plain.get("n", last=0)  # sealed metadata, even with no message read
 
 
+@pytest.mark.parametrize("metadata", [{"k": "v"}, {}], ids=["metadata", "no-metadata"])
+async def test_sealed_fields_alone_without_a_passphrase_raise(
+    make_store: StoreFactory, metadata: dict[str, str]
+) -> None:
+    # A sealed session with no message to read: its sealed scalars (and metadata) alone say
+    # that a passphrase is needed, never that the record is damaged.
+    sealed = make_store(passphrase=OLD, kdf_work=WORK)
+    await sealed.create(Session(key="f", agent_id="a7", model="m", metadata=metadata))
+    plain = make_store()
+    for read in (plain.get("f"), plain.get("f", last=0)):
+        with pytest.raises(PassphraseRequired):
+            await read
+    assert (await sealed.get("f")).agent_id == "a7"
+
+
 async def test_a_flipped_byte_fails_authentication(
     make_store: StoreFactory, backend: Backend
 ) -> None:

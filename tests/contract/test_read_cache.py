@@ -129,6 +129,22 @@ def test_returned_messages_cannot_change_a_later_read(backend: Backend) -> None:
     assert store.get_history("s")[0].model_copy(update={"content": "x"}).content == "x"
 
 
+def test_a_message_changed_after_its_append_reads_back_as_stored(backend: Backend) -> None:
+    # A store keeps its own appends' decoded twins for its next read: taken when the append
+    # encoded them, so a change made to the caller's message afterwards (past its frozen
+    # guard) never reaches a read, which equals a fresh store's.
+    store = backend.sync_store()
+    store.create(Session(key="s"))
+    store.get("s")
+    one, two = msg("one"), msg("two")
+    store.append_message("s", one)
+    store.append_messages("s", [two])
+    for changed in (one, two):
+        object.__setattr__(changed, "content", "changed")
+    assert [m.content for m in store.get("s").history] == ["one", "two"]
+    assert store.get("s") == backend.sync_store().get("s")
+
+
 def test_the_cache_is_bounded_and_can_be_off(backend: Backend) -> None:
     writer = backend.sync_store()
     for i in range(6):

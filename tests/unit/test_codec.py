@@ -321,7 +321,19 @@ def test_the_decoded_twin_of_a_message_is_what_its_stored_form_decodes_to(
     (decoded,) = decode_messages("k", [body])
     assert twin == decoded == m
     assert _seen(twin) == _seen(decoded)
+    assert twin.timestamp.fold == decoded.timestamp.fold == 0
     assert twin.model_dump(exclude_unset=True) == decoded.model_dump(exclude_unset=True)
+
+
+def test_the_decoded_twin_of_a_folded_timestamp_is_unfolded_as_decoded() -> None:
+    # fold=1 (the second of a repeated wall-clock hour) means nothing in UTC, and the stored
+    # form does not keep it: the twin drops it as the decoder does.
+    m = Message(role="user", timestamp=datetime(2026, 1, 1, 1, 30, tzinfo=UTC, fold=1))
+    assert m.timestamp.fold == 1
+    twin = decoded_twin(m)
+    (decoded,) = decode_messages("k", [encode_message(m)])
+    assert twin is not None and twin.timestamp.fold == decoded.timestamp.fold == 0
+    assert twin.model_dump() == decoded.model_dump()
 
 
 def test_no_decoded_twin_for_a_message_stored_otherwise() -> None:
