@@ -672,7 +672,7 @@ class KeyringOps:
             elif (
                 field.decode("utf-8", "replace") in codec.SCALAR_FIELDS
                 and value
-                and value[:1] != bytes((crypto.V2,))
+                and not crypto.is_sealed_scalar(value)
             ):
                 name = field.decode()
                 out += (field, value, field, sealer.scalar(name, value))

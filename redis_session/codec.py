@@ -525,8 +525,6 @@ def _fields(key: str, meta: Mapping[bytes, bytes] | Sequence[bytes]) -> dict[str
 
 _SCALAR_NAMES = tuple(n.encode() for n in SCALAR_FIELDS)
 _M, _E = METADATA_PREFIX.encode(), SEALED_METADATA_PREFIX.encode()
-_V2 = bytes((crypto.V2,))
-"""The first byte of a sealed scalar (format 2)."""
 _SESSION_FIELDS = frozenset(Session.model_fields)
 
 
@@ -578,7 +576,7 @@ def decode_session(
     scalars = [get(n, b"") for n in _SCALAR_NAMES]
     if opener is not None:
         scalars = [opener.scalar(n, v, key) for n, v in zip(SCALAR_FIELDS, scalars, strict=True)]
-    elif get(b"k") and any(v[:1] == _V2 for v in scalars):  # sealed scalars, no passphrase
+    elif get(b"k") and any(map(crypto.is_sealed_scalar, scalars)):  # sealed scalars, no passphrase
         raise PassphraseRequired(key)
     try:
         texts = [v.decode("utf-8") for v in scalars]

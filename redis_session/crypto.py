@@ -332,6 +332,11 @@ def is_sealed(value: bytes) -> bool:
     return value[:1] == b"\x01"
 
 
+def is_sealed_scalar(value: bytes) -> bool:
+    """Whether a stored scalar field's value is sealed (format 2)."""
+    return bool(value) and value[0] == V2
+
+
 def kid_of(value: bytes) -> bytes:
     """The key id a sealed value names."""
     return value[1 : 1 + KID_LEN]
@@ -479,7 +484,7 @@ class Opener:
             if self.sealed and value[0] == V2 and len(value) >= 1 + NONCE_LEN + 16:
                 raise TamperDetected(key, f"field {name!r} is sealed, but not by this session")
             return value
-        if value[:1] != bytes((V2,)):
+        if not is_sealed_scalar(value):
             if self.strict:
                 raise TamperDetected(key, f"field {name!r} is in cleartext in a sealed session")
             return value
