@@ -413,7 +413,7 @@ class EncBench:
         deleted = self.base.cleanup()
         for store in (self.plain, self.enc):
             store.client.close()
-        self.base.client.close()
+        self.base.close()
         return deleted
 
 

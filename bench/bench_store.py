@@ -207,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     finally:
         deleted = bench.cleanup()
-        bench.client.close()
+        bench.close()
         print(f"cleanup: deleted {deleted} keys under {bench.prefix}")
 
     passed = report(bench, profile_text)

@@ -18,7 +18,9 @@ beyond that waits up to ``timeout`` = 10 s for a free connection, then ``Connect
 that hands out an already connected connection before one it would have to connect, so that
 after a burst that hit the server's ``maxclients`` the idle connections it holds serve the next
 calls at once (a plain pool picks the newest released connection, often a failed one, whose
-reconnects fail as long as the pool's idle ones fill the server). Sockets get
+reconnects fail as long as the pool's idle ones fill the server). Its connections pack a command
+in one ``hiredis.pack_command`` call (:class:`HiredisPacker`) instead of redis-py's encoding of
+each argument in Python first: 1.1 against 8.7 µs for the 14 arguments of a read script. Sockets get
 ``socket_timeout`` = 10 s and ``socket_connect_timeout`` = 5 s. Every one of these is a
 redis-py keyword the caller may override (``from_url(url, max_connections=100)``); a cluster
 client takes the timeouts (its per-node pools are redis-py's own).
@@ -44,6 +46,12 @@ from redis.retry import Retry
 
 from .errors import InvalidArgument
 
+_hiredis_pack: Any
+try:
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pragma: no cover - hiredis is a dependency; redis-py works without it
+    _hiredis_pack = None
+
 MEMORY_SCHEME = "memory"
 SENTINEL_SCHEME = "redis+sentinel"
 SENTINEL_RETRY_ATTEMPTS = 24
@@ -66,7 +74,72 @@ def _is_connected(connection: Any) -> bool:
     return getattr(connection, "_sock", None) is not None
 
 
-class ConnectedFirstPool(redis.BlockingConnectionPool):
+class HiredisPacker:
+    """A connection's command packer that hands the arguments to ``hiredis.pack_command`` as
+    they are, for the types hiredis encodes exactly as redis-py does (``str`` and its
+    subclasses as UTF-8, ``int``, ``float`` by ``repr``, ``bytes``, ``memoryview``), and
+    leaves anything else to the connection's own packer: a ``bool``, ``None``, an ``int``
+    subclass or a lone surrogate get redis-py's packing and its ``DataError``. Same bytes on
+    the wire, so the same commands, errors and retries; installed only on a connection whose
+    encoder is UTF-8 with strict errors, and never when the first argument holds a space
+    (redis-py splits ``"SCRIPT LOAD"`` into two).
+    """
+
+    __slots__ = ("_own",)
+
+    def __init__(self, own: Any) -> None:
+        self._own = own
+
+    def pack(self, *args: Any) -> list[bytes]:
+        """``args`` as one RESP command."""
+        first = args[0]
+        if type(first) is str and " " not in first:
+            try:
+                return [_hiredis_pack(args)]
+            except (TypeError, UnicodeEncodeError):
+                pass
+        return self._own.pack(*args)  # type: ignore[no-any-return]
+
+
+def pack_with_hiredis(connection: Any) -> Any:
+    """``connection``, now packing through :class:`HiredisPacker` when it can (a connection of
+    its own packer with a UTF-8, strict encoder; not a client-side-cache proxy).
+    """
+    own = vars(connection).get("_command_packer")
+    encoder = getattr(connection, "encoder", None)
+    if (
+        _hiredis_pack is not None
+        and own is not None
+        and not isinstance(own, HiredisPacker)
+        and encoder is not None
+        and str(encoder.encoding).lower().replace("_", "-") in ("utf-8", "utf8")
+        and encoder.encoding_errors == "strict"
+    ):
+        connection._command_packer = HiredisPacker(own)
+    return connection
+
+
+class PacksWithHiredis:
+    """A pool mixin: every connection it makes packs through :class:`HiredisPacker`."""
+
+    def make_connection(self) -> Any:
+        """A new connection of the pool, packing commands through hiredis."""
+        return pack_with_hiredis(super().make_connection())  # type: ignore[misc]
+
+
+class HiredisPool(PacksWithHiredis, redis.ConnectionPool):
+    """redis-py's pool of a cluster node, its connections packing through hiredis."""
+
+
+class HiredisSentinelPool(PacksWithHiredis, redis.sentinel.SentinelConnectionPool):
+    """redis-py's pool of a Sentinel-found primary, its connections packing through hiredis."""
+
+
+class AsyncHiredisSentinelPool(PacksWithHiredis, redis.asyncio.sentinel.SentinelConnectionPool):
+    """The asyncio flavour of :class:`HiredisSentinelPool`."""
+
+
+class ConnectedFirstPool(PacksWithHiredis, redis.BlockingConnectionPool):
     """A bounded blocking pool that hands out a connected connection before an unconnected one
     (see the module docstring). Not a client subclass: the client is redis-py's own.
     """
@@ -85,7 +158,7 @@ class ConnectedFirstPool(redis.BlockingConnectionPool):
         return super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
 
 
-class AsyncConnectedFirstPool(redis.asyncio.BlockingConnectionPool):
+class AsyncConnectedFirstPool(PacksWithHiredis, redis.asyncio.BlockingConnectionPool):
     """The asyncio flavour of :class:`ConnectedFirstPool`."""
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
@@ -208,11 +281,16 @@ def sync_client(
         hosts, service, db = _sentinel_target(url)
         make_sentinel: Any = redis.sentinel.Sentinel
         sentinel = make_sentinel(hosts, sentinel_kwargs={"socket_timeout": 1.0})
-        options = {"retry": _sentinel_retry(), **_client_options(kwargs, pool=False)}
+        options = {
+            "retry": _sentinel_retry(),
+            "connection_pool_class": HiredisSentinelPool,
+            **_client_options(kwargs, pool=False),
+        }
         client: redis.Redis = sentinel.master_for(service, db=db, **options)
         return client
     if cluster:
-        return redis.RedisCluster.from_url(url, **_client_options(kwargs, pool=False))
+        options = {"connection_pool_class": HiredisPool, **_client_options(kwargs, pool=False)}
+        return redis.RedisCluster.from_url(url, **options)
     pool = ConnectedFirstPool.from_url(
         url, **{"retry": _default_retry(), **_client_options(kwargs, pool=True)}
     )
@@ -231,7 +309,11 @@ def async_client(
         hosts, service, db = _sentinel_target(url)
         factory: Any = redis.asyncio.sentinel.Sentinel
         sentinel = factory(hosts, sentinel_kwargs={"socket_timeout": 1.0})
-        options = {"retry": _sentinel_async_retry(), **_client_options(kwargs, pool=False)}
+        options = {
+            "retry": _sentinel_async_retry(),
+            "connection_pool_class": AsyncHiredisSentinelPool,
+            **_client_options(kwargs, pool=False),
+        }
         aclient: redis.asyncio.Redis = sentinel.master_for(service, db=db, **options)
         return aclient
     if cluster:

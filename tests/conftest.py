@@ -6,6 +6,9 @@ set, else a ``redis-server`` from PATH started here, else the Valkey binary of t
 3-primary + 3-replica Redis Cluster started here from the same binaries) and ``sentinel`` (a
 primary, a replica and three sentinels, reached through ``redis+sentinel://``). A backend that
 cannot be had is skipped with its reason, except under ``CI=true``, where that is a failure.
+On ``redis`` and ``valkey`` the clients are those ``RedisStore.from_url`` builds (its pools,
+their hiredis packer), on ``cluster`` and ``sentinel`` the blocking ones too, while their asyncio
+clients are redis-py's own, built as a caller would (and ``fake``'s are fakeredis's).
 
 Every test gets its own key prefix; nothing is flushed on a shared server.
 """
@@ -25,6 +28,7 @@ import redis.asyncio
 import redis.asyncio.sentinel
 
 from redis_session import AsyncRedisStore, RedisStore
+from redis_session._url import async_client, sync_client
 from redis_session.keys import KeySchema
 from tests.support.cluster import Cluster, start_cluster
 from tests.support.figures import FIGURES
@@ -126,18 +130,23 @@ class Backend:
         self.schema = KeySchema(self.prefix, cluster=self.cluster is not None)
         self._closers: list[Callable[[], Any]] = []
 
+    @property
+    def url(self) -> str:
+        """The URL ``RedisStore.from_url`` takes for this backend (not for ``fake``)."""
+        if self.cluster is not None:
+            return f"redis+cluster://127.0.0.1:{self.cluster.ports[0]}/0"
+        if self.sentinel is not None:
+            return self.sentinel.url
+        assert self.server is not None, "fake has no URL of its own"
+        return self.server.url
+
     def sync_client(self, *, kept: bool = True, **kwargs: Any) -> Any:
         """A new client, closed after the test (``kept=False``: nothing here keeps it alive)."""
         client: Any
         if self.fake_server is not None:
             client = fakeredis.FakeRedis(server=self.fake_server, **kwargs)
-        elif self.cluster is not None:
-            client = self.cluster.client(**kwargs)
-        elif self.sentinel is not None:
-            client = self.sentinel.client(**kwargs)
-        else:
-            assert self.server is not None
-            client = redis.Redis.from_url(self.server.url, **kwargs)
+        else:  # the client RedisStore.from_url builds
+            client = sync_client(self.url, **kwargs)
         if kept:
             self._closers.append(client.close)
         return client
@@ -154,7 +163,7 @@ class Backend:
             sentinel = make(hosts, sentinel_kwargs={"socket_timeout": 1.0})
             return sentinel.master_for(SERVICE, **kwargs)
         assert self.server is not None
-        return redis.asyncio.Redis.from_url(self.server.url, **kwargs)
+        return async_client(self.server.url, **kwargs)
 
     def sync_store(self, **options: Any) -> RedisStore:
         options.setdefault("prefix", self.prefix)

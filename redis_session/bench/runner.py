@@ -20,6 +20,7 @@ import redis.asyncio
 
 from .. import codec
 from .._core import Core
+from .._url import async_client, sync_client
 from ..aio import AsyncRedisStore
 from ..keys import KeySchema
 from ..models import Message, Session
@@ -72,12 +73,15 @@ class Bench:
         self.get_rounds = get_rounds
         self.prefix = f"bench:{uuid.uuid4().hex[:8]}:"
         self.schema = KeySchema(self.prefix)
+        # the floors run on a plain redis-py client; the stores on the client that
+        # RedisStore.from_url builds (its pool packs commands through hiredis)
         self.client = redis.Redis.from_url(url)
+        self.store_client: Any = sync_client(url)
         self.store = RedisStore(
-            self.client, prefix=self.prefix, ttl=TTL, max_history_turns=MAX_TURNS
+            self.store_client, prefix=self.prefix, ttl=TTL, max_history_turns=MAX_TURNS
         )
         self.cold = RedisStore(  # reads as a store that never read the session before
-            self.client, prefix=self.prefix, ttl=TTL, max_history_turns=MAX_TURNS,
+            self.store_client, prefix=self.prefix, ttl=TTL, max_history_turns=MAX_TURNS,
             read_cache_bytes=0,
         )  # fmt: skip
         self.core = Core(prefix=self.prefix, ttl=TTL, max_history_turns=MAX_TURNS)
@@ -264,9 +268,10 @@ class Bench:
     async def async_appends(self, cases: list[AppendCase]) -> None:
         """Phase: asyncio appends at every size against the floor script."""
         client = redis.asyncio.Redis.from_url(self.url)
+        store_client: Any = async_client(self.url)
         try:
             store = AsyncRedisStore(
-                client, prefix=self.prefix, ttl=TTL, max_history_turns=MAX_TURNS
+                store_client, prefix=self.prefix, ttl=TTL, max_history_turns=MAX_TURNS
             )
             floor = client.register_script(FLOOR_LUA)
             scripts = {
@@ -310,6 +315,7 @@ class Bench:
                 }
         finally:
             await client.aclose()
+            await store_client.aclose()
 
     def round_trips(self, n: int = 200) -> None:
         """Writes per append on the client's socket; EVALSHA calls and µs per call on the server."""
@@ -433,6 +439,11 @@ class Bench:
             stats = pstats.Stats(prof, stream=out)
             stats.strip_dirs().sort_stats("tottime").print_stats(14)
         return out.getvalue()
+
+    def close(self) -> None:
+        """Close both clients (the floors' and the stores')."""
+        self.client.close()
+        self.store_client.close()
 
     def cleanup(self) -> int:
         """Delete every key of this run; returns how many."""

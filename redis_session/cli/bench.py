@@ -96,7 +96,7 @@ def bench(url: str, rounds: int, get_rounds: int, gc_mode: str, check: bool, as_
             )
     finally:
         runner.cleanup()
-        runner.client.close()
+        runner.close()
     passed = measuring.all_targets_pass(runner)
     total = time.perf_counter() - started
     if as_json:

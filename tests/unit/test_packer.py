@@ -1,0 +1,113 @@
+"""The hiredis command packer of the pools ``from_url`` builds: the same bytes as redis-py's
+own packer for every argument it takes, redis-py's packing (and errors) for every other one.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from redis_session._url import HiredisPacker, async_client, pack_with_hiredis, sync_client
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+
+
+class Colour(enum.StrEnum):
+    RED = "red"
+
+
+def connection(**options: Any) -> Any:
+    """A redis-py connection that is never connected."""
+    make: Any = redis.Connection  # untyped in redis-py
+    return make(**options)
+
+
+def own_packer() -> Any:
+    """redis-py's packer."""
+    return connection()._command_packer
+
+
+def wire(packed: list[bytes]) -> bytes:
+    return b"".join(bytes(part) for part in packed)
+
+
+ARGUMENTS = st.one_of(
+    st.text(),
+    st.binary(),
+    st.integers(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False),
+    st.binary().map(lambda b: memoryview(b)),
+    st.binary().map(bytearray),
+    st.booleans(),
+    st.none(),
+    st.sampled_from([Level.LOW, Colour.RED, "\udc80", 1.5e300, -0.0, 2**64]),
+)
+
+
+def packed_or_error(packer: Any, args: tuple[Any, ...]) -> tuple[str, Any]:
+    try:
+        return "bytes", wire(packer.pack(*args))
+    except Exception as exc:  # the comparison is of which error, with which message
+        return type(exc).__name__, str(exc)
+
+
+@given(
+    st.sampled_from(["EVALSHA", "SET", b"HSET", "SCRIPT LOAD", b"CONFIG GET"]),
+    st.lists(ARGUMENTS, max_size=8),
+)
+def test_the_same_bytes_or_the_same_error_as_redis_py(command: Any, rest: list[Any]) -> None:
+    own = own_packer()
+    args = (command, *rest)
+    assert packed_or_error(HiredisPacker(own), args) == packed_or_error(own, args)
+
+
+def test_a_script_call_is_packed_by_hiredis_in_one_buffer() -> None:
+    calls: list[tuple[Any, ...]] = []
+
+    class Counting:
+        def pack(self, *args: Any) -> list[bytes]:
+            calls.append(args)
+            return own_packer().pack(*args)  # type: ignore[no-any-return]
+
+    packer = HiredisPacker(Counting())
+    sha = "a" * 40
+    packed = packer.pack("EVALSHA", sha, 2, "k:{s}", "m:{s}", b"\x00\xff", 17, 2.5, "é")
+    assert len(packed) == 1 and calls == []
+    assert wire(packed) == wire(own_packer().pack("EVALSHA", sha, 2, "k:{s}", "m:{s}",
+                                                  b"\x00\xff", 17, 2.5, "é"))  # fmt: skip
+    with pytest.raises(redis.DataError):
+        packer.pack("EVALSHA", sha, 0, True)  # redis-py's error, from its own packer
+    packer.pack("SCRIPT LOAD", "return 1")
+    assert len(calls) == 2  # the bool, and the command name redis-py splits
+
+
+def test_only_connections_with_a_utf8_strict_encoder_get_it() -> None:
+    assert isinstance(pack_with_hiredis(connection())._command_packer, HiredisPacker)
+    for options in ({"encoding": "latin-1"}, {"encoding_errors": "replace"}):
+        latin = pack_with_hiredis(connection(**options))
+        assert not isinstance(latin._command_packer, HiredisPacker)
+    twice = pack_with_hiredis(pack_with_hiredis(connection()))
+    assert not isinstance(twice._command_packer._own, HiredisPacker)
+
+
+def test_the_pools_from_url_builds_pack_with_hiredis() -> None:
+    client: Any = sync_client("redis://127.0.0.1:1/0")  # never connected
+    made = client.connection_pool.make_connection()
+    assert isinstance(made._command_packer, HiredisPacker)
+    latin: Any = sync_client("redis://127.0.0.1:1/0", encoding="latin-1")
+    assert not isinstance(latin.connection_pool.make_connection()._command_packer, HiredisPacker)
+    aclient: Any = async_client("unix:///nonexistent.sock")
+    aconnection = aclient.connection_pool.make_connection()
+    assert isinstance(aconnection._command_packer, HiredisPacker)
+    assert wire(aconnection.pack_command("GET", "k")) == b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"
+    plain: Any = redis.asyncio.Redis()  # a client of the caller's keeps redis-py's packer
+    assert not isinstance(plain.connection_pool.make_connection()._command_packer, HiredisPacker)
