@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -78,17 +79,17 @@ class HiredisPacker:
     """A connection's command packer that hands the arguments to ``hiredis.pack_command`` as
     they are, for the types hiredis encodes exactly as redis-py does (``str`` and its
     subclasses as UTF-8, ``int``, ``float`` by ``repr``, ``bytes``, ``memoryview``), and
-    leaves anything else to the connection's own packer: a ``bool``, ``None``, an ``int``
-    subclass or a lone surrogate get redis-py's packing and its ``DataError``. Same bytes on
-    the wire, so the same commands, errors and retries; installed only on a connection whose
-    encoder is UTF-8 with strict errors, and never when the first argument holds a space
-    (redis-py splits ``"SCRIPT LOAD"`` into two).
+    leaves anything else to the connection's own packing (``own``): a ``bool``, ``None``, an
+    ``int`` subclass or a lone surrogate get redis-py's packing and its ``DataError``. Same
+    bytes on the wire, so the same commands, errors and retries; installed only on a
+    connection whose encoder is UTF-8 with strict errors, and never used when the first
+    argument holds a space (redis-py splits ``"SCRIPT LOAD"`` into two).
     """
 
-    __slots__ = ("_own",)
+    __slots__ = ("own",)
 
-    def __init__(self, own: Any) -> None:
-        self._own = own
+    def __init__(self, own: Callable[..., list[bytes]]) -> None:
+        self.own = own
 
     def pack(self, *args: Any) -> list[bytes]:
         """``args`` as one RESP command."""
@@ -98,24 +99,31 @@ class HiredisPacker:
                 return [_hiredis_pack(args)]
             except (TypeError, UnicodeEncodeError):
                 pass
-        return self._own.pack(*args)  # type: ignore[no-any-return]
+        return self.own(*args)
 
 
 def pack_with_hiredis(connection: Any) -> Any:
-    """``connection``, now packing through :class:`HiredisPacker` when it can (a connection of
-    its own packer with a UTF-8, strict encoder; not a client-side-cache proxy).
+    """``connection``, now packing through :class:`HiredisPacker` when it can: a connection
+    with a UTF-8, strict encoder, not a client-side-cache proxy; its packer replaced (a
+    blocking connection, an asyncio one of redis-py 8.2), or else its ``pack_command`` (an
+    asyncio connection of redis-py 8.1, which has no packer object).
     """
-    own = vars(connection).get("_command_packer")
     encoder = getattr(connection, "encoder", None)
     if (
-        _hiredis_pack is not None
-        and own is not None
-        and not isinstance(own, HiredisPacker)
-        and encoder is not None
-        and str(encoder.encoding).lower().replace("_", "-") in ("utf-8", "utf8")
-        and encoder.encoding_errors == "strict"
+        _hiredis_pack is None
+        or encoder is None
+        or str(encoder.encoding).lower().replace("_", "-") not in ("utf-8", "utf8")
+        or encoder.encoding_errors != "strict"
     ):
-        connection._command_packer = HiredisPacker(own)
+        return connection
+    own = vars(connection).get("_command_packer")
+    if own is not None:
+        if not isinstance(own, HiredisPacker):
+            connection._command_packer = HiredisPacker(own.pack)
+    elif isinstance(connection, redis.asyncio.connection.AbstractConnection) and (
+        "pack_command" not in vars(connection)
+    ):
+        connection.pack_command = HiredisPacker(connection.pack_command).pack  # type: ignore[method-assign]
     return connection
 
 

@@ -11,8 +11,8 @@ import redis
 import redis.asyncio
 
 from redis_session import AsyncRedisStore, DuplicateSession, Message, RedisStore, Session
-from redis_session._url import HiredisPacker
 from tests.conftest import Backend
+from tests.support.packing import packs_with_hiredis
 from tests.support.proxy import LossyProxy
 
 pytestmark = pytest.mark.slow
@@ -159,9 +159,9 @@ def test_without_the_id_check_the_retry_would_have_duplicated(real_backend: Back
     assert raw.llen(key) == 2
 
 
-def _packers(client: Any) -> list[object]:
-    """The command packers of the connections that ``client``'s pools made (a cluster's: each
-    node's; an asyncio cluster node holds its connections itself).
+def _packers(client: Any) -> list[bool]:
+    """Whether each connection that ``client``'s pools made packs through hiredis (a
+    cluster's: each node's; an asyncio cluster node holds its connections itself).
     """
     nodes = getattr(client, "get_nodes", None)
     pools = [client.connection_pool] if nodes is None else []
@@ -175,7 +175,7 @@ def _packers(client: Any) -> list[object]:
         connections += getattr(pool, "_available_connections", [])
         connections += getattr(pool, "_in_use_connections", [])
         connections += [c for c in getattr(getattr(pool, "pool", None), "queue", []) if c]
-    return [c._command_packer for c in connections]
+    return [packs_with_hiredis(c) for c in connections]
 
 
 def test_a_store_from_a_url_packs_its_commands_with_hiredis(server_backend: Backend) -> None:
@@ -190,7 +190,7 @@ def test_a_store_from_a_url_packs_its_commands_with_hiredis(server_backend: Back
             "packed"
         ).history == [odd]
         packers = _packers(store.client)
-        assert packers and all(isinstance(p, HiredisPacker) for p in packers)
+        assert packers and all(packers)
     finally:
         store.close()
 
@@ -207,6 +207,6 @@ async def test_an_async_store_from_a_url_packs_with_hiredis(server_backend: Back
         # connection class a caller gives, and its nodes' connections are its own
         ours = real_backend.cluster is None
         assert packers or not ours
-        assert all(isinstance(p, HiredisPacker) == ours for p in packers)
+        assert all(p == ours for p in packers)
     finally:
         await store.close()

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from redis_session._url import HiredisPacker, async_client, pack_with_hiredis, sync_client
+from tests.support.packing import packs_with_hiredis
 
 
 class Level(enum.IntEnum):
@@ -67,7 +68,7 @@ def packed_or_error(packer: Any, args: tuple[Any, ...]) -> tuple[str, Any]:
 def test_the_same_bytes_or_the_same_error_as_redis_py(command: Any, rest: list[Any]) -> None:
     own = own_packer()
     args = (command, *rest)
-    assert packed_or_error(HiredisPacker(own), args) == packed_or_error(own, args)
+    assert packed_or_error(HiredisPacker(own.pack), args) == packed_or_error(own, args)
 
 
 def test_a_script_call_is_packed_by_hiredis_in_one_buffer() -> None:
@@ -78,7 +79,7 @@ def test_a_script_call_is_packed_by_hiredis_in_one_buffer() -> None:
             calls.append(args)
             return own_packer().pack(*args)  # type: ignore[no-any-return]
 
-    packer = HiredisPacker(Counting())
+    packer = HiredisPacker(Counting().pack)
     sha = "a" * 40
     packed = packer.pack("EVALSHA", sha, 2, "k:{s}", "m:{s}", b"\x00\xff", 17, 2.5, "é")
     assert len(packed) == 1 and calls == []
@@ -96,7 +97,7 @@ def test_only_connections_with_a_utf8_strict_encoder_get_it() -> None:
         latin = pack_with_hiredis(connection(**options))
         assert not isinstance(latin._command_packer, HiredisPacker)
     twice = pack_with_hiredis(pack_with_hiredis(connection()))
-    assert not isinstance(twice._command_packer._own, HiredisPacker)
+    assert not isinstance(twice._command_packer.own.__self__, HiredisPacker)
 
 
 def test_the_pools_from_url_builds_pack_with_hiredis() -> None:
@@ -107,7 +108,7 @@ def test_the_pools_from_url_builds_pack_with_hiredis() -> None:
     assert not isinstance(latin.connection_pool.make_connection()._command_packer, HiredisPacker)
     aclient: Any = async_client("unix:///nonexistent.sock")
     aconnection = aclient.connection_pool.make_connection()
-    assert isinstance(aconnection._command_packer, HiredisPacker)
+    assert packs_with_hiredis(aconnection)
     assert wire(aconnection.pack_command("GET", "k")) == b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"
     plain: Any = redis.asyncio.Redis()  # a client of the caller's keeps redis-py's packer
-    assert not isinstance(plain.connection_pool.make_connection()._command_packer, HiredisPacker)
+    assert not packs_with_hiredis(plain.connection_pool.make_connection())
