@@ -322,7 +322,7 @@ class CoreBase(KeyringOps):
             messages, entry = held.extended(self._reads.lock, h, wanted, new, size)
         else:
             ids = {m.id for m in new} if sealed else None
-            entry = Held(*version, start, list(new), 0, len(new), size, ids)
+            entry = Held(*version, start, list(new), 0, len(new), size, ids, h)
             messages = list(new)  # the caller's own, not the cache's list
         self._reads.put(key, entry)
         return messages

@@ -44,10 +44,21 @@ class Held(NamedTuple):
     ids: set[str] | None = None
     """Ids in ``store`` (a superset of those held), for a sealed session: a sealed element
     copied within it is dropped."""
+    list_head: int = 0
+    """The list's head position when the entry was made: below ``head`` when the read that
+    made it asked for the newest messages only."""
 
     @property
     def tail(self) -> int:
         return self.head + self.end - self.start
+
+    def reaches(self, last: int) -> bool:
+        """Whether a read of the newest ``last`` messages (< 0: all) can continue this entry:
+        it holds the list from its head, or at least ``last`` messages (a version that still
+        holds has its tail at or past the entry's). Else the read is one of a session not
+        held, whose elements need not pass through Lua.
+        """
+        return self.head <= self.list_head or 0 <= last <= self.end - self.start
 
     def covers(self, token: bytes, generation: bytes, start: int, first: int) -> bool:
         """Whether a reply that starts at ``start`` (wanting messages from ``first``) is the
@@ -90,7 +101,8 @@ class Held(NamedTuple):
             store = store[begin:end]
             begin, end = 0, len(store)
             ids = None if ids is None else {m.id for m in store}
-        entry = Held(self.token, self.generation, self.head + drop, store, begin, end, size, ids)
+        entry = Held(self.token, self.generation, self.head + drop, store, begin, end, size, ids,
+                     head)  # fmt: skip
         return store[begin + first - entry.head : end], entry
 
 

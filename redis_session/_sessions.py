@@ -129,6 +129,8 @@ class SessionOps(CoreBase):
             return Ctx(key, read_keys)
 
         held = self._reads.get(key)
+        if held is not None and not held.reaches(last):
+            held = None  # it holds the newest messages only and this read wants more
         want_meta = "1" if with_meta else "0"
         args: tuple[Any, ...]
         try:

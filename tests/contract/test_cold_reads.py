@@ -92,6 +92,32 @@ def test_small_reads_and_a_store_that_read_nothing_use_the_script_alone(
     assert store._core._cold_span(-1) is None and store._core._cold_span(100) is None
 
 
+def test_a_store_that_holds_the_newest_messages_reads_more_of_them_cold(
+    backend: Backend,
+) -> None:
+    writer = filled(backend, "s", 300)
+    store = backend.sync_store()  # with its read cache
+    tail = drive(store, store._core.get_history("s", 20))
+    assert [m.content for m in tail] == [f"m{i}" for i in range(280, 300)]
+    writer.append_message("s", msg("m300"))
+    # fewer than it holds: the newest only travel (the held version, no LRANGE)
+    assert [m.content for m in drive(store, store._core.get_history("s", 10))][-1] == "m300"
+    (request,) = drive.requests  # type: ignore[attr-defined]
+    assert not request.after and request.args[2]
+    # all of it: what it holds does not reach the head, so the elements come by LRANGE, not
+    # through Lua, as for a session it never read
+    session = drive(store, store._core.get("s"))
+    request = drive.requests[0]  # type: ignore[attr-defined]
+    assert [c[0] for c in request.after] == ["LRANGE", "HMGET"] and request.args[5] == 0
+    assert session == backend.sync_store(read_cache_bytes=0).get("s")
+    writer.append_message("s", msg("m301"))
+    again = drive(store, store._core.get("s"))  # it holds all of it now: the hot path
+    (request,) = drive.requests  # type: ignore[attr-defined]
+    assert not request.after and request.args[2]
+    assert again == backend.sync_store(read_cache_bytes=0).get("s")
+    assert len(again.history) == 302
+
+
 def test_a_long_history_is_read_on_in_steps_after_the_lrange(backend: Backend) -> None:
     filled(backend, "s", 130)
     store = cold_store(backend)
