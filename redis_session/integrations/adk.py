@@ -76,11 +76,13 @@ oldest one read ties with the N-th), so a tie at the edge is cut by id.
 Listing. ``list_sessions`` reads the app's index (``<prefix><namespace>-index:{<app>}``, a
 sorted set of ``<user>/<session>`` members read by lexical range: one app's or one user's
 sessions only), then each listed session's fields and metadata without its events. A session
-is indexed before it is created and unindexed after it is deleted, so the index may name a
-session that is gone (deleted, expired) but never misses one; such entries are dropped when a
-listing finds them. Sessions created before the index are found once, the first time their app
-is listed (by prefix, as earlier versions listed), and indexed then (the member ``!`` marks an
-index that is complete).
+is indexed before it is created (and again once created) and unindexed after it is deleted, so
+the index may name a session that is gone (deleted, expired) but never misses one; such
+entries are dropped when a listing finds them, and each ``create_session`` samples
+``PRUNE_SAMPLE`` (4) members and drops those that are gone, so an app that is never listed
+keeps an index near its live sessions, not one entry per session it ever had. Sessions
+created before the index are found once, the first time their app is listed (by prefix, as
+earlier versions listed), and indexed then (the member ``!`` marks an index that is complete).
 """
 
 from __future__ import annotations
@@ -174,7 +176,15 @@ _STALE = (
 BUILT = "!"
 """The index member that says the index lists every session of its app (percent-encoded
 names never hold a bare ``!``)."""
+PRUNE_SAMPLE = 4
+"""Index members each ``create_session`` samples (``ZRANDMEMBER``) and drops when their
+session is gone: an app's index stays near its live sessions however rarely it is listed."""
 _ATTEMPTS = 8
+
+
+def _text(value: Any) -> str:
+    """A reply's member as text."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _part(name: str) -> str:
@@ -369,15 +379,21 @@ class RedisSessionService(BaseSessionService):
             **_state_entries(session_state),
         }
         # Indexed first: the index may name a session that is not (yet, or any longer) there,
-        # never miss one; list_sessions drops what it names in vain.
-        await self._send(
-            Commands([("ZADD", self._index(app_name), 0, self.keys.member(user_id, session_id))])
+        # never miss one; list_sessions drops what it names in vain, and so does every create
+        # for a few members it samples. Indexed again once created: a listing or a prune that
+        # found it not there yet and dropped it meanwhile is undone.
+        index, member = self._index(app_name), self.keys.member(user_id, session_id)
+        _, sample = await self._send(
+            Commands([("ZADD", index, 0, member), ("ZRANDMEMBER", index, PRUNE_SAMPLE)])
         )
         try:
             await self.store.create(StoreSession(key=record, metadata=metadata))
         except DuplicateSession:
             raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
+        others = [n for n in map(_text, sample) if n != member]
         await asyncio.gather(
+            self._send(Commands([("ZADD", index, 0, member)])),
+            self._drop_gone(app_name, others),
             self._upsert(self.keys.app(app_name), _state_entries(app_delta)),
             self._upsert(self.keys.user(app_name, user_id), _state_entries(user_delta)),
         )
@@ -450,12 +466,10 @@ class RedisSessionService(BaseSessionService):
             pairs = [x for name in (BUILT, *names) for x in (0, name)]
             await self._send(Commands([("ZADD", index, *pairs)]))
             members = [n for n in names if user_id is None or n.startswith(low[1:])]
-        names = [m.decode() if isinstance(m, bytes) else str(m) for m in members]
-        names = [n for n in names if n != BUILT]
+        names = [n for n in map(_text, members) if n != BUILT]
         records = await asyncio.gather(*(self._record(head + n) for n in names))
         gone = [n for n, r in zip(names, records, strict=True) if r is None]
-        if gone:
-            await self._send(Commands([("ZREM", index, *gone)]))
+        await self._drop_gone(app_name, gone)
         found_records = [r for r in records if r is not None]
         users = sorted({r.metadata.get(USER_ID, "") for r in found_records})
         app_state, *user_states = await asyncio.gather(
@@ -620,6 +634,32 @@ class RedisSessionService(BaseSessionService):
 
     def _index(self, app_name: str) -> str:
         return self.keys.index(self.store.prefix, app_name)
+
+    async def _drop_gone(self, app_name: str, names: Sequence[str]) -> None:
+        """Drop from the app's index those members of ``names`` whose session is not there,
+        then put back any that is there after all. Not atomic (the index and the sessions
+        are in other slots), but never loses a session: one created between the check and
+        the removal is found by the check after it, or else was created after that check,
+        so after the removal, and its creator's second ``ZADD`` puts it back.
+        """
+        names = [n for n in names if n != BUILT]
+        if not names:
+            return
+        head, schema = self.keys.sessions_of(app_name), self.store._core.schema
+        metas = {n: schema.session(head + n).meta for n in names}
+
+        async def there(members: Sequence[str]) -> list[bool]:
+            replies = await self._send(Commands([("EXISTS", metas[n]) for n in members]))
+            return [bool(int(r)) for r in replies]
+
+        gone = [n for n, found in zip(names, await there(names), strict=True) if not found]
+        if not gone:
+            return
+        index = self._index(app_name)
+        await self._send(Commands([("ZREM", index, *gone)]))
+        back = [n for n, found in zip(gone, await there(gone), strict=True) if found]
+        if back:
+            await self._send(Commands([("ZADD", index, *(x for n in back for x in (0, n)))]))
 
     # -- helpers -----------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from google.adk.sessions.session import Session as AdkSession
 
 from redis_session import AsyncRedisStore
+from redis_session import Session as StoreSession
 from redis_session.integrations.adk import RedisSessionService
 from tests.conftest import Backend
 from tests.integrations.conftest import RoundTrips
@@ -250,3 +251,72 @@ async def test_encrypted_store_keeps_its_path_and_refuses_stale_sessions(
     got = await fresh(service)
     assert [e.invocation_id for e in got.events] == ["inv-1", "inv-2"]
     assert got.state == {"s": 1, "user:u": 1, "app:a": 1}
+
+
+async def test_an_app_never_listed_keeps_an_index_near_its_live_sessions(
+    make_astore: MakeStore,
+) -> None:
+    short = RedisSessionService(make_astore(ttl=0.5))
+    for i in range(40):
+        await short.create_session(app_name=APP, user_id="u", session_id=f"old{i}")
+    index = short.keys.index(short.store.prefix, APP)
+    client: Any = short.store.client
+    assert await client.zcard(index) == 40
+    last = short.store._core.schema.session(short.keys.session(APP, "u", "old39")).meta
+    deadline = time.monotonic() + 10
+    while await client.exists(last):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+    service = RedisSessionService(make_astore())
+    for i in range(40):
+        await service.create_session(app_name=APP, user_id="u", session_id=f"new{i}")
+    members = {bytes(m).decode() for m in await client.zrange(index, 0, -1)}
+    assert {f"u/new{i}" for i in range(40)} <= members  # every live session stays indexed
+    stale = members - {f"u/new{i}" for i in range(40)}
+    assert len(stale) <= 10, stale  # a simulation of 2,000 such runs left at most 2
+    listed = await service.list_sessions(app_name=APP)
+    assert sorted(s.id for s in listed.sessions) == sorted(f"new{i}" for i in range(40))
+
+
+async def test_a_listing_while_a_create_is_under_way_does_not_unlist_it(
+    make_astore: MakeStore,
+) -> None:
+    creator, lister = RedisSessionService(make_astore()), RedisSessionService(make_astore())
+    await lister.list_sessions(app_name=APP)  # the index is complete (its "!" member)
+    real_create = creator.store.create
+    seen: list[list[str]] = []
+
+    async def create_after_a_listing(session: Any) -> Any:
+        # between the creator's ZADD and its create: the listing finds the entry's session
+        # missing and drops the entry
+        seen.append([s.id for s in (await lister.list_sessions(app_name=APP)).sessions])
+        return await real_create(session)
+
+    creator.store.create = create_after_a_listing  # type: ignore[method-assign]
+    await creator.create_session(app_name=APP, user_id=USER, session_id="racing")
+    assert seen == [[]]
+    listed = await lister.list_sessions(app_name=APP)
+    assert [s.id for s in listed.sessions] == ["racing"]
+
+
+async def test_a_prune_that_races_a_create_puts_the_entry_back(make_astore: MakeStore) -> None:
+    service = RedisSessionService(make_astore())
+    await service.list_sessions(app_name=APP)
+    index = service.keys.index(service.store.prefix, APP)
+    member = service.keys.member(USER, "late")
+    client: Any = service.store.client
+    await client.zadd(index, {member: 0})  # a creator's first ZADD; its create comes later
+    real_send = service._send
+    created = False
+
+    async def create_between(request: Any) -> Any:
+        nonlocal created
+        reply = await real_send(request)
+        if not created and any(c[0] == "ZREM" for c in request.commands):
+            created = True  # the session appears between the removal and the check after it
+            await service.store.create(StoreSession(key=service.keys.session(APP, USER, "late")))
+        return reply
+
+    service._send = create_between  # type: ignore[method-assign]
+    await service._drop_gone(APP, [member])
+    assert created and await client.zscore(index, member) is not None
