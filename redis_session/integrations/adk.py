@@ -80,7 +80,9 @@ is indexed before it is created (and again once created) and unindexed after it 
 the index may name a session that is gone (deleted, expired) but never misses one; such
 entries are dropped when a listing finds them, and each ``create_session`` samples
 ``PRUNE_SAMPLE`` (4) members and drops those that are gone, so an app that is never listed
-keeps an index near its live sessions, not one entry per session it ever had. Sessions
+keeps an index near its live sessions, not one entry per session it ever had; with a store
+``ttl``, an index lives ``2 * ttl`` after its app's last create (a listing after that, of
+sessions kept alive by their appends, rebuilds it as for sessions older than the index). Sessions
 created before the index are found once, the first time their app is listed (by prefix, as
 earlier versions listed), and indexed then (the member ``!`` marks an index that is complete).
 """
@@ -383,9 +385,11 @@ class RedisSessionService(BaseSessionService):
         # for a few members it samples. Indexed again once created: a listing or a prune that
         # found it not there yet and dropped it meanwhile is undone.
         index, member = self._index(app_name), self.keys.member(user_id, session_id)
-        _, sample = await self._send(
-            Commands([("ZADD", index, 0, member), ("ZRANDMEMBER", index, PRUNE_SAMPLE)])
-        )
+        indexing: list[tuple[Any, ...]] = [("ZADD", index, 0, member)]
+        core = self.store._core
+        if core.ttl_ms:  # the index of an app without creates goes (rebuilt if listed again)
+            indexing.append(("PEXPIRE", index, 2 * core.ttl_ms + core.grace_ms))
+        *_, sample = await self._send(Commands([*indexing, ("ZRANDMEMBER", index, PRUNE_SAMPLE)]))
         try:
             await self.store.create(StoreSession(key=record, metadata=metadata))
         except DuplicateSession:

@@ -262,6 +262,7 @@ async def test_an_app_never_listed_keeps_an_index_near_its_live_sessions(
     index = short.keys.index(short.store.prefix, APP)
     client: Any = short.store.client
     assert await client.zcard(index) == 40
+    assert 0 < await client.pttl(index) <= 2 * 500 + short.store._core.grace_ms
     last = short.store._core.schema.session(short.keys.session(APP, "u", "old39")).meta
     deadline = time.monotonic() + 10
     while await client.exists(last):
@@ -320,3 +321,24 @@ async def test_a_prune_that_races_a_create_puts_the_entry_back(make_astore: Make
     service._send = create_between  # type: ignore[method-assign]
     await service._drop_gone(APP, [member])
     assert created and await client.zscore(index, member) is not None
+
+
+async def test_the_index_of_an_app_without_creates_expires_and_is_rebuilt(
+    make_astore: MakeStore,
+) -> None:
+    store = make_astore(ttl=0.4, expired_grace=0)
+    service = RedisSessionService(store)
+    session = await service.create_session(app_name=APP, user_id=USER, session_id="busy")
+    await service.list_sessions(app_name=APP)  # complete: "!"
+    index = service.keys.index(store.prefix, APP)
+    client: Any = store.client
+    deadline = time.monotonic() + 10
+    n = 0
+    while await client.exists(index):  # kept alive by its appends, not its index
+        assert time.monotonic() < deadline
+        n += 1
+        await service.append_event(session, event(n))
+        await asyncio.sleep(0.1)
+    listed = await service.list_sessions(app_name=APP)
+    assert [s.id for s in listed.sessions] == ["busy"]
+    assert await client.zscore(index, "!") is not None
