@@ -39,7 +39,9 @@ import redis.asyncio
 import redis.asyncio.retry
 import redis.asyncio.sentinel
 import redis.sentinel
+from redis._parsers.encoders import Encoder
 from redis.backoff import ExponentialBackoff, ExponentialWithJitterBackoff
+from redis.connection import HiredisRespSerializer, PythonRespSerializer
 
 if TYPE_CHECKING:
     from fakeredis import FakeServer
@@ -75,15 +77,20 @@ def _is_connected(connection: Any) -> bool:
     return getattr(connection, "_sock", None) is not None
 
 
+_PLAIN = frozenset({str, bytes, int, float})
+"""The argument types (exactly these, no subclass) that hiredis packs as redis-py does: UTF-8,
+as they are, decimal, ``repr``."""
+
+
 class HiredisPacker:
     """A connection's command packer that hands the arguments to ``hiredis.pack_command`` as
-    they are, for the types hiredis encodes exactly as redis-py does (``str`` and its
-    subclasses as UTF-8, ``int``, ``float`` by ``repr``, ``bytes``, ``memoryview``), and
-    leaves anything else to the connection's own packing (``own``): a ``bool``, ``None``, an
-    ``int`` subclass or a lone surrogate get redis-py's packing and its ``DataError``. Same
-    bytes on the wire, so the same commands, errors and retries; installed only on a
-    connection whose encoder is UTF-8 with strict errors, and never used when the first
-    argument holds a space (redis-py splits ``"SCRIPT LOAD"`` into two).
+    they are when every one is a plain ``str``, ``bytes``, ``int`` or ``float`` (not a
+    subclass) and the command name a plain word, and leaves anything else to the
+    connection's own packing (``own``): a ``bool``, ``None``, a subclass, a ``memoryview``
+    (which redis-py sends by its Python packer), a lone surrogate, a name with whitespace
+    (redis-py splits ``"SCRIPT LOAD"`` into two) get redis-py's packing and its errors. Same
+    bytes on the wire, so the same commands, errors and retries. Installed only on a
+    connection with redis-py's own packer and encoder, UTF-8 with strict errors.
     """
 
     __slots__ = ("own",)
@@ -94,7 +101,7 @@ class HiredisPacker:
     def pack(self, *args: Any) -> list[bytes]:
         """``args`` as one RESP command."""
         first = args[0]
-        if type(first) is str and " " not in first:
+        if type(first) is str and first.isalnum() and _PLAIN.issuperset(map(type, args)):
             try:
                 return [_hiredis_pack(args)]
             except (TypeError, UnicodeEncodeError):
@@ -111,20 +118,25 @@ def pack_with_hiredis(connection: Any) -> Any:
     encoder = getattr(connection, "encoder", None)
     if (
         _hiredis_pack is None
-        or encoder is None
+        or type(encoder) is not Encoder
         or str(encoder.encoding).lower().replace("_", "-") not in ("utf-8", "utf8")
         or encoder.encoding_errors != "strict"
     ):
         return connection
     own = vars(connection).get("_command_packer")
     if own is not None:
-        if not isinstance(own, HiredisPacker):
+        if type(own) in (HiredisRespSerializer, PythonRespSerializer):  # not a caller's own
             connection._command_packer = HiredisPacker(own.pack)
-    elif isinstance(connection, redis.asyncio.connection.AbstractConnection) and (
-        "pack_command" not in vars(connection)
+    elif (
+        isinstance(connection, redis.asyncio.connection.AbstractConnection)
+        and type(connection).pack_command is _ASYNC_PACK_COMMAND
+        and "pack_command" not in vars(connection)
     ):
         connection.pack_command = HiredisPacker(connection.pack_command).pack  # type: ignore[method-assign]
     return connection
+
+
+_ASYNC_PACK_COMMAND = redis.asyncio.connection.AbstractConnection.pack_command
 
 
 class PacksWithHiredis:

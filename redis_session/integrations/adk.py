@@ -98,7 +98,7 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -396,8 +396,8 @@ class RedisSessionService(BaseSessionService):
             raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
         others = [n for n in map(_text, sample) if n != member]
         await asyncio.gather(
-            self._send(Commands([("ZADD", index, 0, member)])),
-            self._drop_gone(app_name, others),
+            asyncio.shield(self._send(Commands([("ZADD", index, 0, member)]))),
+            self._prune(app_name, others),
             self._upsert(self.keys.app(app_name), _state_entries(app_delta)),
             self._upsert(self.keys.user(app_name, user_id), _state_entries(user_delta)),
         )
@@ -460,9 +460,11 @@ class RedisSessionService(BaseSessionService):
         low, high = (
             ("-", "+") if user_id is None else (f"[{_part(user_id)}/", f"[{_part(user_id)}0")
         )
-        built, members = await self._send(
-            Commands([("ZRANGE", index, f"[{BUILT}", f"[{BUILT}", "BYLEX"),
-                      ("ZRANGE", index, low, high, "BYLEX")])
+        # the members first: an index that expires between the two reads then reads as not
+        # built (rebuilt from the sessions), never as built and empty
+        members, built = await self._send(
+            Commands([("ZRANGE", index, low, high, "BYLEX"),
+                      ("ZRANGE", index, f"[{BUILT}", f"[{BUILT}", "BYLEX")])
         )  # fmt: skip
         if not built:  # sessions made before the index: found once by prefix, then indexed
             found = [s.key for s in await self.store.list_sessions(prefix=head)]
@@ -639,12 +641,24 @@ class RedisSessionService(BaseSessionService):
     def _index(self, app_name: str) -> str:
         return self.keys.index(self.store.prefix, app_name)
 
+    async def _prune(self, app_name: str, names: Sequence[str]) -> None:
+        """:meth:`_drop_gone` for a create's sample, best effort: a failure (a node of
+        another slot down) is logged, never the create's.
+        """
+        try:
+            await self._drop_gone(app_name, names)
+        except Exception:  # a stale entry is allowed; the create succeeded
+            logger.debug("index prune of %s failed", app_name, exc_info=True)
+
     async def _drop_gone(self, app_name: str, names: Sequence[str]) -> None:
         """Drop from the app's index those members of ``names`` whose session is not there,
         then put back any that is there after all. Not atomic (the index and the sessions
-        are in other slots), but never loses a session: one created between the check and
-        the removal is found by the check after it, or else was created after that check,
-        so after the removal, and its creator's second ``ZADD`` puts it back.
+        are in other slots), but a session is lost from the index only if its creator dies
+        between its create and its second ``ZADD``: one created between the check and the
+        removal is found by the check after it, or else was created after that check, so
+        after the removal, and its creator's second ``ZADD`` puts it back. The removal and
+        the check after it run to the end once begun (shielded from cancellation); when that
+        check fails, every member removed is put back.
         """
         names = [n for n in names if n != BUILT]
         if not names:
@@ -657,13 +671,27 @@ class RedisSessionService(BaseSessionService):
             return [bool(int(r)) for r in replies]
 
         gone = [n for n, found in zip(names, await there(names), strict=True) if not found]
-        if not gone:
-            return
+        if gone:
+            await asyncio.shield(self._remove(app_name, gone, there))
+
+    async def _remove(
+        self,
+        app_name: str,
+        gone: Sequence[str],
+        there: Callable[[Sequence[str]], Awaitable[list[bool]]],
+    ) -> None:
+        """ZREM ``gone`` from the app's index, check again, ZADD back what is there (all of
+        it when the check fails).
+        """
         index = self._index(app_name)
-        await self._send(Commands([("ZREM", index, *gone)]))
-        back = [n for n, found in zip(gone, await there(gone), strict=True) if found]
-        if back:
-            await self._send(Commands([("ZADD", index, *(x for n in back for x in (0, n)))]))
+        back = list(gone)  # put back unless checked gone after the removal
+        try:
+            await self._send(Commands([("ZREM", index, *gone)]))
+            back = [n for n, found in zip(gone, await there(gone), strict=True) if found]
+        finally:
+            if back:
+                pairs = (x for n in back for x in (0, n))
+                await self._send(Commands([("ZADD", index, *pairs)]))
 
     # -- helpers -----------------------------------------------------------------------------
 

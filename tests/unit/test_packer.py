@@ -4,6 +4,7 @@ own packer for every argument it takes, redis-py's packing (and errors) for ever
 
 from __future__ import annotations
 
+import array
 import enum
 from typing import Any
 
@@ -12,6 +13,7 @@ import redis
 import redis.asyncio
 from hypothesis import given
 from hypothesis import strategies as st
+from redis._parsers.encoders import Encoder
 
 from redis_session._url import HiredisPacker, async_client, pack_with_hiredis, sync_client
 from tests.support.packing import packs_with_hiredis
@@ -23,6 +25,15 @@ class Level(enum.IntEnum):
 
 class Colour(enum.StrEnum):
     RED = "red"
+
+
+class Shouting(str):
+    """A str whose encode() differs from UTF-8 (redis-py's encoder calls it)."""
+
+    __slots__ = ()
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        return str.upper(self).encode(encoding, errors)
 
 
 def connection(**options: Any) -> Any:
@@ -50,7 +61,9 @@ ARGUMENTS = st.one_of(
     st.binary().map(bytearray),
     st.booleans(),
     st.none(),
-    st.sampled_from([Level.LOW, Colour.RED, "\udc80", 1.5e300, -0.0, 2**64]),
+    st.sampled_from([Level.LOW, Colour.RED, "\udc80", 1.5e300, -0.0, 2**64, Shouting("hi")]),
+    st.binary().map(lambda b: memoryview(b)[::2]),  # strided: redis-py sends it as it is
+    st.builds(lambda: memoryview(array.array("i", [1, 2]))),  # items of 4 bytes
 )
 
 
@@ -62,7 +75,21 @@ def packed_or_error(packer: Any, args: tuple[Any, ...]) -> tuple[str, Any]:
 
 
 @given(
-    st.sampled_from(["EVALSHA", "SET", b"HSET", "SCRIPT LOAD", b"CONFIG GET"]),
+    st.sampled_from(
+        [
+            "EVALSHA",
+            "SET",
+            b"HSET",
+            "SCRIPT LOAD",
+            b"CONFIG GET",
+            "GET\t",
+            "GET\n",
+            "SCRIPT\x0bLOAD",
+            "",
+            "JSON.SET",
+            Shouting("get"),
+        ]
+    ),
     st.lists(ARGUMENTS, max_size=8),
 )
 def test_the_same_bytes_or_the_same_error_as_redis_py(command: Any, rest: list[Any]) -> None:
@@ -88,7 +115,9 @@ def test_a_script_call_is_packed_by_hiredis_in_one_buffer() -> None:
     with pytest.raises(redis.DataError):
         packer.pack("EVALSHA", sha, 0, True)  # redis-py's error, from its own packer
     packer.pack("SCRIPT LOAD", "return 1")
-    assert len(calls) == 2  # the bool, and the command name redis-py splits
+    packer.pack("SET", "k", memoryview(b"abcdef")[::2])
+    packer.pack("SET", "k", Shouting("v"))
+    assert len(calls) == 4  # the bool, the name redis-py splits, the memoryview, the subclass
 
 
 def test_only_connections_with_a_utf8_strict_encoder_get_it() -> None:
@@ -96,6 +125,20 @@ def test_only_connections_with_a_utf8_strict_encoder_get_it() -> None:
     for options in ({"encoding": "latin-1"}, {"encoding_errors": "replace"}):
         latin = pack_with_hiredis(connection(**options))
         assert not isinstance(latin._command_packer, HiredisPacker)
+
+    class OwnPacker:
+        def pack(self, *args: Any) -> list[bytes]:
+            return [b"mine"]
+
+    theirs = OwnPacker()
+    assert pack_with_hiredis(connection(command_packer=theirs))._command_packer is theirs
+
+    class OwnEncoder(Encoder):
+        pass
+
+    make: Any = redis.asyncio.Connection
+    assert not packs_with_hiredis(pack_with_hiredis(make(encoder_class=OwnEncoder)))
+    assert packs_with_hiredis(pack_with_hiredis(make()))
     twice = pack_with_hiredis(pack_with_hiredis(connection()))
     assert not isinstance(twice._command_packer.own.__self__, HiredisPacker)
 
