@@ -342,6 +342,7 @@ def test_the_client_commands_are_the_ones_sent(
         )  # fmt: skip
     elsewhere = asyncio.run(_db1(_single(acl_server, user, "async", db=1)))
     assert elsewhere is True
+    assert asyncio.run(_adk(_single(acl_server, user, "async"))) == ["s2"]
     url = f"redis://{user.name}:{user.password}@127.0.0.1:{acl_server.port}/0"
     with RedisStore.from_url(url, prefix=user.prefix) as store:
         history = [Message(role="user", content=f"x{n}") for n in range(3)]
@@ -370,6 +371,25 @@ async def _db1(make: Callable[..., Any]) -> bool:
     finally:
         await store.close()
     return False
+
+
+async def _adk(make: Callable[..., Any]) -> list[str]:
+    """The ADK adapter's index as the recipe user: creates (that sample the index), a
+    listing, a delete; the ids listed at the end.
+    """
+    pytest.importorskip("google.adk")
+    from redis_session.integrations.adk import RedisSessionService
+
+    store = make(ttl=60)
+    try:
+        service = RedisSessionService(store)
+        for sid in ("s1", "s2"):
+            await service.create_session(app_name="acl-app", user_id="u", session_id=sid)
+        await service.delete_session(app_name="acl-app", user_id="u", session_id="s1")
+        listed = await service.list_sessions(app_name="acl-app")
+        return [s.id for s in listed.sessions]
+    finally:
+        await store.close()
 
 
 def _effective(admin: Any, rules: list[str]) -> set[str]:
