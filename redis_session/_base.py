@@ -206,13 +206,14 @@ class CoreBase(KeyringOps):
         ctx: Ctx | Callable[[], Ctx],
         at: tuple[int, int, int, int, int],
         range_keys: tuple[str, ...],
+        token_of: Callable[[Sequence[Any]], Any],
     ) -> Op[tuple[Sequence[Any], list[bytes]]]:
         """Run read script ``first`` and, when the list is longer than one read's budget, read
         the rest in steps (``read_range``), each only while the list keeps its generation and
         nothing read was trimmed away; else read again from the start. ``at`` gives the reply's
-        indexes of generation, tail, elements, upto and the start position. Returns the first
-        reply and every element from its start to its tail: one snapshot of the list as it was
-        when the first step ran.
+        indexes of generation, tail, elements, upto and the start position, ``token_of`` the
+        list's token in a reply. Returns the first reply and every element from its start to
+        its tail: one snapshot of the list as it was when the first step ran.
         """
         g_at, n_at, items_at, upto_at, _ = at
         for _ in range(READ_ATTEMPTS):
@@ -221,7 +222,8 @@ class CoreBase(KeyringOps):
             upto, n = int(reply[upto_at]), int(reply[n_at])
             if upto >= n:
                 return reply, items
-            rest = yield from self._read_rest(reply[g_at], upto, n, range_keys, ctx)
+            g, token = reply[g_at], token_of(reply)
+            rest = yield from self._read_rest(g, upto, n, range_keys, ctx, token)
             if rest is not None:
                 return reply, items + rest
         raise ConcurrentChange(key, "its history kept changing while it was read in steps")
@@ -233,16 +235,18 @@ class CoreBase(KeyringOps):
         n: int,
         range_keys: tuple[str, ...],
         ctx: Ctx | Callable[[], Ctx],
+        token: Any,
     ) -> Op[list[bytes] | None]:
-        """The elements of a list of generation ``g`` at positions ``upto`` .. ``n`` - 1, read
-        in steps of at most one read's budget (``read_range``); None when the list changed
-        generation or lost what was to be read meanwhile (then read again from the start).
+        """The elements of a list of generation ``g`` and ``token`` (b'' for a first-layout
+        session, which has none) at positions ``upto`` .. ``n`` - 1, read in steps of at most
+        one read's budget (``read_range``); None when the list changed generation or token
+        (deleted and made again) or lost what was to be read meanwhile (then read again from
+        the start).
         """
         items: list[bytes] = []
         while upto < n:
-            part = yield ScriptCall(
-                "read_range", range_keys, (g, upto, n, self.read_budget), write=False
-            )
+            args = (g, upto, n, self.read_budget, token or "")
+            part = yield ScriptCall("read_range", range_keys, args, write=False)
             if part[0] == Status.STALE:
                 return None
             check(part, ctx)

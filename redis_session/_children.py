@@ -40,6 +40,15 @@ from .status import Ctx, Status, check
 CHILDREN_READ_ATTEMPTS = 8
 
 
+def _child_token(reply: Sequence[Any]) -> Any:
+    """The child's fork token, from the meta array of a ``get_child`` script's reply."""
+    meta = reply[1]
+    for i in range(0, len(meta) - 1, 2):
+        if bytes(meta[i]) == b"token":
+            return meta[i + 1]
+    return b""
+
+
 class ChildOps(CoreBase):
     """The child-session operations of a store."""
 
@@ -291,7 +300,7 @@ class ChildOps(CoreBase):
         ctx = Ctx(child_key, keys, child=True)
         try:
             reply, items = yield from self._read_list(
-                child_key, first, ctx, (5, 4, 6, 7, 2), (ck.meta, ck.msgs)
+                child_key, first, ctx, (5, 4, 6, 7, 2), (ck.meta, ck.msgs), _child_token
             )
         except SessionError:
             self._reads.discard(child_key)

@@ -33,6 +33,11 @@ SCAN_COUNT = 1000  # index entries a ZSCAN step looks at
 _GLOB_SPECIAL = re.compile(r"[*?\[\]\\]")  # escaped in a MATCH pattern
 
 
+def _get_token(reply: Sequence[Any]) -> Any:
+    """The session's token in a ``get`` script's reply."""
+    return reply[6]
+
+
 class SessionOps(CoreBase):
     """The session operations of a store."""
 
@@ -142,11 +147,11 @@ class SessionOps(CoreBase):
                 items = reply[7]
                 if int(reply[8]) < int(reply[4]):  # more than one read's budget: in steps
                     rest = yield from self._read_rest(
-                        reply[5], int(reply[8]), int(reply[4]), read_keys[:2], ctx
+                        reply[5], int(reply[8]), int(reply[4]), read_keys[:2], ctx, reply[6]
                     )
                     if rest is None:  # changed meanwhile: from the start
                         reply, items = yield from self._read_list(
-                            key, first, ctx, (5, 4, 7, 8, 2), read_keys[:2]
+                            key, first, ctx, (5, 4, 7, 8, 2), read_keys[:2], _get_token
                         )
                     else:
                         items = [*items, *rest]
@@ -159,7 +164,7 @@ class SessionOps(CoreBase):
                 if got is None:
                     first = ScriptCall("get", read_keys, args, write=False)
                     got = yield from self._read_list(
-                        key, first, ctx, (5, 4, 7, 8, 2), read_keys[:2]
+                        key, first, ctx, (5, 4, 7, 8, 2), read_keys[:2], _get_token
                     )
                 reply, items = got
         except SessionError:
@@ -210,7 +215,7 @@ class SessionOps(CoreBase):
             return None
         upto = start + len(items)
         if upto < n:
-            rest = yield from self._read_rest(g, upto, n, (meta, msgs), ctx)
+            rest = yield from self._read_rest(g, upto, n, (meta, msgs), ctx, token)
             if rest is None:
                 return None
             items += rest

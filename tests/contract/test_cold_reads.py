@@ -133,6 +133,31 @@ def test_a_long_history_is_read_on_in_steps_after_the_lrange(backend: Backend) -
     assert store._core._cold_span(-1) is None  # the cap would be 10: the script alone
 
 
+def test_a_session_deleted_and_made_again_between_steps_is_read_again(
+    backend: Backend,
+) -> None:
+    writer = filled(backend, "s", 130)
+    store = cold_store(backend)
+    store._core.read_budget = 10 * store._core.element_bytes  # the script alone, in steps
+    requests: list[Any] = []
+    op, reply, remade = store._core.get_history("s"), None, False
+    try:
+        while True:
+            request = op.send(reply)
+            requests.append(request)
+            reply = store._execute(request)
+            if not remade:  # after the first step: another session of the same key, with the
+                remade = True  # same generation (0) and positions (0 .. 130)
+                writer.delete("s")
+                writer.create(Session(key="s"))
+                writer.append_messages("s", [msg(f"new{i}") for i in range(130)])
+    except StopIteration as done:
+        history = done.value
+    assert [r.name for r in requests[:2]] == ["get", "read_range"]
+    assert [m.content for m in history] == [f"new{i}" for i in range(130)]  # not a mix
+    assert requests[1].args[4]  # the token the read began with
+
+
 def _append(backend: Backend, writer: RedisStore) -> None:
     writer.append_message("s", msg("late"))
 
