@@ -23,7 +23,7 @@ from . import codec
 from ._args import duration_ms, non_negative_int
 from ._cache import DEFAULT_READ_CACHE_BYTES, Held, ReadCache
 from ._keyring import KeyringOps
-from ._requests import Op, ScriptCall
+from ._requests import Commands, Op, ScriptCall
 from .crypto import DEFAULT_WORK, Sealer
 from .errors import ConcurrentChange, InvalidArgument
 from .keys import KeySchema, SessionKeys
@@ -42,6 +42,8 @@ WRITE_ATTEMPTS = 8
 READ_BUDGET = 4 * 1024 * 1024
 """Bytes one read script returns at most; a longer history is read in steps (read_range)."""
 READ_ATTEMPTS = 4
+HEAD_AT = 3
+"""The index of the list's head position in a ``get`` or ``get_child`` script's reply."""
 COLD_READ_MESSAGES = 2_000
 """Messages a store's first read of a session takes at most by one plain LRANGE sent behind the
 ``get`` script (fewer when the elements it read so far were larger: about one read's budget)."""
@@ -222,8 +224,8 @@ class CoreBase(KeyringOps):
             upto, n = int(reply[upto_at]), int(reply[n_at])
             if upto >= n:
                 return reply, items
-            g, token = reply[g_at], token_of(reply)
-            rest = yield from self._read_rest(g, upto, n, range_keys, ctx, token)
+            g, token, h = reply[g_at], token_of(reply), int(reply[HEAD_AT])
+            rest = yield from self._read_rest(g, upto, n, range_keys, ctx, token, h)
             if rest is not None:
                 return reply, items + rest
         raise ConcurrentChange(key, "its history kept changing while it was read in steps")
@@ -236,15 +238,56 @@ class CoreBase(KeyringOps):
         range_keys: tuple[str, ...],
         ctx: Ctx | Callable[[], Ctx],
         token: Any,
+        h: int,
     ) -> Op[list[bytes] | None]:
         """The elements of a list of generation ``g`` and ``token`` (b'' for a first-layout
-        session, which has none) at positions ``upto`` .. ``n`` - 1, read in steps of at most
-        one read's budget (``read_range``); None when the list changed generation or token
-        (deleted and made again) or lost what was to be read meanwhile (then read again from
-        the start).
+        session, which has none) whose head was at position ``h``, at positions ``upto`` ..
+        ``n`` - 1; None when the list changed generation or token (deleted and made again) or
+        lost what was to be read meanwhile (then read again from the start).
+
+        Read in steps of at most one read's budget, without passing the elements through Lua:
+        ``LRANGE`` of the list indexes the head gives, then ``HMGET`` of the token, the
+        generation and the positions and ``LLEN``, pipelined; the step holds when those are
+        still what the read began with (every change to a list but an append at its tail
+        changes its token, generation or head, and a head only grows within a generation), it
+        is taken again from the new head after a trim. A first-layout session, a store that
+        knows no element size, a list whose length is not what its positions say (another
+        writer changed it, or damage) or a failed command: the ``read_range`` script, which
+        begins a new generation or names the damage.
         """
         items: list[bytes] = []
+        plain = bool(token) and self.element_bytes > 0
+        meta, msgs = range_keys[0], range_keys[1]
         while upto < n:
+            if plain:
+                budget = self.read_budget // self.element_bytes
+                count = max(1, min(n - upto, COLD_READ_MESSAGES, budget))
+                lo = upto - h
+                got, now, length = yield Commands(
+                    [("LRANGE", msgs, lo, lo + count - 1),
+                     ("HMGET", meta, "token", "g", "h", "n"), ("LLEN", msgs)],
+                    errors_as_values=True,
+                )  # fmt: skip
+                if (
+                    not any(isinstance(r, Exception) for r in (got, now, length))
+                    and bytes(now[0] or b"") == bytes(token)
+                    and int(now[1] or 0) == int(g)
+                    and int(length) == int(now[3] or 0) - int(now[2] or 0)
+                ):  # the same list and generation, its length what its positions say
+                    head = int(now[2] or 0)
+                    if head > upto:
+                        return None  # what was to be read was trimmed away
+                    if head != h:  # trimmed at the head meanwhile: the indexes moved
+                        h = head
+                        continue
+                    if len(got) == count:
+                        items += got
+                        upto += len(got)
+                        continue
+                # Another list or generation, a list changed behind the store's back (its
+                # positions begin anew, which only a script sees), damage, a failed command:
+                # the script decides (STALE: from the start) and names what is wrong.
+                plain = False
             args = (g, upto, n, self.read_budget, token or "")
             part = yield ScriptCall("read_range", range_keys, args, write=False)
             if part[0] == Status.STALE:

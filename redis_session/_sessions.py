@@ -147,8 +147,9 @@ class SessionOps(CoreBase):
                 items = reply[7]
                 if int(reply[8]) < int(reply[4]):  # more than one read's budget: in steps
                     rest = yield from self._read_rest(
-                        reply[5], int(reply[8]), int(reply[4]), read_keys[:2], ctx, reply[6]
-                    )
+                        reply[5], int(reply[8]), int(reply[4]), read_keys[:2], ctx, reply[6],
+                        int(reply[3]),
+                    )  # fmt: skip
                     if rest is None:  # changed meanwhile: from the start
                         reply, items = yield from self._read_list(
                             key, first, ctx, (5, 4, 7, 8, 2), read_keys[:2], _get_token
@@ -215,7 +216,7 @@ class SessionOps(CoreBase):
             return None
         upto = start + len(items)
         if upto < n:
-            rest = yield from self._read_rest(g, upto, n, (meta, msgs), ctx, token)
+            rest = yield from self._read_rest(g, upto, n, (meta, msgs), ctx, token, int(reply[3]))
             if rest is None:
                 return None
             items += rest

@@ -127,35 +127,63 @@ def test_a_long_history_is_read_on_in_steps_after_the_lrange(backend: Backend) -
     assert span is not None and SMALL_READ < span[1] + 1 < 130
     history = drive(store, store._core.get_history("s"))
     requests = drive.requests  # type: ignore[attr-defined]
-    assert requests[0].after and {r.name for r in requests[1:]} == {"read_range"}
+    assert requests[0].after and len(requests) > 2
+    for step in requests[1:]:  # no element through Lua: LRANGE, then the positions again
+        assert [c[0] for c in step.commands] == ["LRANGE", "HMGET", "LLEN"]
     assert [m.content for m in history] == [f"m{i}" for i in range(130)]
     store._core.read_budget = 10 * store._core.element_bytes
     assert store._core._cold_span(-1) is None  # the cap would be 10: the script alone
 
 
-def test_a_session_deleted_and_made_again_between_steps_is_read_again(
-    backend: Backend,
-) -> None:
-    writer = filled(backend, "s", 130)
-    store = cold_store(backend)
-    store._core.read_budget = 10 * store._core.element_bytes  # the script alone, in steps
+def steps(store: RedisStore, op: Any, between: Callable[[], object]) -> tuple[Any, list[Any]]:
+    """Run ``op`` on ``store``, with ``between`` (another worker) after its first request;
+    the outcome (a value, or the name of the exception raised) and the requests sent.
+    """
     requests: list[Any] = []
-    op, reply, remade = store._core.get_history("s"), None, False
+    reply: Any = None
     try:
         while True:
             request = op.send(reply)
             requests.append(request)
             reply = store._execute(request)
-            if not remade:  # after the first step: another session of the same key, with the
-                remade = True  # same generation (0) and positions (0 .. 130)
-                writer.delete("s")
-                writer.create(Session(key="s"))
-                writer.append_messages("s", [msg(f"new{i}") for i in range(130)])
+            if len(requests) == 1:
+                between()
     except StopIteration as done:
-        history = done.value
-    assert [r.name for r in requests[:2]] == ["get", "read_range"]
+        return done.value, requests
+    except Exception as exc:  # the read may see the session gone, as a fresh read does
+        return type(exc).__name__, requests
+
+
+def stepping_store(backend: Backend, kind: str) -> RedisStore:
+    """A store without a read cache whose reads of 130 messages go in steps of ~10: plain
+    (LRANGE + HMGET) ones, or, knowing no element size, ``read_range`` script calls.
+    """
+    store = cold_store(backend)
+    store._core.read_budget = 10 * store._core.element_bytes  # the script first, alone
+    if kind == "script":
+        store._core.element_bytes = 0
+    return store
+
+
+@pytest.mark.parametrize("kind", ["plain", "script"])
+def test_a_session_deleted_and_made_again_between_steps_is_read_again(
+    backend: Backend, kind: str
+) -> None:
+    writer = filled(backend, "s", 130)
+    store = stepping_store(backend, kind)
+
+    def remade() -> None:  # another session of the same key, of the same generation (0)
+        writer.delete("s")  # and positions (0 .. 130)
+        writer.create(Session(key="s"))
+        writer.append_messages("s", [msg(f"new{i}") for i in range(130)])
+
+    history, requests = steps(store, store._core.get_history("s"), remade)
+    assert requests[0].name == "get"
+    if kind == "plain":
+        assert [c[0] for c in requests[1].commands] == ["LRANGE", "HMGET", "LLEN"]
+    else:
+        assert requests[1].name == "read_range" and requests[1].args[4]  # the token
     assert [m.content for m in history] == [f"new{i}" for i in range(130)]  # not a mix
-    assert requests[1].args[4]  # the token the read began with
 
 
 def _append(backend: Backend, writer: RedisStore) -> None:
@@ -217,6 +245,28 @@ def test_a_change_between_the_script_and_the_lrange_is_seen(
     except Exception as exc:
         expected = type(exc).__name__
     assert got == expected
+
+
+@pytest.mark.parametrize("kind", ["plain", "script"])
+@pytest.mark.parametrize("change", CHANGES, ids=[c.__name__[1:] for c in CHANGES])
+def test_a_change_between_two_steps_is_seen(
+    backend: Backend, change: Callable[[Backend, RedisStore], None], kind: str
+) -> None:
+    writer = filled(backend, "s", 130)
+    store = stepping_store(backend, kind)
+    fresh = backend.sync_store(read_cache_bytes=0)
+    before = fresh.get("s")
+    got, requests = steps(store, store._core.get("s"), lambda: change(backend, writer))
+    assert requests[0].name == "get" and not requests[0].after and len(requests) >= 2
+    try:
+        after: Any = fresh.get("s")
+    except Exception as exc:
+        after = type(exc).__name__
+    # one snapshot: the session as the first step read it (an append since is not part of
+    # it), or as it is after the change (read again from the start), never a mix
+    assert got in (before, after)
+    if change not in (_append, _raw_rpush):  # a change that is not an append at the tail
+        assert got == after
 
 
 def test_unchanged_between_is_not_read_twice(backend: Backend) -> None:
