@@ -247,13 +247,17 @@ class CoreBase(KeyringOps):
 
         Read in steps of at most one read's budget, without passing the elements through Lua:
         ``LRANGE`` of the list indexes the head gives, then ``HMGET`` of the token, the
-        generation and the positions and ``LLEN``, pipelined; the step holds when those are
-        still what the read began with (every change to a list but an append at its tail
-        changes its token, generation or head, and a head only grows within a generation), it
-        is taken again from the new head after a trim. A first-layout session, a store that
-        knows no element size, a list whose length is not what its positions say (another
-        writer changed it, or damage) or a failed command: the ``read_range`` script, which
-        begins a new generation or names the damage.
+        generation and the positions and ``LLEN``, pipelined (on a cluster in two round
+        trips: its pipeline may resend a redirected ``LRANGE`` after the others); the step
+        holds when those are still what the read began with (every change to a list but an
+        append at its tail changes its token, generation or head, and a head only grows
+        within a generation), it is taken again from the new head after a trim. A
+        first-layout session, a store that knows no element size, a list whose length is not
+        what its positions say (another writer changed it, or damage) or a failed command:
+        the ``read_range`` script, which begins a new generation or names the damage. Not
+        atomic: a raw writer that changes the list's length between the ``LRANGE`` and the
+        check, and a store's write that makes it right again, are not seen (the script sees
+        them); no operation of a store changes the list without its positions.
         """
         items: list[bytes] = []
         plain = bool(token) and self.element_bytes > 0
@@ -263,11 +267,13 @@ class CoreBase(KeyringOps):
                 budget = self.read_budget // self.element_bytes
                 count = max(1, min(n - upto, COLD_READ_MESSAGES, budget))
                 lo = upto - h
-                got, now, length = yield Commands(
-                    [("LRANGE", msgs, lo, lo + count - 1),
-                     ("HMGET", meta, "token", "g", "h", "n"), ("LLEN", msgs)],
-                    errors_as_values=True,
-                )  # fmt: skip
+                lrange = ("LRANGE", msgs, lo, lo + count - 1)
+                check_after = [("HMGET", meta, "token", "g", "h", "n"), ("LLEN", msgs)]
+                if self.schema.cluster:  # a cluster pipeline may send a redirected command
+                    (got,) = yield Commands([lrange], errors_as_values=True)  # after the rest
+                    now, length = yield Commands(check_after, errors_as_values=True)
+                else:
+                    got, now, length = yield Commands([lrange, *check_after], errors_as_values=True)
                 if (
                     not any(isinstance(r, Exception) for r in (got, now, length))
                     and bytes(now[0] or b"") == bytes(token)
