@@ -12,7 +12,7 @@ from . import codec
 from ._args import message as message_arg
 from ._args import non_negative_int, optional_str, text, token
 from ._args import session as session_arg
-from ._base import STAGE_LEASE_MS, CoreBase
+from ._base import HEAD_AT, STAGE_LEASE_MS, CoreBase
 from ._requests import Commands, Emit, Op, ScriptCall
 from .crypto import Sealer
 from .errors import (
@@ -145,10 +145,11 @@ class SessionOps(CoreBase):
                 first = ScriptCall("get", read_keys, args, write=False)
                 reply = check((yield first), ctx)
                 items = reply[7]
-                if int(reply[8]) < int(reply[4]):  # more than one read's budget: in steps
+                upto, n = int(reply[8]), int(reply[4])
+                if upto < n:  # more than one read's budget: in steps
                     rest = yield from self._read_rest(
-                        reply[5], int(reply[8]), int(reply[4]), read_keys[:2], ctx, reply[6],
-                        int(reply[3]),
+                        reply[5], upto, n, read_keys[:2], ctx, _get_token(reply),
+                        int(reply[HEAD_AT]),
                     )  # fmt: skip
                     if rest is None:  # changed meanwhile: from the start
                         reply, items = yield from self._read_list(
@@ -216,7 +217,8 @@ class SessionOps(CoreBase):
             return None
         upto = start + len(items)
         if upto < n:
-            rest = yield from self._read_rest(g, upto, n, (meta, msgs), ctx, token, int(reply[3]))
+            h = int(reply[HEAD_AT])
+            rest = yield from self._read_rest(g, upto, n, (meta, msgs), ctx, token, h)
             if rest is None:
                 return None
             items += rest

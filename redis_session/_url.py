@@ -18,12 +18,12 @@ beyond that waits up to ``timeout`` = 10 s for a free connection, then ``Connect
 that hands out an already connected connection before one it would have to connect, so that
 after a burst that hit the server's ``maxclients`` the idle connections it holds serve the next
 calls at once (a plain pool picks the newest released connection, often a failed one, whose
-reconnects fail as long as the pool's idle ones fill the server). Its connections pack a command
-in one ``hiredis.pack_command`` call (:class:`HiredisPacker`) instead of redis-py's encoding of
-each argument in Python first: 1.8 against 8.7 µs for the 14 arguments of a read script. Sockets get
-``socket_timeout`` = 10 s and ``socket_connect_timeout`` = 5 s. Every one of these is a
-redis-py keyword the caller may override (``from_url(url, max_connections=100)``); a cluster
-client takes the timeouts (its per-node pools are redis-py's own).
+reconnects fail as long as the pool's idle ones fill the server). Its connections pack a
+command in one ``hiredis.pack_command`` call (:class:`HiredisPacker`) instead of redis-py's
+encoding of each argument in Python first: 1.8 against 8.7 µs for the 14 arguments of a read
+script. Sockets get ``socket_timeout`` = 10 s and ``socket_connect_timeout`` = 5 s. Every one
+of these is a redis-py keyword the caller may override (``from_url(url, max_connections=100)``);
+a cluster client takes the timeouts (its per-node pools are redis-py's own).
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -475,7 +475,8 @@ class RedisSessionService(BaseSessionService):
         names = [n for n in map(_text, members) if n != BUILT]
         records = await asyncio.gather(*(self._record(head + n) for n in names))
         gone = [n for n, r in zip(names, records, strict=True) if r is None]
-        await self._drop_gone(app_name, gone)
+        if gone:  # found not there by their reads: removed, checked again (see _drop_gone)
+            await asyncio.shield(self._remove(app_name, gone))
         found_records = [r for r in records if r is not None]
         users = sorted({r.metadata.get(USER_ID, "") for r in found_records})
         app_state, *user_states = await asyncio.gather(
@@ -663,31 +664,27 @@ class RedisSessionService(BaseSessionService):
         names = [n for n in names if n != BUILT]
         if not names:
             return
-        head, schema = self.keys.sessions_of(app_name), self.store._core.schema
-        metas = {n: schema.session(head + n).meta for n in names}
-
-        async def there(members: Sequence[str]) -> list[bool]:
-            replies = await self._send(Commands([("EXISTS", metas[n]) for n in members]))
-            return [bool(int(r)) for r in replies]
-
-        gone = [n for n, found in zip(names, await there(names), strict=True) if not found]
+        found = await self._there(app_name, names)
+        gone = [n for n, there in zip(names, found, strict=True) if not there]
         if gone:
-            await asyncio.shield(self._remove(app_name, gone, there))
+            await asyncio.shield(self._remove(app_name, gone))
 
-    async def _remove(
-        self,
-        app_name: str,
-        gone: Sequence[str],
-        there: Callable[[Sequence[str]], Awaitable[list[bool]]],
-    ) -> None:
-        """ZREM ``gone`` from the app's index, check again, ZADD back what is there (all of
-        it when the check fails).
+    async def _there(self, app_name: str, names: Sequence[str]) -> list[bool]:
+        """Whether the session of each index member ``names`` exists (its meta hash)."""
+        head, schema = self.keys.sessions_of(app_name), self.store._core.schema
+        commands = [("EXISTS", schema.session(head + n).meta) for n in names]
+        return [bool(int(r)) for r in await self._send(Commands(commands))]
+
+    async def _remove(self, app_name: str, gone: Sequence[str]) -> None:
+        """ZREM ``gone`` (found not there) from the app's index, check again, ZADD back what
+        is there (all of it when the check fails); see :meth:`_drop_gone`.
         """
         index = self._index(app_name)
         back = list(gone)  # put back unless checked gone after the removal
         try:
             await self._send(Commands([("ZREM", index, *gone)]))
-            back = [n for n, found in zip(gone, await there(gone), strict=True) if found]
+            found = await self._there(app_name, gone)
+            back = [n for n, there in zip(gone, found, strict=True) if there]
         finally:
             if back:
                 pairs = (x for n in back for x in (0, n))

@@ -36,27 +36,36 @@ def cold_store(backend: Backend, **options: Any) -> RedisStore:
     return store
 
 
-def drive(store: RedisStore, op: Any, between: Callable[[], object] | None = None) -> Any:
-    """Run a core operation on ``store``, recording its requests; a request with commands
-    behind its script runs in two parts with ``between`` (another worker) in the middle.
+def run_op(op: Any, execute: Callable[[Any], Any], requests: list[Any]) -> Any:
+    """Run a core operation, each request by ``execute`` and appended to ``requests``; its
+    value.
     """
-    requests: list[Any] = []
     reply: Any = None
     try:
         while True:
             request = op.send(reply)
             requests.append(request)
-            if isinstance(request, ScriptCall) and request.after and between is not None:
-                alone = ScriptCall(request.name, request.keys, request.args, request.write)
-                first = store._execute(alone)
-                between()
-                rest = store._execute(Commands(request.after, errors_as_values=True))
-                reply = [first, *rest]
-            else:
-                reply = store._execute(request)
+            reply = execute(request)
     except StopIteration as done:
-        drive.requests = requests  # type: ignore[attr-defined]
         return done.value
+
+
+def drive(store: RedisStore, op: Any, between: Callable[[], object] | None = None) -> Any:
+    """Run a core operation on ``store``, recording its requests; a request with commands
+    behind its script runs in two parts with ``between`` (another worker) in the middle.
+    """
+
+    def execute(request: Any) -> Any:
+        if isinstance(request, ScriptCall) and request.after and between is not None:
+            alone = ScriptCall(request.name, request.keys, request.args, request.write)
+            first = store._execute(alone)
+            between()
+            return [first, *store._execute(Commands(request.after, errors_as_values=True))]
+        return store._execute(request)
+
+    requests: list[Any] = []
+    drive.requests = requests  # type: ignore[attr-defined]
+    return run_op(op, execute, requests)
 
 
 def test_a_first_read_is_one_round_trip_without_the_elements_through_lua(
@@ -146,16 +155,15 @@ def steps(store: RedisStore, op: Any, between: Callable[[], object]) -> tuple[An
     the outcome (a value, or the name of the exception raised) and the requests sent.
     """
     requests: list[Any] = []
-    reply: Any = None
+
+    def execute(request: Any) -> Any:
+        reply = store._execute(request)
+        if len(requests) == 1:
+            between()
+        return reply
+
     try:
-        while True:
-            request = op.send(reply)
-            requests.append(request)
-            reply = store._execute(request)
-            if len(requests) == 1:
-                between()
-    except StopIteration as done:
-        return done.value, requests
+        return run_op(op, execute, requests), requests
     except Exception as exc:  # the read may see the session gone, as a fresh read does
         return type(exc).__name__, requests
 
