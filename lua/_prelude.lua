@@ -110,16 +110,20 @@ local function root_refused(f)
 end
 
 -- List positions of a session or child (meta fields g, h, n): generation, absolute head and
--- tail (LLEN == n - h). Sessions of the first layout have none yet: they start at the list's
--- length. Returns g, h, n, or nil and the DAMAGED reply when the list KEYS[l] is missing though
--- the session records messages (evicted). A list of another length was changed behind the
--- store's back (another writer): its positions begin a new generation, which a writer records.
--- g = false: the caller did not read g (the hot path); it stays false unless the positions
--- begin anew, when it is read from the meta hash KEYS[m].
+-- tail (LLEN == n - h). Sessions of the first layout have no h and n yet: they start at the
+-- list's length (and g 0, or what a re-seal in place recorded). Returns g, h, n, or nil and the
+-- DAMAGED reply when the list KEYS[l] is missing though the session records messages
+-- (evicted). A list of another length was changed behind the store's back (another writer):
+-- its positions begin a new generation, which a writer records. g = false with m: the caller
+-- did not read g (the hot path); it stays false unless the positions begin anew or are those of
+-- the first layout, when it is read from the meta hash KEYS[m] (false without m: no g field).
 local function positions(g, h, n, l, m)
   local len = redis.pcall('LLEN', KEYS[l])
   if failed(len) then return nil, refusal(len, l) end
-  if not n then return 0, 0, len end
+  if not n then
+    if g == false and m then g = redis.call('HGET', KEYS[m], 'g') end
+    return tonumber(g or '0'), 0, len
+  end
   h, n = tonumber(h or '0'), tonumber(n)
   if len == n - h then
     if g == false then return false, h, n end

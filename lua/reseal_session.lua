@@ -27,7 +27,7 @@ for i = 4, 3 + 3 * n, 3 do
     replaced = replaced + 1
   end
 end
-if replaced > 0 and p[3] then
+if replaced > 0 then  -- a first-layout list too: it records g alone (positions: prelude)
   g = g + 1
   redis.call('HSET', KEYS[2], 'g', g)
 end

@@ -14,6 +14,7 @@ from redis_session import Message, RedisStore, Session, codec
 from redis_session._base import SMALL_READ
 from redis_session._requests import Commands, ScriptCall
 from tests.conftest import Backend
+from tests.support.stepping import run_op, step_names, steps
 
 
 def msg(text: str, role: str = "user") -> Message:
@@ -34,20 +35,6 @@ def cold_store(backend: Backend, **options: Any) -> RedisStore:
     store.get("primer")
     assert store._core.element_bytes > 0
     return store
-
-
-def run_op(op: Any, execute: Callable[[Any], Any], requests: list[Any]) -> Any:
-    """Run a core operation, each request by ``execute`` and appended to ``requests``; its
-    value.
-    """
-    reply: Any = None
-    try:
-        while True:
-            request = op.send(reply)
-            requests.append(request)
-            reply = execute(request)
-    except StopIteration as done:
-        return done.value
 
 
 def drive(store: RedisStore, op: Any, between: Callable[[], object] | None = None) -> Any:
@@ -143,29 +130,6 @@ def test_a_long_history_is_read_on_in_steps_after_the_lrange(backend: Backend) -
     assert [m.content for m in history] == [f"m{i}" for i in range(130)]
     store._core.read_budget = 10 * store._core.element_bytes
     assert store._core._cold_span(-1) is None  # the cap would be 10: the script alone
-
-
-def step_names(requests: list[Any]) -> list[str]:
-    """The command names of the plain requests among ``requests``, in order."""
-    return [c[0] for r in requests if isinstance(r, Commands) for c in r.commands]
-
-
-def steps(store: RedisStore, op: Any, between: Callable[[], object]) -> tuple[Any, list[Any]]:
-    """Run ``op`` on ``store``, with ``between`` (another worker) after its first request;
-    the outcome (a value, or the name of the exception raised) and the requests sent.
-    """
-    requests: list[Any] = []
-
-    def execute(request: Any) -> Any:
-        reply = store._execute(request)
-        if len(requests) == 1:
-            between()
-        return reply
-
-    try:
-        return run_op(op, execute, requests), requests
-    except Exception as exc:  # the read may see the session gone, as a fresh read does
-        return type(exc).__name__, requests
 
 
 def stepping_store(backend: Backend, kind: str) -> RedisStore:

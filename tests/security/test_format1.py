@@ -24,6 +24,8 @@ from redis_session import (
 )
 from redis_session.crypto import CURRENT, Keyring, Passphrase
 from tests.conftest import Backend
+from tests.support import first_layout
+from tests.support.stepping import steps
 
 WORK = 10
 PASSPHRASE = "format one passphrase"
@@ -40,6 +42,24 @@ def write_format1(backend: Backend) -> dict[str, Any]:
     child = plain.fork_child("old", "helper", ChildSessionConfig(inherit_history=1))
     plain.append_child_message(child.key, Message(role="assistant", content="child-said"))
     raw = backend.sync_client()
+    ring, kid = format1_keyring(backend)
+    sk, ck = backend.schema.session("old"), backend.schema.child(child.key)
+    seal_elements(backend, ring, kid, "old")
+    for i, element in enumerate(raw.lrange(ck.msgs, 0, -1)):
+        element = bytes(element)
+        raw.lset(ck.msgs, i, element[:8] + _seal(ring, kid, "old", element[8:]))
+    value = raw.hget(sk.meta, "m:tier")
+    raw.hdel(sk.meta, "m:tier")
+    raw.hset(sk.meta, mapping={
+        "e:tier": crypto.seal(ring, kid, bytes(value), crypto.aad(b"meta", "old", "tier")),
+        "k": kid,
+    })  # fmt: skip
+    return {"child": child.key, "kid": kid}
+
+
+def format1_keyring(backend: Backend) -> tuple[Keyring, bytes]:
+    """The prefix's keyring as the previous release wrote it: one data key under PASSPHRASE."""
+    raw = backend.sync_client()
     schema = backend.schema
     salt, kid, dek = os.urandom(16), os.urandom(crypto.KID_LEN), os.urandom(32)
     kek = crypto.derive_kek(Passphrase(PASSPHRASE), salt, WORK)
@@ -49,23 +69,19 @@ def write_format1(backend: Backend) -> dict[str, Any]:
     raw.hset(schema.keyring, mapping={"current": kid.hex(), f"dek:{kid.hex()}:{CURRENT}": wrapped})
     ring = Keyring(current=kid)
     ring.add(kid, dek)
-    sk, ck = schema.session("old"), schema.child(child.key)
+    return ring, kid
 
-    def seal(element: bytes) -> bytes:
-        return crypto.seal_message(ring, kid, "old", json.loads(element)["id"], element)
 
-    for i, element in enumerate(raw.lrange(sk.msgs, 0, -1)):
-        raw.lset(sk.msgs, i, seal(bytes(element)))
-    for i, element in enumerate(raw.lrange(ck.msgs, 0, -1)):
-        element = bytes(element)
-        raw.lset(ck.msgs, i, element[:8] + seal(element[8:]))
-    value = raw.hget(sk.meta, "m:tier")
-    raw.hdel(sk.meta, "m:tier")
-    raw.hset(sk.meta, mapping={
-        "e:tier": crypto.seal(ring, kid, bytes(value), crypto.aad(b"meta", "old", "tier")),
-        "k": kid,
-    })  # fmt: skip
-    return {"child": child.key, "kid": kid}
+def _seal(ring: Keyring, kid: bytes, key: str, element: bytes) -> bytes:
+    return crypto.seal_message(ring, kid, key, json.loads(element)["id"], element)
+
+
+def seal_elements(backend: Backend, ring: Keyring, kid: bytes, key: str) -> None:
+    """Session ``key``'s elements sealed in place in format 1."""
+    raw = backend.sync_client()
+    msgs = backend.schema.session(key).msgs
+    for i, element in enumerate(raw.lrange(msgs, 0, -1)):
+        raw.lset(msgs, i, _seal(ring, kid, key, bytes(element)))
 
 
 def test_a_format1_session_opens_takes_appends_and_rekey_moves_it_to_format2(
@@ -146,3 +162,34 @@ def test_rekey_does_not_seal_a_forgery_planted_in_a_format1_session(backend: Bac
     raw.hincrby(sk.meta, "n", -1)
     store.rekey(PASSPHRASE)
     assert [m.content for m in store.get_history("old")] == ["old-0", "old-1", "old-2"]
+
+
+def test_a_rekey_between_the_steps_of_a_read_of_a_first_layout_session_is_seen(
+    backend: Backend,
+) -> None:
+    # A format-1 session as the first layout wrote it (no list positions), never written since:
+    # rekey re-seals its elements in place, so a read in steps that began before must read
+    # again, not go on with elements of the other format (a false TamperDetected).
+    raw = backend.sync_client()
+    first_layout.write_session(
+        raw, backend.schema, "old", [Message(role="user", content=f"old-{i}") for i in range(130)]
+    )
+    ring, kid = format1_keyring(backend)
+    seal_elements(backend, ring, kid, "old")
+    raw.hset(backend.schema.session("old").meta, "k", kid)
+    reader = backend.sync_store(passphrase=PASSPHRASE, kdf_work=WORK, read_cache_bytes=0)
+    assert reader.get_history("old", 1)[0].content == "old-129"  # unlocked
+    reader._core.element_bytes = 0  # no element size known: the read_range script steps
+    reader._core.read_budget = 10 * len(bytes(raw.lindex(backend.schema.session("old").msgs, 0)))
+    rekeyed: list[Any] = []
+    history, requests = steps(
+        reader,
+        reader._core.get_history("old"),
+        lambda: rekeyed.append(backend.sync_store(passphrase=PASSPHRASE).rekey(PASSPHRASE)),
+    )
+    assert rekeyed[0].values_resealed >= 130
+    assert [r.name for r in requests[:2]] == ["get", "read_range"]
+    assert isinstance(history, list), history  # not the name of an exception
+    assert [m.content for m in history] == [f"old-{i}" for i in range(130)]
+    fresh = backend.sync_store(passphrase=PASSPHRASE, read_cache_bytes=0)
+    assert fresh.get_history("old") == history
