@@ -14,7 +14,7 @@ from redis_session import Message, RedisStore, Session, codec
 from redis_session._base import SMALL_READ
 from redis_session._requests import Commands, ScriptCall
 from tests.conftest import Backend
-from tests.support.stepping import run_op, step_names, steps
+from tests.support.stepping import in_steps, run_op, step_names, steps
 
 
 def msg(text: str, role: str = "user") -> Message:
@@ -136,11 +136,7 @@ def stepping_store(backend: Backend, kind: str) -> RedisStore:
     """A store without a read cache whose reads of 130 messages go in steps of ~10: plain
     (LRANGE + HMGET) ones, or, knowing no element size, ``read_range`` script calls.
     """
-    store = cold_store(backend)
-    store._core.read_budget = 10 * store._core.element_bytes  # the script first, alone
-    if kind == "script":
-        store._core.element_bytes = 0
-    return store
+    return in_steps(cold_store(backend), 10, kind)
 
 
 @pytest.mark.parametrize("kind", ["plain", "script", "tokenless"])

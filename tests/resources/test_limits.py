@@ -24,6 +24,7 @@ from redis_session import (
 from tests.resources.conftest import PrivateServer
 from tests.support.figures import Recorder
 from tests.support.servers import wait_until
+from tests.support.stepping import in_steps
 
 
 def msg(content: str) -> Message:
@@ -36,17 +37,24 @@ def test_a_read_only_replica_serves_every_read(
     primary = private_server()
     replica = private_server(replicaof=f"127.0.0.1 {primary.port}")
     writer = RedisStore.from_url(primary.url, prefix="r:")
-    writer.create(Session(key="s", history=[msg(f"m{i}") for i in range(5)]))
+    writer.create(Session(key="s", history=[msg(f"m{i}") for i in range(130)]))
     child = writer.fork_child("s", "sub", ChildSessionConfig(inherit_history=2))
     raw = replica.client()
     assert wait_until(lambda: raw.exists("r:kids:{s}") == 1, 15)
     reader = RedisStore.from_url(replica.url, prefix="r:")
-    assert [m.content for m in reader.get("s").history] == [f"m{i}" for i in range(5)]
+    assert [m.content for m in reader.get("s").history] == [f"m{i}" for i in range(130)]
     assert len(reader.get_history("s", last=2)) == 2
     cold = RedisStore.from_url(replica.url, prefix="r:", read_cache_bytes=0)
     cold.get("s")  # learns the element size: its next read takes the LRANGE behind the script
     assert cold._core._cold_span(-1) is not None
     assert cold.get("s").history == reader.get("s").history
+    # A list longer than one read's budget: read on in steps of ~10, plain (LRANGE + HMGET)
+    # or by the read_range script; read-only commands, so the replica serves them.
+    for kind, command in (("plain", "lrange"), ("script", "evalsha")):
+        before = _calls(raw, command)
+        in_steps(cold, 10, kind)
+        assert cold.get("s").history == reader.get("s").history
+        assert _calls(raw, command) - before >= 10, kind  # 130 messages in steps of ~10
     cold.close()
     assert [s.key for s in reader.list_sessions()] == ["s"]
     assert len(reader.get_child(child.key).history) == 2
@@ -66,6 +74,11 @@ def test_a_read_only_replica_serves_every_read(
     for store in (writer, reader):
         store.close()
     raw.close()
+
+
+def _calls(raw: Any, command: str) -> int:
+    """How many times the server ran ``command`` (INFO commandstats)."""
+    return int(raw.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
 def test_a_busy_server_answers_busy_not_corrupt_data(private_server: PrivateServer) -> None:

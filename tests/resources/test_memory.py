@@ -22,6 +22,7 @@ from redis_session import (
 )
 from tests.resources.conftest import PrivateServer
 from tests.support.figures import Recorder
+from tests.support.stepping import in_steps
 
 LIMIT = 12 * 1024 * 1024
 SLACK = 1536 * 1024  # the bound: used_memory <= maxmemory + 1.5 MB
@@ -114,6 +115,11 @@ def test_at_maxmemory_writes_are_refused_as_oom_and_reads_work(
     assert cold.get("s").history == store.get("s").history
     assert raw.info("commandstats")["cmdstat_lrange"]["calls"] == lranges + 1  # not refused
     assert [m.content for m in cold.get_history("s", last=30)] == [m.content for m in history][-30:]
+    for kind, command in (("plain", "lrange"), ("script", "evalsha")):  # a read in steps
+        before = raw.info("commandstats")[f"cmdstat_{command}"]["calls"]
+        in_steps(cold, 5, kind)
+        assert cold.get("s").history == store.get("s").history
+        assert raw.info("commandstats")[f"cmdstat_{command}"]["calls"] - before >= 9, kind
     cold.close()
     assert "s" in [s.key for s in store.list_sessions()]
     assert store.get_child(child.key).history[-1].content == "work"

@@ -46,3 +46,17 @@ def steps(store: RedisStore, op: Any, between: Callable[[], object]) -> tuple[An
 def step_names(requests: list[Any]) -> list[str]:
     """The command names of the plain requests among ``requests``, in order."""
     return [c[0] for r in requests if isinstance(r, Commands) for c in r.commands]
+
+
+def in_steps(store: RedisStore, per_step: int, kind: str = "plain") -> RedisStore:
+    """``store``, a store without a read cache that has read something (it knows the element
+    size), set to read a long list in steps of about ``per_step`` messages after its first
+    request: plain ones (``LRANGE`` + ``HMGET``, kind ``"plain"``) or, knowing no element size,
+    ``read_range`` script calls (kind ``"script"``).
+    """
+    core = store._core
+    assert core.element_bytes > 0 and not core._reads.max_bytes
+    core.read_budget = per_step * core.element_bytes  # the first request: the script alone
+    if kind == "script":
+        core.element_bytes = 0
+    return store
