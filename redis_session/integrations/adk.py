@@ -137,6 +137,7 @@ except ImportError:  # ADK releases before the stale-session check (< 2.x)
         """The session was changed in storage since the caller's copy was read."""
 
 
+import redis
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
@@ -470,13 +471,13 @@ class RedisSessionService(BaseSessionService):
             found = [s.key for s in await self.store.list_sessions(prefix=head)]
             names = [k[len(head) :] for k in found]
             pairs = [x for name in (BUILT, *names) for x in (0, name)]
-            await self._send(Commands([("ZADD", index, *pairs)]))
+            await self._upkeep(app_name, self._send(Commands([("ZADD", index, *pairs)])))
             members = [n for n in names if user_id is None or n.startswith(low[1:])]
         names = [n for n in map(_text, members) if n != BUILT]
         records = await asyncio.gather(*(self._record(head + n) for n in names))
         gone = [n for n, r in zip(names, records, strict=True) if r is None]
         if gone:  # found not there by their reads: removed, checked again (see _drop_gone)
-            await asyncio.shield(self._remove(app_name, gone))
+            await self._upkeep(app_name, asyncio.shield(self._remove(app_name, gone)))
         found_records = [r for r in records if r is not None]
         users = sorted({r.metadata.get(USER_ID, "") for r in found_records})
         app_state, *user_states = await asyncio.gather(
@@ -641,6 +642,18 @@ class RedisSessionService(BaseSessionService):
 
     def _index(self, app_name: str) -> str:
         return self.keys.index(self.store.prefix, app_name)
+
+    async def _upkeep(self, app_name: str, work: Awaitable[Any]) -> None:
+        """Await ``work``, a listing's upkeep of the app's index (its rebuild, dropping what
+        is gone). A server that refuses writes (``OutOfMemoryError`` at ``maxmemory``,
+        ``ReadOnlyError`` on a replica) leaves the index as it was: the listing, made from
+        its reads, is right without it, and a later one does the upkeep. Any other error is
+        the listing's.
+        """
+        try:
+            await work
+        except (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError) as exc:
+            logger.debug("index upkeep of %s refused: %s", app_name, exc)
 
     async def _prune(self, app_name: str, names: Sequence[str]) -> None:
         """:meth:`_drop_gone` for a create's sample, best effort: a failure (a node of

@@ -1,0 +1,123 @@
+"""The ADK session service where a production Redis refuses writes: at ``maxmemory`` with
+``noeviction`` and on a read-only replica. Reads (get, list) keep working, the list's upkeep of
+the app's index (its rebuild, dropping what is gone) is best effort there, and a refused create
+leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from google.adk.events.event import Event
+from google.adk.events.event_actions import EventActions
+
+from redis_session import AsyncRedisStore, SessionError
+from redis_session.integrations.adk import RedisSessionService
+from tests.resources.conftest import PrivateServer
+from tests.resources.test_memory import fill
+from tests.support.servers import wait_until
+
+APP, USER = "limits-app", "alice"
+PREFIX = "a:"
+
+
+async def _made(service: RedisSessionService, count: int) -> list[str]:
+    """``count`` sessions of APP/USER, each with one event; their ids."""
+    ids = []
+    for i in range(count):
+        session = await service.create_session(
+            app_name=APP, user_id=USER, session_id=f"s{i}", state={"n": i}
+        )
+        await service.append_event(session, Event(invocation_id=f"i{i}", author="user"))
+        ids.append(session.id)
+    return ids
+
+
+async def _listed(service: RedisSessionService) -> list[str]:
+    return sorted(s.id for s in (await service.list_sessions(app_name=APP)).sessions)
+
+
+def _index_key(service: RedisSessionService) -> str:
+    return service._index(APP)
+
+
+async def _reads_work(service: RedisSessionService, ids: list[str]) -> None:
+    """get and list (an index that names a gone session too) on a server refusing writes."""
+    got = await service.get_session(app_name=APP, user_id=USER, session_id=ids[0])
+    assert got is not None and got.state["n"] == 0 and len(got.events) == 1
+    assert await _listed(service) == sorted(ids)
+
+
+@pytest.mark.timeout(60)
+async def test_adk_at_maxmemory_reads_and_lists_and_refuses_creates_whole(
+    private_server: PrivateServer,
+) -> None:
+    server = private_server(maxmemory=12 * 1024 * 1024, maxmemory_policy="noeviction")
+    raw = server.client()
+    store = AsyncRedisStore.from_url(server.url, prefix=PREFIX, ttl=3600)
+    service = RedisSessionService(store)
+    ids = await _made(service, 6)
+    assert await _listed(service) == sorted(ids)  # the index built
+    gone_id = ids.pop()
+    gone_key = service.keys.session(APP, USER, gone_id)
+    fill(raw, "f:")
+    await store.delete(gone_key)  # a delete frees memory: allowed; its index entry stays
+    index = _index_key(service)
+    assert raw.zscore(index, service.keys.member(USER, gone_id)) is not None
+    await _reads_work(service, ids)
+    assert raw.zscore(index, service.keys.member(USER, gone_id)) is None  # ZREM: allowed
+    raw.delete(index)  # as if it had expired: the listing finds the sessions by prefix
+    assert await _listed(service) == sorted(ids)
+    assert not raw.exists(index)  # not rebuilt: its ZADD was refused, the listing was not
+    assert await _listed(service) == sorted(ids)  # and again, the same way
+
+    session = await service.get_session(app_name=APP, user_id=USER, session_id=ids[0])
+    assert session is not None
+    late = Event(invocation_id="late", author="user", actions=EventActions(state_delta={"n": 9}))
+    with pytest.raises(redis.exceptions.OutOfMemoryError):  # the one-script append: refused
+        await service.append_event(session, late)
+    again = await service.get_session(app_name=APP, user_id=USER, session_id=ids[0])
+    assert again is not None and len(again.events) == 1 and again.state["n"] == 0
+    with pytest.raises(redis.exceptions.OutOfMemoryError) as info:
+        await service.create_session(app_name=APP, user_id=USER, session_id="late")
+    assert not isinstance(info.value, SessionError)
+    assert not raw.exists(service.keys.session(APP, USER, "late"))
+    assert not raw.exists(store._core.schema.session(service.keys.session(APP, USER, "late")).meta)
+
+    for key in raw.scan_iter(match="f:*", count=1000):
+        raw.delete(key)
+    raw.config_set("maxmemory", 0)
+    assert await _listed(service) == sorted(ids)  # memory freed: rebuilt now
+    assert raw.zcard(index) == len(ids) + 1  # the members and the built marker
+    await service.create_session(app_name=APP, user_id=USER, session_id="late")
+    assert await _listed(service) == sorted([*ids, "late"])
+    await store.close()
+    raw.close()
+
+
+@pytest.mark.timeout(60)
+async def test_adk_on_a_read_only_replica_gets_and_lists(private_server: PrivateServer) -> None:
+    primary = private_server()
+    replica = private_server(replicaof=f"127.0.0.1 {primary.port}")
+    writer_store = AsyncRedisStore.from_url(primary.url, prefix=PREFIX)
+    writer = RedisSessionService(writer_store)
+    ids = await _made(writer, 4)
+    assert await _listed(writer) == sorted(ids)  # the index built
+    gone_id = ids.pop()
+    await writer_store.delete(writer.keys.session(APP, USER, gone_id))
+    raw = replica.client()
+    index = _index_key(writer)
+    assert wait_until(lambda: raw.zcard(index) == 5 and raw.dbsize() > 0, 15)
+    reader_store = AsyncRedisStore.from_url(replica.url, prefix=PREFIX)
+    reader = RedisSessionService(reader_store)
+    # the index names a gone session: listed without it (its ZREM refused by the replica)
+    await _reads_work(reader, ids)
+    assert raw.zcard(index) == 5
+    primary.client().delete(index)
+    assert wait_until(lambda: not raw.exists(index), 15)
+    assert await _listed(reader) == sorted(ids)  # found by prefix, not indexed: read only
+    with pytest.raises(redis.exceptions.ReadOnlyError):
+        await reader.create_session(app_name=APP, user_id=USER, session_id="late")
+    for s in (writer_store, reader_store):
+        await s.close()
+    raw.close()
