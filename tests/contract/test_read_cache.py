@@ -232,9 +232,11 @@ class CachedReads(RuleBasedStateMachine):
         self.cold = b.sync_store(prefix=b.prefix, read_cache_bytes=0)
         self.cold._core.element_bytes = 120
         self.cold._core.read_budget = 30 * 120
+        # With a TTL (long: the expire rule ends a tree as its deadline does), so that each
+        # tree has an expiry marker and an expired session reads as expired, not as absent.
         self.writers = [
-            b.sync_store(prefix=b.prefix),
-            b.sync_store(prefix=b.prefix, max_history_turns=5),
+            b.sync_store(prefix=b.prefix, ttl=3600),
+            b.sync_store(prefix=b.prefix, ttl=3600, max_history_turns=5),
         ]
         self.children: dict[str, str] = {}
         self.n = 0
@@ -290,6 +292,20 @@ class CachedReads(RuleBasedStateMachine):
     @rule(key=st.sampled_from(KEYS), w=st.integers(0, 1))
     def delete(self, key: str, w: int) -> None:
         self._writer(w).delete(key)
+
+    @rule(key=st.sampled_from(KEYS))
+    def expire(self, key: str) -> None:
+        # The tree's deadline come: every key of the session and of its children gone at
+        # once, the expiry marker (it outlives the deadline by a grace) naming a past deadline.
+        raw = self.backend.sync_client()
+        tree = [bytes(k) for k in raw.scan_iter(match=f"{self.backend.prefix}*{{{key}}}*")]
+        mark = self.writers[0]._core.schema.session(key).mark.encode()
+        if mark not in tree:
+            return  # no session there (or not one written with a TTL)
+        for k in tree:
+            if k != mark:
+                raw.delete(k)
+        raw.set(mark, int(time.time() * 1000) - 1, keepttl=True)
 
     @rule(key=st.sampled_from(KEYS), last=st.one_of(st.none(), st.integers(0, 4)))
     def read(self, key: str, last: int | None) -> None:
