@@ -118,6 +118,10 @@ async def test_adk_on_a_read_only_replica_gets_and_lists(private_server: Private
     assert await _listed(reader) == sorted(ids)  # found by prefix, not indexed: read only
     with pytest.raises(redis.exceptions.ReadOnlyError):
         await reader.create_session(app_name=APP, user_id=USER, session_id="late")
+    session = await reader.get_session(app_name=APP, user_id=USER, session_id=ids[0])
+    assert session is not None
+    with pytest.raises(redis.exceptions.ReadOnlyError):  # the one-script append
+        await reader.append_event(session, Event(invocation_id="late", author="user"))
     for s in (writer_store, reader_store):
         await s.close()
     raw.close()
