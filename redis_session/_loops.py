@@ -10,15 +10,22 @@ retries), made on first use there. A loop that has closed cannot close its conne
 more, so their sockets are closed directly the next time another loop attaches (and at
 ``close()``): the server sees them go at once, nothing leaks.
 
-Clients that are not a plain ``redis.asyncio.Redis`` over a connection pool (a cluster client,
-a Sentinel-managed one, fakeredis's) are used as they are, from whichever loop: the embedded
-``memory://`` server works from any loop; a cluster or Sentinel store is for one loop.
+A cluster or Sentinel client that ``from_url`` built is made again for every other loop from
+the same URL and options (a cluster client of its own, or a Sentinel manager with its sentinel
+connections and a primary's pool of its own). Other clients that are not a plain
+``redis.asyncio.Redis`` over a connection pool (a cluster or Sentinel client the caller made,
+fakeredis's) are used as they are, from whichever loop: the embedded ``memory://`` server works
+from any loop; a store over such a cluster or Sentinel client is for one loop.
+
+A cluster store that waits for replicas (``wait_replicas``) talks to each node through a client
+of its own; those are per loop as well (:meth:`LoopClients.nodes`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -32,8 +39,8 @@ def _cloneable(client: Any) -> bool:
     if type(client) is not redis.asyncio.Redis:
         return False
     pool = getattr(client, "connection_pool", None)
-    if not isinstance(pool, _PLAIN_POOLS):
-        return False
+    if not isinstance(pool, _PLAIN_POOLS) or hasattr(pool, "sentinel_manager"):
+        return False  # a Sentinel pool needs its manager, whose sentinels are of one loop too
     return type(pool).__module__.startswith(("redis.asyncio", "redis_session"))
 
 
@@ -49,16 +56,35 @@ def _clone(client: Any) -> Any:
     return redis.asyncio.Redis.from_pool(fresh)
 
 
-def hard_close(client: Any) -> int:
-    """Close the sockets of ``client``'s pooled connections without their (closed) loop;
-    returns how many. The connections then read as disconnected.
+def _connections(client: Any) -> list[Any]:
+    """The connections ``client`` holds: its pool's; a Sentinel-managed client's sentinel
+    clients' too; a cluster client's, node by node.
     """
+    nodes_manager = getattr(client, "nodes_manager", None)
+    if nodes_manager is not None:  # redis.asyncio.RedisCluster
+        nodes = {id(n): n for n in (*nodes_manager.nodes_cache.values(),
+                                    *nodes_manager.startup_nodes.values())}  # fmt: skip
+        return [c for n in nodes.values() for c in getattr(n, "_connections", ())]
     pool = getattr(client, "connection_pool", None)
     if pool is None:
-        return 0
-    connections = [*getattr(pool, "_available_connections", ()),
-                   *getattr(pool, "_in_use_connections", ())]  # fmt: skip
+        return []
+    found = [*getattr(pool, "_available_connections", ()),
+             *getattr(pool, "_in_use_connections", ())]  # fmt: skip
+    for sentinel in getattr(getattr(pool, "sentinel_manager", None), "sentinels", ()):
+        found += _connections(sentinel)
+    return found
+
+
+def hard_close(client: Any) -> int:
+    """Close the sockets of ``client``'s connections (see :func:`_connections`) without their
+    (closed) loop; returns how many. The connections then read as disconnected.
+    """
     closed = 0
+    connections = _connections(client)
+    nodes_manager = getattr(client, "nodes_manager", None)
+    if nodes_manager is not None:  # a cluster client: closed as its aclose() leaves one (no
+        nodes_manager.default_node = None  # topology), which it does not warn about when freed
+        client._initialize = True
     for connection in connections:
         writer = getattr(connection, "_writer", None)
         transport: Any = getattr(writer, "transport", None)
@@ -74,25 +100,45 @@ def hard_close(client: Any) -> int:
 
 
 class LoopClients:
-    """The store's client for the running loop (see the module docstring)."""
+    """The store's client for the running loop (see the module docstring); ``factory`` makes
+    another one like ``home`` (by default a copy of a plain client; None: ``home`` serves every
+    loop).
+    """
 
-    def __init__(self, home: Any) -> None:
+    def __init__(self, home: Any, factory: Callable[[], Any] | None = None) -> None:
         self.home = home
-        self._cloneable = _cloneable(home)
+        if factory is None and _cloneable(home):
+            factory = functools.partial(_clone, home)
+        self._factory = factory
         self._by_loop: dict[asyncio.AbstractEventLoop, Any] = {}
+        self._nodes: dict[asyncio.AbstractEventLoop | None, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._home_used = False
 
+    def _running(self) -> asyncio.AbstractEventLoop | None:
+        """The running loop when clients are per loop, else None (one client for all)."""
+        if self._factory is None:
+            return None
+        try:
+            return asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+
     def current(self) -> Any:
         """The client for the running loop (the store's own outside of any loop)."""
-        if not self._cloneable:
-            return self.home
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
+        loop = self._running()
+        if loop is None:
             return self.home
         client = self._by_loop.get(loop)
         return client if client is not None else self._attach(loop)
+
+    def nodes(self) -> dict[str, Any]:
+        """The clients of single cluster nodes made in the running loop, by node name (the
+        caller fills it: ``_url.async_node_client``).
+        """
+        loop = self._running()
+        with self._lock:
+            return self._nodes.setdefault(loop, {})
 
     def _attach(self, loop: asyncio.AbstractEventLoop) -> Any:
         with self._lock:
@@ -101,7 +147,8 @@ class LoopClients:
                 return client
             self._sweep()
             if self._home_used:
-                client = _clone(self.home)
+                assert self._factory is not None
+                client = self._factory()
             else:
                 client, self._home_used = self.home, True
             self._by_loop[loop] = client
@@ -112,6 +159,8 @@ class LoopClients:
         for loop, client in list(self._by_loop.items()):
             if loop.is_closed():
                 hard_close(client)
+                for node_client in self._nodes.pop(loop, {}).values():
+                    hard_close(node_client)
                 del self._by_loop[loop]
 
     @property
@@ -120,17 +169,23 @@ class LoopClients:
         return len(self._by_loop)
 
     async def aclose(self, close: Callable[[Any], Awaitable[None]]) -> None:
-        """Close every client: the running loop's with ``close(client)``, those of other
-        loops by their sockets (their loops cannot run it).
+        """Close every client: the running loop's with ``close(client)`` (node clients with
+        their ``aclose``), those of other loops by their sockets (their loops cannot run it).
         """
-        if not self._cloneable:
-            await close(self.home)
-            return
         with self._lock:
             clients = list(self._by_loop.items())
+            nodes = list(self._nodes.items())
             self._by_loop.clear()
+            self._nodes.clear()
             unused = not self._home_used
+            self._home_used = False
         running = asyncio.get_running_loop()
+        for loop, node_clients in nodes:
+            for node_client in node_clients.values():
+                if loop is None or loop is running:
+                    await node_client.aclose()
+                else:
+                    hard_close(node_client)
         for loop, client in clients:
             if loop is running:
                 await close(client)

@@ -28,6 +28,7 @@ a cluster client takes the timeouts (its per-node pools are redis-py's own).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 from collections.abc import Callable
@@ -342,6 +343,17 @@ def async_client(
         url, **{"retry": _default_async_retry(), **_client_options(kwargs, pool=True)}
     )
     return redis.asyncio.Redis.from_pool(apool)
+
+
+def async_remake(url: str, *, cluster: bool = False, **kwargs: Any) -> Callable[[], Any] | None:
+    """How to make another asyncio client like :func:`async_client`'s for ``url`` (for another
+    event loop: see ``redis_session._loops``) where copying one cannot: a cluster client, a
+    Sentinel-managed one; None for the others.
+    """
+    scheme, _, cluster = _parse(url, cluster)
+    if scheme != SENTINEL_SCHEME and not cluster:
+        return None
+    return functools.partial(async_client, url, cluster=cluster, **kwargs)
 
 
 def check_client(client: object) -> bool:

@@ -133,7 +133,10 @@ class AsyncRedisStore:
         timeouts by default (see ``redis_session._url``).
         """
         store_options, client_options = _url.split_options(cls, options)
-        return cls(_url.async_client(url, cluster=cluster, **client_options), **store_options)
+        store = cls(_url.async_client(url, cluster=cluster, **client_options), **store_options)
+        remake = _url.async_remake(url, cluster=cluster, **client_options)  # async only
+        store._clients = LoopClients(store._client, remake)  # async only: per loop
+        return store
 
     @property
     def client(self) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:
@@ -263,7 +266,7 @@ class AsyncRedisStore:
         if not self._core.schema.cluster:
             return client
         await client.initialize()  # async only
-        return _url.async_node_client(client.get_node_from_key(key), self._node_clients)
+        return _url.async_node_client(client.get_node_from_key(key), self._clients.nodes())
 
     async def _durable(self, request: ScriptCall) -> Any:
         """Run a write script and WAIT on the same connection, riding through a failover.

@@ -132,7 +132,8 @@ class RedisStore:
         timeouts by default (see ``redis_session._url``).
         """
         store_options, client_options = _url.split_options(cls, options)
-        return cls(_url.sync_client(url, cluster=cluster, **client_options), **store_options)
+        store = cls(_url.sync_client(url, cluster=cluster, **client_options), **store_options)
+        return store
 
     @property
     def client(self) -> redis.Redis | redis.RedisCluster:

@@ -18,6 +18,7 @@ TARGET = ROOT / "redis_session" / "store.py"
 RULES: list[tuple[str, str]] = [
     (r"\bawait self\._clients\.aclose\(_url\.async_close\)", "_url.sync_close(self._client)"),
     (r"\bself\._clients\.current\(\)", "self._client"),
+    (r"\bself\._clients\.nodes\(\)", "self._node_clients"),
     (r"\bawait asyncio\.sleep\(", "time.sleep("),
     (r"\bawait asyncio\.to_thread\(([\w.]+)\)", r"\1()"),
     (r"\basyncio\.Lock\(\)", "threading.Lock()"),

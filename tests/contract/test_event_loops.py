@@ -1,6 +1,7 @@
-"""One AsyncRedisStore used from many event loops over its life: ``asyncio.run`` again and
-again (as ``Runner.run_sync`` does), threads each running a loop of their own; nothing fails
-and no connection is left behind on the server.
+"""One AsyncRedisStore used from many event loops over its life, on every real server setup
+(Redis, Valkey, a cluster, Sentinel): ``asyncio.run`` again and again (as ``Runner.run_sync``
+does), threads each running a loop of their own; nothing fails and no connection is left
+behind on the server.
 """
 
 from __future__ import annotations
@@ -10,22 +11,28 @@ import threading
 from typing import Any
 
 import pytest
+import redis
 
 from redis_session import AsyncRedisStore, Message, Session
 from tests.conftest import Backend
 
 
 def _store(backend: Backend, **options: Any) -> AsyncRedisStore:
-    assert backend.server is not None
-    return AsyncRedisStore.from_url(backend.server.url, prefix=backend.prefix, **options)
+    return AsyncRedisStore.from_url(backend.url, prefix=backend.prefix, **options)
 
 
 def _connections(admin: Any) -> int:
+    """Normal client connections to the backend's server (every node of a cluster)."""
+    if isinstance(admin, redis.RedisCluster):
+        nodes: list[Any] = admin.get_nodes()  # type: ignore[no-untyped-call]
+        return sum(_connections(node.redis_connection) for node in nodes)
     return len(admin.client_list(_type="normal"))
 
 
-def test_asyncio_run_again_and_again_with_one_store(real_backend: Backend) -> None:
-    store = _store(real_backend)
+def test_asyncio_run_again_and_again_with_one_store(server_backend: Backend) -> None:
+    # On a cluster and with Sentinel as well: from_url makes the client again for each loop
+    # (a cluster client, a Sentinel manager and its primary's pool of its own).
+    store = _store(server_backend)
 
     async def turn(n: int) -> int:
         if n == 0:
@@ -33,18 +40,19 @@ def test_asyncio_run_again_and_again_with_one_store(real_backend: Backend) -> No
         await store.append_message("s", Message(role="user", content=f"turn {n}"))
         return len(await store.get_history("s"))
 
-    admin = real_backend.sync_client()
+    admin = server_backend.sync_client()
     baseline = _connections(admin)  # other tests' clients of this server included
     counts = [asyncio.run(turn(n)) for n in range(100)]
     assert counts == list(range(1, 101))
-    assert _connections(admin) <= baseline + 1  # the last loop's connection: none leaked
+    # the last loop's connection (one per node of a cluster it used): none leaked
+    assert _connections(admin) <= baseline + (3 if server_backend.cluster else 1)
     assert store._clients.loops == 1
     asyncio.run(store.close())
     assert _connections(admin) <= baseline
 
 
-def test_threads_each_with_a_loop_share_one_store(real_backend: Backend) -> None:
-    store = _store(real_backend)
+def test_threads_each_with_a_loop_share_one_store(server_backend: Backend) -> None:
+    store = _store(server_backend)
     asyncio.run(store.create(Session(key="t")))
     errors: list[BaseException] = []
 
@@ -71,8 +79,8 @@ def test_threads_each_with_a_loop_share_one_store(real_backend: Backend) -> None
     asyncio.run(store.close())
 
 
-def test_a_listener_in_a_later_loop(real_backend: Backend) -> None:
-    store = _store(real_backend)
+def test_a_listener_in_a_later_loop(server_backend: Backend) -> None:
+    store = _store(server_backend)
     asyncio.run(store.create(Session(key="first loop")))
 
     async def later() -> list[str]:
@@ -89,11 +97,11 @@ def test_a_listener_in_a_later_loop(real_backend: Backend) -> None:
     asyncio.run(store.close())
 
 
-def test_the_openai_agents_session_over_many_loops(real_backend: Backend) -> None:
+def test_the_openai_agents_session_over_many_loops(server_backend: Backend) -> None:
     pytest.importorskip("agents")  # the openai-agents extra
     from redis_session.integrations.openai_agents import RedisAgentSession
 
-    store = _store(real_backend)
+    store = _store(server_backend)
     agent_session = RedisAgentSession("chat", store, key_prefix="oa:")
     for n in range(5):  # what Runner.run_sync does with one session object
         asyncio.run(agent_session.add_items([{"role": "user", "content": f"item {n}"}]))
@@ -113,11 +121,11 @@ def test_memory_stores_work_from_any_loop() -> None:
     asyncio.run(store.close())
 
 
-def test_first_reads_by_lrange_from_loop_after_loop(real_backend: Backend) -> None:
+def test_first_reads_by_lrange_from_loop_after_loop(server_backend: Backend) -> None:
     # Without a read cache every get is a first read: the get script with LRANGE and HMGET
     # pipelined behind it, through the client of the running loop; and a store with a
     # cache reads incrementally on in each new loop.
-    cold, hot = _store(real_backend, read_cache_bytes=0), _store(real_backend)
+    cold, hot = _store(server_backend, read_cache_bytes=0), _store(server_backend)
     taken: list[bool] = []
     read_cold = cold._core._read_cold
 
@@ -145,3 +153,24 @@ def test_first_reads_by_lrange_from_loop_after_loop(real_backend: Backend) -> No
     assert cold._clients.loops == 1 and hot._clients.loops == 1
     asyncio.run(cold.close())
     asyncio.run(hot.close())
+
+
+def test_durable_writes_from_loop_after_loop(server_backend: Backend) -> None:
+    # WAIT goes on the connection that wrote: on a cluster, a client of the node itself, made
+    # per loop as the store's client is (LoopClients.nodes).
+    replicas = 0 if server_backend.name in ("redis", "valkey") else 1
+    store = _store(server_backend, wait_replicas=replicas, wait_timeout=5)
+    admin = server_backend.sync_client()
+    baseline = _connections(admin)
+
+    async def turn(n: int) -> int:
+        if n == 0:
+            await store.create(Session(key="d"))
+        await store.append_message("d", Message(role="user", content=f"durable {n}"))
+        return len(await store.get_history("d"))
+
+    assert [asyncio.run(turn(n)) for n in range(6)] == list(range(1, 7))
+    if server_backend.cluster is not None:
+        assert len(store._clients._nodes) == 1  # the node clients of the closed loops: closed
+    asyncio.run(store.close())
+    assert _connections(admin) <= baseline
