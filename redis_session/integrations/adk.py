@@ -161,6 +161,9 @@ __all__ = ["AdkKeys", "RedisSessionService"]
 
 logger = logging.getLogger(__name__)
 
+REFUSED = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError)
+"""What a server that takes no writes answers one (at ``maxmemory``, on a replica)."""
+
 STATE = "state:"
 """Metadata name prefix of a state entry."""
 APP_NAME = "adk:app_name"
@@ -477,7 +480,7 @@ class RedisSessionService(BaseSessionService):
         records = await asyncio.gather(*(self._record(head + n) for n in names))
         gone = [n for n, r in zip(names, records, strict=True) if r is None]
         if gone:  # found not there by their reads: removed, checked again (see _drop_gone)
-            await self._upkeep(app_name, asyncio.shield(self._remove(app_name, gone)))
+            await asyncio.shield(self._remove(app_name, gone))
         found_records = [r for r in records if r is not None]
         users = sorted({r.metadata.get(USER_ID, "") for r in found_records})
         app_state, *user_states = await asyncio.gather(
@@ -643,17 +646,19 @@ class RedisSessionService(BaseSessionService):
     def _index(self, app_name: str) -> str:
         return self.keys.index(self.store.prefix, app_name)
 
-    async def _upkeep(self, app_name: str, work: Awaitable[Any]) -> None:
-        """Await ``work``, a listing's upkeep of the app's index (its rebuild, dropping what
-        is gone). A server that refuses writes (``OutOfMemoryError`` at ``maxmemory``,
-        ``ReadOnlyError`` on a replica) leaves the index as it was: the listing, made from
-        its reads, is right without it, and a later one does the upkeep. Any other error is
-        the listing's.
+    async def _upkeep(self, app_name: str, work: Awaitable[Any]) -> bool:
+        """Await ``work``, one write of upkeep of the app's index that changes nothing a
+        listing returns (the rebuild's ``ZADD``, a ``ZREM`` of entries found gone); False
+        when the server refused it (``OutOfMemoryError`` at ``maxmemory``, ``ReadOnlyError``
+        on a replica): the index stays as it was, and a later listing does the upkeep. Any
+        other error is the caller's.
         """
         try:
             await work
-        except (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError) as exc:
+        except REFUSED as exc:
             logger.debug("index upkeep of %s refused: %s", app_name, exc)
+            return False
+        return True
 
     async def _prune(self, app_name: str, names: Sequence[str]) -> None:
         """:meth:`_drop_gone` for a create's sample, best effort: a failure (a node of
@@ -690,18 +695,25 @@ class RedisSessionService(BaseSessionService):
 
     async def _remove(self, app_name: str, gone: Sequence[str]) -> None:
         """ZREM ``gone`` (found not there) from the app's index, check again, ZADD back what
-        is there (all of it when the check fails); see :meth:`_drop_gone`.
+        is there (all of it when the check fails); see :meth:`_drop_gone`. A refused ZREM
+        removes nothing (see :meth:`_upkeep`). A refused put-back (at ``maxmemory``, where
+        ZREM still runs and ZADD does not) drops the index's built marker instead, so that
+        the next listing finds the app's sessions by their keys and indexes them again: a
+        session created between the check and the removal is not unlisted for good.
         """
         index = self._index(app_name)
+        if not await self._upkeep(app_name, self._send(Commands([("ZREM", index, *gone)]))):
+            return  # refused (a replica): nothing removed, nothing to put back
         back = list(gone)  # put back unless checked gone after the removal
         try:
-            await self._send(Commands([("ZREM", index, *gone)]))
             found = await self._there(app_name, gone)
             back = [n for n, there in zip(gone, found, strict=True) if there]
         finally:
             if back:
                 pairs = (x for n in back for x in (0, n))
-                await self._send(Commands([("ZADD", index, *pairs)]))
+                put_back = self._send(Commands([("ZADD", index, *pairs)]))
+                if not await self._upkeep(app_name, put_back):
+                    await self._send(Commands([("ZREM", index, BUILT)]))
 
     # -- helpers -----------------------------------------------------------------------------
 

@@ -1,18 +1,23 @@
 """The ADK session service where a production Redis refuses writes: at ``maxmemory`` with
 ``noeviction`` and on a read-only replica. Reads (get, list) keep working, the list's upkeep of
-the app's index (its rebuild, dropping what is gone) is best effort there, and a refused create
-leaves nothing behind.
+the app's index that Redis refuses is left to a later listing, a refused create leaves nothing
+behind, and an index entry a listing cannot put back is not lost for good.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 import redis
+
+pytest.importorskip("google.adk")  # the adk extra (tools/lowest_deps.sh runs without it)
+
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
 
 from redis_session import AsyncRedisStore, SessionError
-from redis_session.integrations.adk import RedisSessionService
+from redis_session.integrations.adk import BUILT, RedisSessionService
 from tests.resources.conftest import PrivateServer
 from tests.resources.test_memory import fill
 from tests.support.servers import wait_until
@@ -81,8 +86,8 @@ async def test_adk_at_maxmemory_reads_and_lists_and_refuses_creates_whole(
     with pytest.raises(redis.exceptions.OutOfMemoryError) as info:
         await service.create_session(app_name=APP, user_id=USER, session_id="late")
     assert not isinstance(info.value, SessionError)
-    assert not raw.exists(service.keys.session(APP, USER, "late"))
-    assert not raw.exists(store._core.schema.session(service.keys.session(APP, USER, "late")).meta)
+    made = store._core.schema.session(service.keys.session(APP, USER, "late"))
+    assert not raw.exists(made.meta, made.msgs, made.ids)
 
     for key in raw.scan_iter(match="f:*", count=1000):
         raw.delete(key)
@@ -96,6 +101,43 @@ async def test_adk_at_maxmemory_reads_and_lists_and_refuses_creates_whole(
 
 
 @pytest.mark.timeout(60)
+async def test_a_session_made_again_while_a_listing_drops_it_at_maxmemory_is_listed_again(
+    private_server: PrivateServer,
+) -> None:
+    # The listing reads s0 as gone; before its removal of the entry, another worker makes s0
+    # again and memory runs out: the ZREM runs, the check finds s0, the ZADD that would put
+    # it back is refused. The built marker goes instead: the next listing rebuilds the index.
+    server = private_server(maxmemory=12 * 1024 * 1024, maxmemory_policy="noeviction")
+    raw = server.client()
+    store = AsyncRedisStore.from_url(server.url, prefix=PREFIX)
+    service, other = RedisSessionService(store), RedisSessionService(store)
+    ids = await _made(service, 3)
+    assert await _listed(service) == ids
+    await store.delete(service.keys.session(APP, USER, "s0"))
+    remove = service._remove
+
+    async def racing(app_name: str, gone: Sequence[str]) -> None:
+        await other.create_session(app_name=APP, user_id=USER, session_id="s0")
+        fill(raw, "f:")
+        await remove(app_name, gone)
+
+    service._remove = racing  # type: ignore[method-assign]
+    assert await _listed(service) == ["s1", "s2"]  # what its reads found
+    index = _index_key(service)
+    assert raw.zscore(index, service.keys.member(USER, "s0")) is None  # not put back ...
+    assert raw.zscore(index, BUILT) is None  # ... so the index is to be rebuilt
+    service._remove = remove  # type: ignore[method-assign]
+    assert await _listed(service) == ids  # found by its key, at maxmemory still
+    for key in raw.scan_iter(match="f:*", count=1000):
+        raw.delete(key)
+    raw.config_set("maxmemory", 0)
+    assert await _listed(service) == ids
+    assert raw.zscore(index, BUILT) is not None  # rebuilt
+    await store.close()
+    raw.close()
+
+
+@pytest.mark.timeout(60)
 async def test_adk_on_a_read_only_replica_gets_and_lists(private_server: PrivateServer) -> None:
     primary = private_server()
     replica = private_server(replicaof=f"127.0.0.1 {primary.port}")
@@ -104,10 +146,11 @@ async def test_adk_on_a_read_only_replica_gets_and_lists(private_server: Private
     ids = await _made(writer, 4)
     assert await _listed(writer) == sorted(ids)  # the index built
     gone_id = ids.pop()
+    gone = writer_store._core.schema.session(writer.keys.session(APP, USER, gone_id))
     await writer_store.delete(writer.keys.session(APP, USER, gone_id))
     raw = replica.client()
     index = _index_key(writer)
-    assert wait_until(lambda: raw.zcard(index) == 5 and raw.dbsize() > 0, 15)
+    assert wait_until(lambda: raw.zcard(index) == 5 and not raw.exists(gone.meta), 15)
     reader_store = AsyncRedisStore.from_url(replica.url, prefix=PREFIX)
     reader = RedisSessionService(reader_store)
     # the index names a gone session: listed without it (its ZREM refused by the replica)

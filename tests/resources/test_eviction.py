@@ -9,6 +9,7 @@ detected, not survived.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ from redis_session import (
 )
 from tests.resources.conftest import PrivateServer
 from tests.support.figures import Recorder
-from tests.support.stepping import in_steps
+from tests.support.stepping import in_steps, recording
 
 POLICIES = (
     "allkeys-lru", "allkeys-lfu", "allkeys-random",
@@ -70,41 +71,46 @@ def test_an_evicted_key_is_reported_never_hidden(
     # get script (plain LRANGE + HMGET steps, or read_range script calls) once they know the
     # element size: the same outcome as the store's read.
     steppers = {k: RedisStore.from_url(server.url, prefix="v:", read_cache_bytes=0) for k in KINDS}
-    compared = 0
-    for key, history in written.items():
-        outcome = _outcome(store, key)
-        if compared:
-            for kind, stepper in steppers.items():
-                assert _outcome(stepper, key) == outcome, (kind, key)
-        elif isinstance(outcome, list):  # the first whole session
-            for kind, stepper in steppers.items():
-                stepper.get(key)  # learns the element size
-                in_steps(stepper, 4, kind)
-        compared += bool(compared) or isinstance(outcome, list)
-        try:
-            got = [m.content for m in store.get(key).history]
-        except CorruptData as exc:
-            damaged += 1
-            assert key in str(exc) or exc.key == key
-            # A damaged session takes no append: never "already stored", never half written.
-            with pytest.raises((CorruptData, SessionNotFound)):
-                store.append_message(key, msg("after eviction"))
-            continue
-        except SessionExpired:
-            wrong.append(f"{key}: reported expired")
-            continue
-        except SessionNotFound:
-            gone += 1  # every key of it went: it is not there, and says so
-            continue
-        if got == history:
-            whole += 1
-        else:
-            wrong.append(f"{key}: {len(got)} of {len(history)} messages, no error")
+    compared = size = 0
+    with contextlib.ExitStack() as stack:
+        sent = stack.enter_context(recording(store))
+        by = {k: stack.enter_context(recording(s)) for k, s in steppers.items()}
+        for key, history in written.items():
+            outcome = _outcome(store, key)
+            if size:
+                for kind, stepper in steppers.items():
+                    assert _outcome(in_steps(stepper, 4, kind, size), key) == outcome, kind
+                compared += 1
+            elif isinstance(outcome, list):  # the first whole session: the element size
+                size = store._core.element_bytes
+            try:
+                got = [m.content for m in store.get(key).history]
+            except CorruptData as exc:
+                damaged += 1
+                assert key in str(exc) or exc.key == key
+                # A damaged session takes no append: never "already stored", never half
+                # written.
+                with pytest.raises((CorruptData, SessionNotFound)):
+                    store.append_message(key, msg("after eviction"))
+                continue
+            except SessionExpired:
+                wrong.append(f"{key}: reported expired")
+                continue
+            except SessionNotFound:
+                gone += 1  # every key of it went: it is not there, and says so
+                continue
+            if got == history:
+                whole += 1
+            else:
+                wrong.append(f"{key}: {len(got)} of {len(history)} messages, no error")
     assert not wrong, wrong[:5]
     assert compared > 40, compared
     # The store knew the element size after its first read: the others took their elements
     # by a plain LRANGE behind the get script (its positions checked after), not through Lua.
-    assert int(raw.info("commandstats")["cmdstat_lrange"]["calls"]) >= whole - 1 > 0
+    assert sent["LRANGE+after"] >= whole - 1 > 0 and not sent["read_range"], sent
+    # The steppers read in steps: plain ones only LRANGE steps, the others read_range calls.
+    assert by["plain"]["LRANGE"] >= compared and not by["plain"]["read_range"], by["plain"]
+    assert by["script"]["read_range"] >= compared and not by["script"]["LRANGE"], by["script"]
     figures.record_resource(
         case=f"maxmemory 6 MB, {policy}",
         outcome=f"{len(written)} sessions written, {raw.info('stats')['evicted_keys']} keys "

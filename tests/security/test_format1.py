@@ -193,3 +193,14 @@ def test_a_rekey_between_the_steps_of_a_read_of_a_first_layout_session_is_seen(
     assert [m.content for m in history] == [f"old-{i}" for i in range(130)]
     fresh = backend.sync_store(passphrase=PASSPHRASE, read_cache_bytes=0)
     assert fresh.get_history("old") == history
+
+
+def test_rekey_makes_no_meta_hash_for_a_child_whose_hash_is_gone(backend: Backend) -> None:
+    # A child whose meta hash went (evicted, removed by hand) while its list stayed: re-sealing
+    # the list in place records no generation in a hash made anew (it would have no TTL).
+    made = write_format1(backend)
+    raw = backend.sync_client()
+    ck = backend.schema.child(made["child"])
+    raw.delete(ck.meta)
+    backend.sync_store(passphrase=PASSPHRASE, kdf_work=WORK).rekey(PASSPHRASE)
+    assert not raw.exists(ck.meta)

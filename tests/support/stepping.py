@@ -4,11 +4,13 @@ two of its requests (the reads in steps and the changes they must see).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from redis_session import RedisStore
-from redis_session._requests import Commands
+from redis_session._requests import Commands, ScriptCall
 
 
 def run_op(op: Any, execute: Callable[[Any], Any], requests: list[Any]) -> Any:
@@ -48,15 +50,39 @@ def step_names(requests: list[Any]) -> list[str]:
     return [c[0] for r in requests if isinstance(r, Commands) for c in r.commands]
 
 
-def in_steps(store: RedisStore, per_step: int, kind: str = "plain") -> RedisStore:
-    """``store``, a store without a read cache that has read something (it knows the element
-    size), set to read a long list in steps of about ``per_step`` messages after its first
-    request: plain ones (``LRANGE`` + ``HMGET``, kind ``"plain"``) or, knowing no element size,
-    ``read_range`` script calls (kind ``"script"``).
+def in_steps(store: RedisStore, per_step: int, kind: str = "plain", size: int = 0) -> RedisStore:
+    """``store``, a store without a read cache, set to read a long list in steps of about
+    ``per_step`` messages of ``size`` bytes (default: the element size it learned from a read)
+    after its first request: plain ones (``LRANGE`` + ``HMGET``, kind ``"plain"``) or, knowing
+    no element size, ``read_range`` script calls (kind ``"script"``; a read teaches the size
+    again: set it before each read).
     """
     core = store._core
-    assert core.element_bytes > 0 and not core._reads.max_bytes
-    core.read_budget = per_step * core.element_bytes  # the first request: the script alone
-    if kind == "script":
-        core.element_bytes = 0
+    size = size or core.element_bytes
+    assert size > 0 and not core._reads.max_bytes
+    core.read_budget = per_step * size  # the first request: the script alone
+    core.element_bytes = 0 if kind == "script" else size
     return store
+
+
+@contextlib.contextmanager
+def recording(store: RedisStore) -> Iterator[Counter[str]]:
+    """Counts of what ``store`` sends meanwhile: each script call by its name, each plain
+    command by its name (those pipelined behind a script as ``name+after``).
+    """
+    seen: Counter[str] = Counter()
+    execute = store._execute
+
+    def counted(request: Any) -> Any:
+        if isinstance(request, ScriptCall):
+            seen[request.name] += 1
+            seen.update(f"{c[0]}+after" for c in request.after)
+        elif isinstance(request, Commands):
+            seen.update(c[0] for c in request.commands)
+        return execute(request)
+
+    store._execute = counted  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        store._execute = execute  # type: ignore[method-assign]
