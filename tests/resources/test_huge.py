@@ -66,6 +66,28 @@ def faster(
     return min(r[0] for r in runs), max(r[1] for r in runs)
 
 
+def _interleaved_gets(
+    server: Any, raw: Any, results: dict[int, dict[str, tuple[float, float]]]
+) -> None:
+    """``results[size]["get"]``: a store's cold get of a session of each size, the sizes read
+    turn by turn (3 rounds, the shortest counts), so that a slow minute of this VM weighs on
+    both: read one size after the other, 10 s apart, a fresh clone's CI run once took 3.8x
+    the time for twice the messages, where runs alone took 2.2x.
+    """
+    stores = {size: RedisStore.from_url(server.url, prefix=f"g{size}:") for size in results}
+    for size, store in stores.items():
+        store.create(Session(key="g", history=[msg(BODY) for _ in range(size)]))
+    runs: dict[int, list[tuple[float, float]]] = {size: [] for size in results}
+    for _ in range(3):
+        for size, store in stores.items():
+            runs[size].append(timed(raw, lambda: store.get("g")))
+            store._core._reads.clear()  # cold again next round
+    for size, store in stores.items():
+        results[size]["get"] = (min(r[0] for r in runs[size]), max(r[1] for r in runs[size]))
+        store.delete("g")
+        store.close()
+
+
 @pytest.mark.timeout(600)
 def test_huge_operations_are_bounded_per_script_and_linear(
     private_server: PrivateServer, figures: Recorder
@@ -112,10 +134,6 @@ def test_huge_operations_are_bounded_per_script_and_linear(
             ),
             lambda: store.discard_child(copies[-1].key),
         )
-        # twice, cold both times (the first puts what it read in the store's read cache), the
-        # shorter counts: at 200,000 the first took 835 ms and the second 478 in one run
-        # (measured, same requests: one get script and 100 plain steps)
-        row["get"] = faster(raw, lambda: store.get("p"), store._core._reads.clear)
         # A store that read before (it knows the element size) reads a session new to it by
         # a plain LRANGE of up to 2,000 elements behind the get script, then in steps.
         cold = RedisStore.from_url(server.url, prefix=f"h{size}:")
@@ -143,6 +161,7 @@ def test_huge_operations_are_bounded_per_script_and_linear(
         row["delete tree"] = timed(raw, lambda: store.delete("p"))
         results[size] = row
         store.close()
+    _interleaved_gets(server, raw, results)
     for size, row in results.items():
         for name, (_, worst) in row.items():
             assert worst <= LIMIT_MS, f"{name} at {size:,}: a script ran {worst:.0f} ms"
