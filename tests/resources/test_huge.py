@@ -1,7 +1,9 @@
 """Huge operations keep every script call short (SLOWLOG) and cost linearly; a huge merge
 stays all-or-nothing for readers (issue #14, point 3).
 
-Sizes: 100,000 and 200,000 messages of ~500 bytes (50-100 MB in Redis).
+Sizes: 50,000 and 200,000 messages of ~500 bytes (25-100 MB in Redis): four times the
+messages, so that linear costs 4x and quadratic 16x, which this VM's speed (moving up to 2x
+between minutes) cannot blur; with 100,000 and 200,000 a linear cost measured up to 3.8x in CI.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ pytestmark = pytest.mark.slow
 BODY = "the quick brown fox jumps over the lazy dog " * 10
 LIMIT_MS = 150.0
 BATCH = 5_000
+SIZES = (50_000, 200_000)
 
 
 def msg(content: str, role: str = "user") -> Message:
@@ -71,8 +74,8 @@ def _interleaved_gets(
 ) -> None:
     """``results[size]["get"]``: a store's cold get of a session of each size, the sizes read
     turn by turn (3 rounds, the shortest counts), so that a slow minute of this VM weighs on
-    both: read one size after the other, 10 s apart, a fresh clone's CI run once took 3.8x
-    the time for twice the messages, where runs alone took 2.2x.
+    both (read one size after the other, a fresh clone's CI run once took 3.8x the time for
+    twice the messages, where runs alone took 2.2x).
     """
     stores = {size: RedisStore.from_url(server.url, prefix=f"g{size}:") for size in results}
     for size, store in stores.items():
@@ -95,7 +98,7 @@ def test_huge_operations_are_bounded_per_script_and_linear(
     server = private_server(slowlog_log_slower_than=5_000, slowlog_max_len=100_000)
     raw = server.client()
     results: dict[int, dict[str, tuple[float, float]]] = {}
-    for size in (100_000, 200_000):
+    for size in SIZES:
         store = RedisStore.from_url(server.url, prefix=f"h{size}:", ttl=3600)
         store.create(Session(key="p", history=[msg("first")]))
         child = store.fork_child("p", "big")
@@ -166,15 +169,15 @@ def test_huge_operations_are_bounded_per_script_and_linear(
         for name, (_, worst) in row.items():
             assert worst <= LIMIT_MS, f"{name} at {size:,}: a script ran {worst:.0f} ms"
     for name in ("merge", "fork inheriting all", "get", "create"):
-        ratio = results[200_000][name][0] / results[100_000][name][0]
-        assert ratio < 3.0, f"{name}: 200k took {ratio:.1f}x 100k"  # linear, with noise
+        ratio = results[SIZES[1]][name][0] / results[SIZES[0]][name][0]
+        assert ratio < 8.0, f"{name}: 200k took {ratio:.1f}x 50k"  # linear: 4x, with noise
     figures.record_resource(
-        case="huge operations, 100,000 and 200,000 messages of ~500 B",
+        case="huge operations, 50,000 and 200,000 messages of ~500 B",
         outcome="; ".join(
-            f"{name}: longest script {results[100_000][name][1]:.0f} / "
-            f"{results[200_000][name][1]:.0f} ms, total {results[100_000][name][0]:.0f} / "
-            f"{results[200_000][name][0]:.0f} ms"
-            for name in results[100_000]
+            f"{name}: longest script {results[SIZES[0]][name][1]:.0f} / "
+            f"{results[SIZES[1]][name][1]:.0f} ms, total {results[SIZES[0]][name][0]:.0f} / "
+            f"{results[SIZES[1]][name][0]:.0f} ms"
+            for name in results[SIZES[0]]
         )
         + "; a reader polling the parent during each merge saw it before or after only",
         worst_script_ms=max(w for row in results.values() for _, w in row.values()),
