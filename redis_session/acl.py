@@ -49,7 +49,10 @@ CLIENT_COMMANDS: Mapping[str, Sent] = MappingProxyType(
         "hgetall": Sent("migrate_secrets, the keyring, rekey"),
         "hkeys": Sent("list_secrets"),
         "hmget": Sent("list_sessions, the keyring, rekey, restoring a lost keyring, get"),
-        "lrange": Sent("get, get_history: a first read's messages behind the get script"),
+        "lrange": Sent(
+            "get, get_history: a first read's messages behind the get script, "
+            "a long read's plain steps"
+        ),
         "hset": Sent("set_salt; migrate_secrets: staging many secrets"),
         "pexpire": Sent("migrate_secrets: the staging hash's TTL; the ADK index's TTL"),
         "sadd": Sent("registering index shards (cluster)"),
@@ -69,7 +72,7 @@ CLIENT_COMMANDS: Mapping[str, Sent] = MappingProxyType(
         "cluster|slots": Sent("a cluster client learning which node serves which slot", True),
         "command": Sent("a cluster client learning where commands keep their keys", True),
         # the command line's own reads
-        "llen": Sent("redis-session ls, show: message counts"),
+        "llen": Sent("redis-session ls, show: message counts; a long read's plain steps"),
         "memory|usage": Sent("redis-session stats"),
     }
 )

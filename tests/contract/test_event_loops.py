@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -29,17 +30,25 @@ def _connections(admin: Any) -> int:
     return len(admin.client_list(_type="normal"))
 
 
+def _turns(store: AsyncRedisStore, key: str) -> Callable[[int], Coroutine[Any, Any, int]]:
+    """Turn ``n`` of a conversation in session ``key`` (created by turn 0): one append, then
+    a read; the history's length.
+    """
+
+    async def turn(n: int) -> int:
+        if n == 0:
+            await store.create(Session(key=key))
+        await store.append_message(key, Message(role="user", content=f"turn {n}"))
+        return len(await store.get_history(key))
+
+    return turn
+
+
 def test_asyncio_run_again_and_again_with_one_store(server_backend: Backend) -> None:
     # On a cluster and with Sentinel as well: from_url makes the client again for each loop
     # (a cluster client, a Sentinel manager and its primary's pool of its own).
     store = _store(server_backend)
-
-    async def turn(n: int) -> int:
-        if n == 0:
-            await store.create(Session(key="s"))
-        await store.append_message("s", Message(role="user", content=f"turn {n}"))
-        return len(await store.get_history("s"))
-
+    turn = _turns(store, "s")
     admin = server_backend.sync_client()
     baseline = _connections(admin)  # other tests' clients of this server included
     counts = [asyncio.run(turn(n)) for n in range(100)]
@@ -162,13 +171,7 @@ def test_durable_writes_from_loop_after_loop(server_backend: Backend) -> None:
     store = _store(server_backend, wait_replicas=replicas, wait_timeout=5)
     admin = server_backend.sync_client()
     baseline = _connections(admin)
-
-    async def turn(n: int) -> int:
-        if n == 0:
-            await store.create(Session(key="d"))
-        await store.append_message("d", Message(role="user", content=f"durable {n}"))
-        return len(await store.get_history("d"))
-
+    turn = _turns(store, "d")
     assert [asyncio.run(turn(n)) for n in range(6)] == list(range(1, 7))
     if server_backend.cluster is not None:
         assert len(store._clients._nodes) == 1  # the node clients of the closed loops: closed

@@ -7,6 +7,7 @@ behind, and an index entry a listing cannot put back is not lost for good.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 import redis
@@ -53,16 +54,24 @@ async def _reads_work(service: RedisSessionService, ids: list[str]) -> None:
     assert await _listed(service) == sorted(ids)
 
 
+async def _limited(
+    private_server: PrivateServer, count: int, **options: Any
+) -> tuple[Any, AsyncRedisStore, RedisSessionService, list[str]]:
+    """A server with a memory limit (noeviction), a raw client of it, a store (``options``)
+    and its ADK service with ``count`` sessions, listed once (the index built)."""
+    server = private_server(maxmemory=12 * 1024 * 1024, maxmemory_policy="noeviction")
+    store = AsyncRedisStore.from_url(server.url, prefix=PREFIX, **options)
+    service = RedisSessionService(store)
+    ids = await _made(service, count)
+    assert await _listed(service) == ids  # the index built
+    return server.client(), store, service, ids
+
+
 @pytest.mark.timeout(60)
 async def test_adk_at_maxmemory_reads_and_lists_and_refuses_creates_whole(
     private_server: PrivateServer,
 ) -> None:
-    server = private_server(maxmemory=12 * 1024 * 1024, maxmemory_policy="noeviction")
-    raw = server.client()
-    store = AsyncRedisStore.from_url(server.url, prefix=PREFIX, ttl=3600)
-    service = RedisSessionService(store)
-    ids = await _made(service, 6)
-    assert await _listed(service) == sorted(ids)  # the index built
+    raw, store, service, ids = await _limited(private_server, 6, ttl=3600)
     gone_id = ids.pop()
     gone_key = service.keys.session(APP, USER, gone_id)
     fill(raw, "f:")
@@ -107,12 +116,8 @@ async def test_a_session_made_again_while_a_listing_drops_it_at_maxmemory_is_lis
     # The listing reads s0 as gone; before its removal of the entry, another worker makes s0
     # again and memory runs out: the ZREM runs, the check finds s0, the ZADD that would put
     # it back is refused. The built marker goes instead: the next listing rebuilds the index.
-    server = private_server(maxmemory=12 * 1024 * 1024, maxmemory_policy="noeviction")
-    raw = server.client()
-    store = AsyncRedisStore.from_url(server.url, prefix=PREFIX)
-    service, other = RedisSessionService(store), RedisSessionService(store)
-    ids = await _made(service, 3)
-    assert await _listed(service) == ids
+    raw, store, service, ids = await _limited(private_server, 3)
+    other = RedisSessionService(store)
     await store.delete(service.keys.session(APP, USER, "s0"))
     remove = service._remove
 
