@@ -61,9 +61,12 @@ def _formatted(text: str) -> str:
         [sys.executable, "-m", "ruff", "format", "--stdin-filename", str(TARGET), "-"],
         input=text.encode(),
         capture_output=True,
-        check=True,
+        check=False,
         timeout=60,
     )
+    if done.returncode != 0:  # say why (e.g. "No module named ruff"), not only the status
+        why = done.stderr.decode().strip()
+        raise SystemExit(f"tools/unasync.py: ruff format failed ({done.returncode}): {why}")
     return done.stdout.decode()
 
 
