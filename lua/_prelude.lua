@@ -5,7 +5,8 @@
 --
 -- Status codes (the first element of every reply; redis_session/status.py maps them):
 --   0 OK, 1 NOT_FOUND, 2 EXPIRED, 3 EXISTS, 4 OUT_OF_RANGE, 5 STALE, 6 MERGED,
---   7 CONFLICT, 8 MISSING, 9 WRONG_TYPE (reply {9, i}: KEYS[i] holds a foreign type),
+--   7 CONFLICT, 8 MISSING, 9 WRONG_TYPE (reply {9, i, type}: KEYS[i] holds a value of that
+--     Redis type, which this store did not write there),
 --   10 PARENT_GONE (reply {10, NOT_FOUND or EXPIRED}: a child's parent session is gone)
 --   11 KEY_CHANGED (reply {11, k}: the session is sealed with key id k, '' = cleartext)
 --   12 TREE_CHANGED (reply {12, tg, child key...}: the tree's members are not the caller's)
@@ -56,11 +57,12 @@ local function clock()
   return t[1] .. string.format('%06d', t[2]), t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
--- Index of the first KEYS[i] whose type is neither 'none' nor types[i], or nil.
+-- The reply {WRONG_TYPE, i, type} for the first KEYS[i] whose type is neither 'none' nor
+-- types[i], or nil.
 local function wrong_type(types)
   for i, want in ipairs(types) do
     local got = redis.call('TYPE', KEYS[i])['ok']
-    if got ~= 'none' and got ~= want then return i end
+    if got ~= 'none' and got ~= want then return {WRONG_TYPE, i, got} end
   end
   return nil
 end
@@ -70,10 +72,12 @@ local function failed(reply)
   return type(reply) == 'table' and reply.err ~= nil
 end
 
--- What a script answers for a failed redis.pcall on KEYS[i]: {WRONG_TYPE, i} when the key holds
--- another type; any other error (OOM, READONLY, ...) is returned to the caller as it is.
+-- What a script answers for a failed redis.pcall on KEYS[i]: {WRONG_TYPE, i, type} when the key
+-- holds another type; any other error (OOM, READONLY, ...) is returned to the caller as it is.
 local function refusal(reply, i)
-  if string.sub(tostring(reply.err), 1, 9) == 'WRONGTYPE' then return {WRONG_TYPE, i} end
+  if string.sub(tostring(reply.err), 1, 9) == 'WRONGTYPE' then
+    return {WRONG_TYPE, i, redis.call('TYPE', KEYS[i])['ok']}
+  end
   return reply
 end
 

@@ -21,7 +21,7 @@
 --   p = number of its metadata arguments (field/value pairs: 'm:' .. name, value), them
 -- Reply: {OK, 1, created} (created: one character per shared record, '1' when this call
 --        created it) | {OK, 0, ''} (the event id was stored before: nothing changed)
---        | {STALE} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk[, i]} | {WRONG_TYPE, i}
+--        | {STALE} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk[, i]} | {WRONG_TYPE, i, type}
 --        | {TREE_CHANGED, ...} | {DAMAGED, ...} | {TOO_LARGE, bytes, limit}
 -- Events: 'create' on ARGV[12] for each shared record this call created.
 -- Stale: the stored last_update_time is later than the caller's and the newest stored event

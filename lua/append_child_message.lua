@@ -7,13 +7,13 @@
 -- ARGV[7] key id the elements are sealed with ('' = cleartext); it must be the parent's
 -- ARGV[8 ..] message pairs: 8-byte id digest, stored element (digest .. JSON or sealed)
 -- Reply: {OK, number appended} | {NOT_FOUND} | {PRUNED, merged_at} | {MERGED}
---        | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i} | {TREE_CHANGED, ...} | {DAMAGED, ...}
+--        | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type} | {TREE_CHANGED, ...} | {DAMAGED, ...}
 -- Events: none. The parent's messages are untouched; its updated_at and index entry are
 -- refreshed and the tree kept alive, so a sub-agent at work keeps its parent alive. Ids in the
 -- child's id window (at least the id window, or its max messages when larger) are skipped.
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
   'hash'})
-if bad then return {WRONG_TYPE, bad} end
+if bad then return bad end
 local c = redis.call('HMGET', KEYS[8], 'parent', 'discarded', 'merged_at', 'max', 'g', 'h', 'n',
   'mt', 'mx')
 local st = child_state(c, ARGV[5], ARGV[6])

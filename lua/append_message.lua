@@ -8,7 +8,7 @@
 -- ARGV[9] m = number of metadata arguments that follow (field/value pairs: 'm:' .. name,
 --   value or 'e:' .. name, sealed value), ARGV[10 .. 9+m]
 -- ARGV[10+m ..] message pairs: 8-byte id digest, stored element (JSON, or id prefix + sealed)
--- Reply: {OK, number appended} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i}
+-- Reply: {OK, number appended} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type}
 --        | {TREE_CHANGED, ...} | {DAMAGED, ...} | {TOO_LARGE, bytes, limit} | {VERSION, ...}
 -- Events: none.
 -- A message whose id digest is in the session's id window is skipped, so a call retried after

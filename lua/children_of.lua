@@ -7,7 +7,7 @@
 -- Reply: {OK, {the parent's k, dk}, {meta flat array, stored elements from the child's head,
 --        upto, n}, ...} (an empty
 --        meta array: the child's record is missing) | {CONFLICT} (the children changed since
---        they were read) | {WRONG_TYPE, i} | {DAMAGED, 1, 'members', found, recorded} (the kids
+--        they were read) | {WRONG_TYPE, i, type} | {DAMAGED, 1, 'members', found, recorded} (the kids
 --        zset lost members: evicted)
 local kc = redis.call('HGET', KEYS[2], 'kc')
 local count = redis.call('ZCARD', KEYS[1])

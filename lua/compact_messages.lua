@@ -6,7 +6,7 @@
 -- ARGV[10] events channel ('' = none)   ARGV[11] 'compact' event JSON
 -- ARGV[12] key id the summary is sealed with ('' = cleartext)
 -- Reply: {OK, messages removed} | {OUT_OF_RANGE, length} | {STALE} | {NOT_FOUND} | {EXPIRED}
---        | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i} | {TREE_CHANGED, ...} | {DAMAGED, ...}
+--        | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type} | {TREE_CHANGED, ...} | {DAMAGED, ...}
 -- Events: 'compact', only when this call compacted.
 -- Messages appended after the caller read the history stay after the summary. A retried call
 -- (the summary's digest in the window) changes nothing and answers {OK, 0}. With an expected

@@ -7,10 +7,10 @@
 -- is done)   ARGV[7] bytes to copy at most
 -- Reply: {OK, upto, target length} | {STALE} (the source began a new generation, or a part
 --        of the range was trimmed away, or the target is not as long as the caller says: a
---        retried step copies nothing twice) | {WRONG_TYPE, i} | {DAMAGED, ...}
+--        retried step copies nothing twice) | {WRONG_TYPE, i, type} | {DAMAGED, ...}
 -- Events: none.
 local bad = wrong_type({'hash', 'list', 'list'})
-if bad then return {WRONG_TYPE, bad} end
+if bad then return bad end
 local f = redis.call('HMGET', KEYS[1], 'g', 'h', 'n')
 local g, h, n = positions(f[1], f[2], f[3], 2)
 if not g then return h end

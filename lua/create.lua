@@ -10,18 +10,19 @@
 -- ARGV[13+2n ..] message pairs: 8-byte id digest, message JSON (distinct digests); with a
 --   staged history, only the digests of its newest messages (the id window's), no JSON
 -- Reply: {OK, created_at_us, 1 if the index key was created by this call else 0} | {EXISTS}
---        | {WRONG_TYPE, i} | {STALE} (the staging list is not what the caller staged)
+--        | {WRONG_TYPE, i, type} | {STALE} (the staging list is not what the caller staged)
+--        | {DAMAGED, 1, 'foreign'} (KEYS[1] is a hash without a schema version: another program's)
 -- Events: 'create' on ARGV[7], only when the session was created by this call.
 -- Index entries of sessions that expired are pruned from KEYS[4] here. Leftovers of an earlier
 -- session under the key (its expiry marker, keys that outlived an eviction) are removed first:
 -- the new session is fresh. The fields every write reads come first in the meta hash (Redis
 -- finds a field of a small hash by a linear scan).
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset'})
-if bad then return {WRONG_TYPE, bad} end
+if bad then return bad end
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  if redis.call('HGET', KEYS[1], 'token') == ARGV[6] then
-    return {OK, redis.call('HGET', KEYS[1], 'created_at'), 0}
-  end
+  local f = redis.call('HMGET', KEYS[1], 'token', 'v', 'created_at')
+  if f[1] == ARGV[6] then return {OK, f[3], 0} end
+  if not f[2] then return {DAMAGED, 1, 'foreign'} end  -- not a session: never taken over
   return {EXISTS}
 end
 

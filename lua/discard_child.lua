@@ -4,13 +4,13 @@
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
 -- ARGV[5] parent key   ARGV[6] child key   ARGV[7] call token digest
 -- ARGV[8] events channel ('' = none)   ARGV[9] 'discard' event JSON
--- Reply: {OK, tg, member...} | {NOT_FOUND} | {MERGED} | {WRONG_TYPE, i}
+-- Reply: {OK, tg, member...} | {NOT_FOUND} | {MERGED} | {WRONG_TYPE, i, type}
 -- Events: 'discard', only when this call discarded; the first write (ZADD) is refused at OOM. The child's keys go at once; the parent's
 -- done zset keeps a tombstone, and the call token's digest in the parent's id window lets a
 -- retry of this very call answer OK again.
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
   'hash'})
-if bad then return {WRONG_TYPE, bad} end
+if bad then return bad end
 local f = redis.call('HMGET', KEYS[1], 'tg', 'n', 'v', 'x')
 local win, stop = open_window(3, f[2], 1, 0, 1, {ARGV[7]})
 if not win then return stop end

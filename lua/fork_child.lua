@@ -12,14 +12,14 @@
 -- ARGV[17] the most messages this call copies itself (more: {STAGE, g, h, n} of the parent)
 -- Reply: {OK, created_at_us, tg, the child's stored elements (false when they were staged),
 --        member...}
---        | {PARENT_GONE, NOT_FOUND or EXPIRED} | {EXISTS} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i}
+--        | {PARENT_GONE, NOT_FOUND or EXPIRED} | {EXISTS} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type}
 --        | {TREE_CHANGED, ...} | {STALE} (the parent changed while messages were staged)
 --        | {STAGE, g, h, n} (too many to inherit in one call: copy_range them first)
 -- Events: 'fork', only when this call created the child (a retry answers OK silently).
 -- Inherited messages are stored with an all-zero digest: they are never merged back.
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
   'hash'})
-if bad then return {WRONG_TYPE, bad} end
+if bad then return bad end
 local staged = tonumber(ARGV[15])
 if redis.call('EXISTS', KEYS[8]) == 1 then
   local c = redis.call('HMGET', KEYS[8], 'token', 'created_at')

@@ -9,13 +9,14 @@
 -- Reply: {OK, meta as a flat field/value array, from, h, n, g, stored elements (digest ..
 --        element) at positions from .. upto - 1, upto, the parent's k, dk}
 --        | {NOT_FOUND} (never forked, discarded, expired or deleted) | {PRUNED, merged_at}
---        | {WRONG_TYPE, i} | {DAMAGED, ...}
+--        | {WRONG_TYPE, i, type} | {DAMAGED, ...}
 local bad = wrong_type({'hash', 'list', 'zset', 'hash'})
-if bad then return {WRONG_TYPE, bad} end
+if bad then return bad end
 local f = redis.call('HMGET', KEYS[1], 'parent', 'discarded', 'g', 'h', 'n', 'token')
 if not f[1] then
   local at = redis.call('ZSCORE', KEYS[3], 'm' .. ARGV[1])
   if at then return {PRUNED, at} end
+  if redis.call('EXISTS', KEYS[1]) == 1 then return {DAMAGED, 1, 'foreign'} end
   if redis.call('EXISTS', KEYS[2]) == 1 then return {DAMAGED, 1, 'missing'} end
   return {NOT_FOUND}
 end

@@ -14,7 +14,7 @@
 --   'history': ARGV[19] the most child messages merged in one call (more: {STAGE, n})
 -- Reply: {OK, merged_at_us, messages appended to the parent, tg, member...}
 --        | {NOT_FOUND} (child) | {PRUNED, merged_at} | {MERGED} | {PARENT_GONE, st}
---        | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i} | {TREE_CHANGED, ...} | {DAMAGED, ...} | {STALE}
+--        | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type} | {TREE_CHANGED, ...} | {DAMAGED, ...} | {STALE}
 --        | {STAGE, n} (the child holds n messages, too many for one call: merge_stage)
 -- Events: 'merge', only when this call merged. A retry of this very call (its token digest in
 -- the parent's id window) answers OK again; any other second merge gets MERGED. Inherited
@@ -25,7 +25,7 @@
 -- the staging list replaces the parent's list in one step (a new generation of the list).
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
   'hash', 'list'})
-if bad then return {WRONG_TYPE, bad} end
+if bad then return bad end
 local f = redis.call('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'g', 'h', 'n')
 local mode = ARGV[10]
 local extra = {ARGV[9]}

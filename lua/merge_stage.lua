@@ -14,7 +14,7 @@
 --        staging length, child messages staged by this step}
 --        | {NOT_FOUND} | {PRUNED, at} | {MERGED} (merged, or another call's merge is under way)
 --        | {PARENT_GONE, st} | {KEY_CHANGED, k, dk} | {STALE} (the parent's list began a new
---        generation, or this call's lease was lost: begin again) | {WRONG_TYPE, i}
+--        generation, or this call's lease was lost: begin again) | {WRONG_TYPE, i, type}
 -- Events: none. 'begin' takes the child's merge lease (meta fields mt, mx: no messages are
 -- added to it and no other merge takes it meanwhile); every step renews it and checks that the
 -- staging list holds what the caller staged so far, so a retried step copies nothing twice.
@@ -22,7 +22,7 @@
 -- parent's window holds, are left out, as in a merge in one step.
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
   'hash', 'list'})
-if bad then return {WRONG_TYPE, bad} end
+if bad then return bad end
 local c = redis.call('HMGET', KEYS[8], 'parent', 'discarded', 'merged_at', 'g', 'h', 'n', 'mt',
   'mx')
 local st = child_state(c, ARGV[5], ARGV[6])

@@ -8,11 +8,11 @@
 -- ARGV[5 ..] pairs: 's:' .. name, new bytes (every secret that was read)
 -- Reply: {OK, number of secrets} | {CONFLICT} (a secret write or another migration came
 --        first: nothing changed) | {STALE} (the staging hash is not what was staged)
---        | {WRONG_TYPE, i}
+--        | {WRONG_TYPE, i, type}
 -- Events: none. A staged migration swaps the staging hash in (RENAME): one step, however
 -- many secrets, so the script stays short.
 local bad = wrong_type({'hash', 'hash', 'hash', 'hash'})
-if bad then return {WRONG_TYPE, bad} end
+if bad then return bad end
 local v = redis.call('HGET', KEYS[1], 'v')
 if (v or '') ~= ARGV[1] then return {CONFLICT} end
 local staged = tonumber(ARGV[4])

@@ -8,7 +8,7 @@
 -- ARGV[10] how long the popped element is kept for a retry of this call (ms)
 -- Reply: {OK, element} | {OK} (the history is empty) | {STALE} (the newest message is not the
 --        expected one) | {MISSING} (this call popped, and its element is no longer kept)
---        | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i} | {TREE_CHANGED, ...}
+--        | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type} | {TREE_CHANGED, ...}
 --        | {DAMAGED, ...}
 -- Events: none. The popped message's id stays in the window (re-appending it stores nothing
 -- while it is there). A call retried after a lost reply finds its token in the window and gets

@@ -7,10 +7,10 @@
 --         none; absent: not checked): a list deleted and made again (a new token, generation
 --         0 again) is another list
 -- Reply: {OK, elements at positions from .. upto - 1, upto} | {STALE} (another generation or
---        token, or from was trimmed away: read again from the start) | {WRONG_TYPE, i}
+--        token, or from was trimmed away: read again from the start) | {WRONG_TYPE, i, type}
 --        | {DAMAGED, ...}
 local bad = wrong_type({'hash', 'list'})
-if bad then return {WRONG_TYPE, bad} end
+if bad then return bad end
 local f = redis.call('HMGET', KEYS[1], 'g', 'h', 'n', 'token')
 local g, h, n = positions(f[1], f[2], f[3], 2)
 if not g then return h end

@@ -5,11 +5,11 @@
 -- ARGV[1] the key id read ('' = none)   ARGV[2] the dk read ('' = none)
 -- ARGV[3] the new key id   ARGV[4] the new dk
 -- Reply: {OK} | {NOT_FOUND} | {CONFLICT} (the key changed meanwhile: read again)
---        | {WRONG_TYPE, 1}
+--        | {WRONG_TYPE, 1, type}
 -- Events: none. TTL and updated_at are left alone (the session's content does not change);
 -- from here on writers seal with the new key (they follow it on KEY_CHANGED).
 local bad = wrong_type({'hash'})
-if bad then return {WRONG_TYPE, bad} end
+if bad then return bad end
 local f = redis.call('HMGET', KEYS[1], 'v', 'k', 'dk')
 if not f[1] then return {NOT_FOUND} end
 if (f[2] or '') ~= ARGV[1] or (f[3] or '') ~= ARGV[2] then return {CONFLICT} end

@@ -5,11 +5,11 @@
 -- ARGV[7] n = number of scalar field/value pairs that follow, ARGV[8 .. 7+2n]
 -- ARGV[8+2n ..] metadata pairs: 'm:' .. name, value or 'e:' .. name, sealed value (the new
 -- metadata, whole; the caller held it to its size limit)
--- Reply: {OK, updated_at_us} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i}
+-- Reply: {OK, updated_at_us} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type}
 --        | {TREE_CHANGED, ...} | {DAMAGED, ...} | {VERSION, field, version}
 -- Events: none.
 local bad = wrong_type({'hash', 'list', 'hash', 'zset'})
-if bad then return {WRONG_TYPE, bad} end
+if bad then return bad end
 local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'tg')
 local refused = root_refused(f)
 if refused then return refused end

@@ -5,13 +5,13 @@
 -- ARGV[7] max metadata bytes (0 = no limit)
 -- ARGV[8] n = number of fields to delete ('m:' / 'e:' .. name), ARGV[9 .. 8+n]
 -- ARGV[9+n ..] pairs to set: 'm:' .. name, value or 'e:' .. name, sealed value
--- Reply: {OK, updated_at_us} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i}
+-- Reply: {OK, updated_at_us} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type}
 --        | {TREE_CHANGED, ...} | {DAMAGED, ...} | {TOO_LARGE, bytes, limit}
 --        | {VERSION, field, version}
 -- Events: none. The metadata's size as stored (names and values) is checked before anything
 -- is written.
 local bad = wrong_type({'hash', 'list', 'hash', 'zset'})
-if bad then return {WRONG_TYPE, bad} end
+if bad then return bad end
 local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'mb')
 local refused = root_refused(f)
 if refused then return refused end

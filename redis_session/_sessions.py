@@ -18,6 +18,7 @@ from .crypto import Sealer
 from .errors import (
     ConcurrentChange,
     CorruptData,
+    ForeignKey,
     InvalidArgument,
     PassphraseRequired,
     SessionError,
@@ -288,7 +289,7 @@ class SessionOps(CoreBase):
         sk, keys = self._keys(key)
         event, payload = new_event(LifecycleEventType.DELETE, key)
         for _ in range(DELETE_ATTEMPTS):
-            (members,) = yield Commands([("ZRANGE", sk.kids, 0, -1)])
+            (members,) = yield from self._read_keys([("ZRANGE", sk.kids, 0, -1)], key)
             all_keys: list[str | bytes] = [*keys, sk.pop]
             children: list[bytes] = []
             for raw in members:
@@ -473,7 +474,7 @@ class SessionOps(CoreBase):
             for index in indexes:
                 at = 0
                 while True:
-                    (page,) = yield Commands(
+                    (page,) = yield from self._read_keys(
                         [("ZREVRANGE", index, at, at + SCAN_COUNT - 1, "WITHSCORES")]
                     )
                     page = codec.scored(page)
@@ -489,7 +490,9 @@ class SessionOps(CoreBase):
         while True:
             # The newest `window` entries of every index shard, merged newest first; then the
             # sessions' own timestamps, which also drop entries of sessions gone meanwhile.
-            pages = yield Commands([("ZREVRANGE", i, 0, window - 1, "WITHSCORES") for i in indexes])
+            pages = yield from self._read_keys(
+                [("ZREVRANGE", i, 0, window - 1, "WITHSCORES") for i in indexes]
+            )
             pages = [codec.scored(page) for page in pages]
             rows = sorted(
                 ((float(score), member) for page in pages for member, score in page),
@@ -510,7 +513,7 @@ class SessionOps(CoreBase):
         for index in indexes:
             cursor: Any = 0
             while True:  # ends: ZSCAN comes back to cursor 0 after a full iteration
-                (reply,) = yield Commands(
+                (reply,) = yield from self._read_keys(
                     [("ZSCAN", index, cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)]
                 )
                 cursor, entries = reply
@@ -523,7 +526,7 @@ class SessionOps(CoreBase):
     def _indexes(self) -> Op[list[str]]:
         if not self.schema.cluster:
             return self.schema.all_indexes()
-        (members,) = yield Commands([("SMEMBERS", self.schema.index_registry)])
+        (members,) = yield from self._read_keys([("SMEMBERS", self.schema.index_registry)])
         return sorted(codec.decode_key(m) for m in members)
 
     def repair_index(self) -> Op[int]:
@@ -539,9 +542,26 @@ class SessionOps(CoreBase):
             yield Commands([("SADD", self.schema.index_registry, *missing)])
         return len(missing)
 
+    def _read_keys(self, commands: list[tuple[Any, ...]], key: str = "") -> Op[list[Any]]:
+        """The replies of read ``commands`` (each on the key it names second); a key that holds
+        another program's value raises :class:`ForeignKey` naming it (``key``: the session it
+        belongs to, ``""`` for the store's own keys such as its index), not a bare WRONGTYPE.
+        """
+        replies = yield Commands(commands, errors_as_values=True)
+        for command, reply in zip(commands, replies, strict=True):
+            if isinstance(reply, Exception):
+                if not codec.is_wrong_type(reply):
+                    raise reply
+                (held,) = yield Commands([("TYPE", command[1])])
+                raise ForeignKey(key, str(command[1]), codec.type_name(held))
+        return list(replies)
+
     def _summaries(self, members: list[bytes]) -> Op[list[SessionSummary]]:
-        """The summaries of the sessions the index members name; a member that is not a key
-        this store wrote (not UTF-8) is skipped and logged, not raised for everybody.
+        """The summaries of the sessions the index members name. A member that is not a key
+        this store wrote (not UTF-8), a meta hash without timestamps and a meta key of another
+        type (another program's key: :class:`ForeignKey`) are skipped and logged (see
+        ``codec.log_bad_record``), not raised for everybody; a session gone since it was
+        indexed (expired) is skipped silently.
         """
         keys = [k for k in map(codec.index_member, members) if k is not None]
         if not keys:
@@ -550,14 +570,26 @@ class SessionOps(CoreBase):
         found: list[Any] = []
         for i in range(0, len(metas), SCAN_COUNT):  # pipelines of a bounded size
             found += yield Commands(
-                [("HMGET", m, "created_at", "updated_at") for m in metas[i : i + SCAN_COUNT]]
+                [("HMGET", m, "created_at", "updated_at") for m in metas[i : i + SCAN_COUNT]],
+                errors_as_values=True,
             )
         out = []
-        for key, (created, updated) in zip(keys, found, strict=True):
-            if created is None:
+        odd: list[tuple[str, str]] = []  # no session read: gone, or not a session's hash
+        for key, meta, got in zip(keys, metas, found, strict=True):
+            if isinstance(got, Exception) and not codec.is_wrong_type(got):
+                raise got
+            if isinstance(got, Exception) or got[0] is None:
+                odd.append((key, meta))
                 continue
             try:
-                out.append(codec.decode_summary(key, created, updated))
+                out.append(codec.decode_summary(key, *got))
             except CorruptData as exc:
                 codec.log_bad_record("list_sessions", exc)
+        for i in range(0, len(odd), SCAN_COUNT):
+            batch = odd[i : i + SCAN_COUNT]
+            types = yield Commands([("TYPE", meta) for _, meta in batch])
+            for (key, meta), held in zip(batch, types, strict=True):
+                held = codec.type_name(held)
+                if held != "none":
+                    codec.log_bad_record("list_sessions", ForeignKey(key, meta, held))
         return out

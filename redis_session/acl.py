@@ -57,6 +57,7 @@ CLIENT_COMMANDS: Mapping[str, Sent] = MappingProxyType(
         "pexpire": Sent("migrate_secrets: the staging hash's TTL; the ADK index's TTL"),
         "sadd": Sent("registering index shards (cluster)"),
         "smembers": Sent("list_sessions: the index shards (cluster)"),
+        "type": Sent("list_sessions, delete, ls, stats: naming the type of another program's key"),
         "zrange": Sent("children_of, delete, rekey: a session's children"),
         "zrevrange": Sent("list_sessions"),
         "zscan": Sent("list_sessions(prefix=...)"),

@@ -15,7 +15,9 @@ import hashlib
 import logging
 import re
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from itertools import filterfalse, repeat
 from typing import Any, TypeVar
@@ -631,9 +633,45 @@ def decode_key(raw: bytes) -> str:
     return _text(raw.decode("utf-8", "replace"), raw, "an index member")
 
 
-def log_bad_record(where: str, exc: Exception) -> None:
-    """Note a damaged record that an operation skipped (one bad record is one bad record)."""
-    log.warning("redis_session: %s skipped a damaged record: %s", where, exc)
+_skipped: ContextVar[list[CorruptData] | None] = ContextVar("redis_session_skipped", default=None)
+
+
+def log_bad_record(where: str, exc: CorruptData) -> None:
+    """Note a damaged or foreign record that an operation skipped (one bad record is one bad
+    record): logged at warning, or, inside a :func:`skipped_records` block (whose owner
+    reports them), handed to that block and logged at debug.
+    """
+    collected = _skipped.get()
+    if collected is None:
+        log.warning("redis_session: %s skipped a damaged record: %s", where, exc)
+    else:
+        log.debug("redis_session: %s skipped a damaged record: %s", where, exc)
+        collected.append(exc)
+
+
+@contextmanager
+def skipped_records() -> Iterator[list[CorruptData]]:
+    """A block that collects the records the operations inside it skipped (see
+    :func:`log_bad_record`), in order: what an operator command reports by name.
+    """
+    collected: list[CorruptData] = []
+    token = _skipped.set(collected)
+    try:
+        yield collected
+    finally:
+        _skipped.reset(token)
+
+
+def is_wrong_type(exc: Exception) -> bool:
+    """Whether a command failed because its key holds another type (redis-py has no class for
+    it: Redis says so in the error's first word).
+    """
+    return str(exc).startswith("WRONGTYPE")
+
+
+def type_name(reply: Any) -> str:
+    """A ``TYPE`` reply as text (redis-py may decode it to a str, or not)."""
+    return reply.decode() if isinstance(reply, bytes) else str(reply)
 
 
 def index_member(raw: bytes) -> str | None:

@@ -16,6 +16,11 @@ store's user) need admin rights on most servers: refused, the check says so once
 - **server version**: Redis >= 7.0 or Valkey.
 - **index records**: members of the session index that are not a key this store wrote (they
   are skipped by ``list_sessions``).
+- **keys under the prefix**: a sample of up to :data:`KEY_SAMPLE` keys under the prefix
+  (``SCAN``), each checked against the store's key schema: a name the store does not use, a
+  value of another type than the store writes under that name, or a session hash without the
+  store's schema version is another program's key (the store skips it in listings, refuses
+  to read it as a session and never deletes it). Named, the first :data:`NAMED` of them.
 """
 
 from __future__ import annotations
@@ -25,11 +30,15 @@ from typing import Any
 
 import redis
 
-from . import acl
+from . import acl, codec
 from .keys import KeySchema
 
 OK, WARN, PROBLEM = "ok", "warn", "problem"
 SCAN_COUNT = 1000
+KEY_SAMPLE = 10_000
+"""Keys under the prefix the doctor looks at, at most (SCAN, in pipelines of SCAN_COUNT)."""
+NAMED = 5
+"""Foreign keys named in the report (the count covers all of them)."""
 
 
 @dataclass
@@ -146,6 +155,7 @@ def diagnose(client: Any, prefix: str = "rs:", *, acl_user: str | None = None) -
     if isinstance(client, redis.RedisCluster):
         checks.append(_cluster_check(client))
     checks.append(_index_check(client, prefix))
+    checks.append(_keys_check(client, prefix))
     return report
 
 
@@ -231,3 +241,39 @@ def _index_check(client: Any, prefix: str) -> Check:
             "ZREM them from the index",
         )
     return Check("index records", OK, f"{total} sessions indexed")
+
+
+def _keys_check(client: Any, prefix: str) -> Check:
+    schema = KeySchema(prefix)
+    names: list[str] = []
+    for raw in client.scan_iter(match=acl.glob_escape(prefix) + "*", count=SCAN_COUNT):
+        names.append(bytes(raw).decode("utf-8", "replace") if isinstance(raw, bytes) else raw)
+        if len(names) >= KEY_SAMPLE:
+            break
+    foreign: list[str] = []
+    for i in range(0, len(names), SCAN_COUNT):
+        batch = names[i : i + SCAN_COUNT]
+        pipe = client.pipeline(transaction=False)
+        for name in batch:
+            pipe.type(name)
+            pipe.hexists(name, "v") if schema.expected_type(name) == "hash" else pipe.exists(name)
+        replies = pipe.execute(raise_on_error=False)
+        for n, name in enumerate(batch):
+            held, versioned = codec.type_name(replies[2 * n]), replies[2 * n + 1]
+            wanted = schema.expected_type(name)
+            if held == "none":
+                continue  # gone since the scan
+            kind = name[len(prefix) :].partition(":{")[0]
+            if wanted != held or (kind in ("meta", "child") and versioned is not True):
+                foreign.append(f"{name!r} ({held})")
+    sampled = f"{len(names):,} keys" + (" (a sample)" if len(names) >= KEY_SAMPLE else "")
+    if foreign:
+        shown = ", ".join(foreign[:NAMED]) + (", ..." if len(foreign) > NAMED else "")
+        return Check(
+            "keys under the prefix",
+            WARN,
+            f"{len(foreign):,} of {sampled} under {prefix!r} are not this store's: {shown}",
+            "move other programs' keys out of the store's prefix (the store skips them, "
+            "refuses to read them as sessions and never deletes them)",
+        )
+    return Check("keys under the prefix", OK, f"{sampled} under {prefix!r}, all the store's")

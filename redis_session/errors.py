@@ -17,6 +17,7 @@ Subclasses also inherit the builtin a caller would reach for::
     ├── DurabilityNotReached                 redis_key, acked, wanted  (wait_replicas not met)
     ├── InvalidArgument (ValueError)         argument
     ├── CorruptData                          key           (foreign or damaged data in Redis)
+    │   ├── ForeignKey                        key, redis_key, held  (a key this store did not write)
     │   └── TamperDetected (+EncryptionError) key          (a sealed session holds what it may not)
     │       └── DecryptionFailed              key          (tampered, moved or foreign ciphertext)
     └── EncryptionError
@@ -163,6 +164,19 @@ class CorruptData(SessionError):
     def __init__(self, key: str, problem: str) -> None:
         self.key = key
         super().__init__(f"corrupt data for session {key!r}: {problem}")
+
+
+class ForeignKey(CorruptData):
+    """Redis key ``redis_key``, one of session ``key``'s names (``key`` is ``""`` for a key of
+    the store's own, such as its index), holds ``held`` (a Redis type name) that this store
+    did not write: another program's key under the store's prefix. The store neither reads it
+    as the session nor removes it. Every call words it the same way.
+    """
+
+    def __init__(self, key: str, redis_key: str, held: str) -> None:
+        self.key, self.redis_key, self.held = key, redis_key, held
+        what = f"Redis key {redis_key!r} holds a {held} this store did not write"
+        SessionError.__init__(self, f"corrupt data for session {key!r}: {what}" if key else what)
 
 
 class EncryptionError(SessionError):

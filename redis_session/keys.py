@@ -45,6 +45,17 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from .errors import InvalidArgument
 
 CHILD_MARKER = ":child:"
+_SESSION_TYPES = {
+    "meta": "hash", "msgs": "list", "ids": "hash", "kids": "zset", "done": "zset",
+    "mark": "string", "pop": "string", "stage": "list", "child": "hash", "cmsgs": "list",
+    "cids": "hash", "index": "zset",
+}  # fmt: skip
+"""The type of each kind of key named ``<prefix><kind>:{<tag>}...`` (see the module docstring)."""
+_GLOBAL_TYPES = {
+    "salts": "hash", "checksums": "hash", "secrets": "hash", "keyring": "hash",
+    "secrets-lock": "string",
+}  # fmt: skip
+_PREFIX_TYPES = {"index": "zset", "index-shards": "set"}
 _ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
 GLOBAL_TAG = "{rs-global}"
 
@@ -199,6 +210,26 @@ class KeySchema:
         those instead of probing all 16384).
         """
         return f"{self.prefix}index-shards"
+
+    def expected_type(self, name: str) -> str | None:
+        """The Redis type a key of this name holds when this store wrote it (``"hash"``,
+        ``"list"``, ...), or None when the name is none of the store's (another program's key
+        under the prefix, or a store's with a longer prefix). Integrations' indexes
+        (``<name>-index:{<tag>}``) are sorted sets.
+        """
+        if not name.startswith(self.prefix):
+            return None
+        rest = name[len(self.prefix) :]
+        if rest in _PREFIX_TYPES:
+            return _PREFIX_TYPES[rest]
+        kind, brace, tail = rest.partition(":{")
+        if not brace or "}" not in tail:
+            return None
+        if kind in _GLOBAL_TYPES:
+            return _GLOBAL_TYPES[kind] if "{" + tail == GLOBAL_TAG else None
+        if kind.endswith("-index") and kind not in _SESSION_TYPES:
+            return "zset"
+        return _SESSION_TYPES.get(kind)
 
     @property
     def salts(self) -> str:

@@ -14,6 +14,7 @@ from .errors import (
     ConcurrentChange,
     CorruptData,
     DuplicateSession,
+    ForeignKey,
     InvalidArgument,
     ItemNotFound,
     MigrationConflict,
@@ -94,7 +95,10 @@ def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
             raise SessionNotFound(ctx.parent)
         case Status.WRONG_TYPE:
             where = _key_name(ctx.keys[int(reply[1]) - 1])
-            raise CorruptData(ctx.key or ctx.name, f"Redis key {where!r} holds a foreign type")
+            raise ForeignKey(ctx.key or ctx.name, where, _key_name(reply[2]))
+        case Status.DAMAGED if _key_name(reply[2]) == "foreign":
+            where = _key_name(ctx.keys[int(reply[1]) - 1])
+            raise ForeignKey(ctx.key or ctx.name, where, "hash")
         case Status.DAMAGED:
             raise CorruptData(ctx.key or ctx.name, damage(ctx.keys, reply))
         case Status.TOO_LARGE:
@@ -112,16 +116,14 @@ def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
     raise SessionError(f"unknown script status {status!r}")
 
 
-def _key_name(name: str | bytes) -> str:
-    return name.decode("utf-8", "replace") if isinstance(name, bytes) else name
+def _key_name(name: str | bytes | int) -> str:
+    return name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
 
 
 def damage(keys: Sequence[str | bytes], reply: Sequence[Any]) -> str:
     """What a ``DAMAGED`` reply ``{13, i, what, found, expected}`` says about ``keys[i - 1]``."""
     where = _key_name(keys[int(reply[1]) - 1])
-    what = reply[2].decode() if isinstance(reply[2], bytes) else str(reply[2])
-    if what == "foreign":
-        return f"Redis key {where!r} holds a hash this store did not write (no schema version)"
+    what = _key_name(reply[2])
     if what == "evicted":
         return (
             f"every data key of the session was removed before its deadline (evicted under "

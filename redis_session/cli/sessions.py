@@ -10,7 +10,8 @@ from typing import Any
 import click
 from rich.table import Table
 
-from ..errors import SessionNotFound
+from .. import codec
+from ..errors import CorruptData, ForeignKey, SessionNotFound
 from ..keys import KeySchema, parent_of
 from ..models import ChildSession, Message, Session
 from ..store import RedisStore
@@ -37,16 +38,47 @@ MEMORY_NOTE = (
 )
 
 
-def _message_counts(store: RedisStore, keys: Sequence[str]) -> list[int]:
+def _message_counts(store: RedisStore, keys: Sequence[str], where: str) -> list[int | None]:
+    """The length of each session's message list; None (and the key reported, see
+    :func:`codec.log_bad_record`) where that list's key holds another program's value.
+    """
     schema = KeySchema(store.prefix)
     client: Any = store.client
-    counts: list[int] = []
+    counts: list[int | None] = []
     for i in range(0, len(keys), PIPELINE_BATCH):
         pipe = client.pipeline(transaction=False)
-        for key in keys[i : i + PIPELINE_BATCH]:
+        batch = keys[i : i + PIPELINE_BATCH]
+        for key in batch:
             pipe.llen(schema.session(key).msgs)
-        counts += [int(n) for n in pipe.execute()]
+        for key, n in zip(batch, pipe.execute(raise_on_error=False), strict=True):
+            counts.append(None if _foreign(client, schema, key, n, where) else int(n))
     return counts
+
+
+def _foreign(client: Any, schema: KeySchema, key: str, reply: object, where: str) -> bool:
+    """Whether a reply about session ``key``'s message list says that list's key is another
+    program's (reported, see :func:`codec.log_bad_record`); another error is raised.
+    """
+    if not isinstance(reply, Exception):
+        return False
+    if not codec.is_wrong_type(reply):
+        raise reply
+    name = schema.session(key).msgs
+    held = codec.type_name(client.type(name))
+    codec.log_bad_record(where, ForeignKey(key, name, held))
+    return True
+
+
+def _skipped_json(records: Sequence[CorruptData]) -> list[dict[str, str]]:
+    return [
+        {"key": r.key, "redis_key": getattr(r, "redis_key", ""), "error": str(r)} for r in records
+    ]
+
+
+def _report_skipped(records: Sequence[CorruptData]) -> None:
+    """Name every record a command skipped, one line each on stderr."""
+    for record in records:
+        echo(f"skipped: {record}", err=True)
 
 
 @click.command("ls")
@@ -60,23 +92,24 @@ def ls_(ctx: click.Context, target: Target, limit: int, page: int, as_json: bool
 
     Reads no session content: an encrypted store lists without its passphrase.
     """
-    with target.open() as store:
+    with target.open() as store, codec.skipped_records() as skipped:
         rows = store.list_sessions(limit=limit + 1, offset=(page - 1) * limit)
         more, rows = len(rows) > limit, rows[:limit]
-        counts = _message_counts(store, [r.key for r in rows])
+        counts = _message_counts(store, [r.key for r in rows], "ls")
+    listed = [(r, n) for r, n in zip(rows, counts, strict=True) if n is not None]
     if as_json:
         echo_json(
             {
                 "page": page,
                 "limit": limit,
                 "more": more,
-                "sessions": [
-                    {**r.model_dump(mode="json"), "messages": n}
-                    for r, n in zip(rows, counts, strict=True)
-                ],
+                "sessions": [{**r.model_dump(mode="json"), "messages": n} for r, n in listed],
+                "skipped": _skipped_json(skipped),
             }
         )
         return
+    _report_skipped(skipped)
+    rows = [r for r, _ in listed]
     console = make_console()
     if not rows:
         console.print(text(f"no sessions under prefix {target.prefix!r} (page {page})"))
@@ -91,7 +124,7 @@ def ls_(ctx: click.Context, target: Target, limit: int, page: int, as_json: bool
     table.add_column("updated (UTC)")
     table.add_column("created (UTC)")
     first = (page - 1) * limit
-    for n, (row, count) in enumerate(zip(rows, counts, strict=True), start=first + 1):
+    for n, (row, count) in enumerate(listed, start=first + 1):
         table.add_row(str(n), text(row.key), str(count), when(row.updated_at), when(row.created_at))
     console.print(table)
     if more:
@@ -263,15 +296,30 @@ def delete(target: Target, keys: tuple[str, ...], missing_ok: bool, as_json: boo
 
     Opens no session content: an encrypted store deletes without its passphrase.
     """
+    done: dict[str, bool] = {}
+    foreign: list[ForeignKey] = []
     with target.open() as store:
-        done = {key: store.delete(key) for key in keys}
+        for key in keys:
+            try:
+                done[key] = store.delete(key)
+            except ForeignKey as exc:  # another program's key: left as it is, and named
+                foreign.append(exc)
     missing = [k for k, existed in done.items() if not existed]
     if as_json:
-        echo_json({"deleted": [k for k, d in done.items() if d], "missing": missing})
+        echo_json(
+            {
+                "deleted": [k for k, d in done.items() if d],
+                "missing": missing,
+                "skipped": _skipped_json(foreign),
+            }
+        )
     else:
         for key, existed in done.items():
             if existed:
                 echo(f"deleted {key}")
+    if foreign:
+        names = "; ".join(str(exc) for exc in foreign)
+        raise CliError(f"not deleted: {names}", kind="ForeignKey")
     if missing and not missing_ok:
         names = ", ".join(repr(k) for k in missing)
         raise CliError(f"no session {names} under prefix {target.prefix!r}", kind="SessionNotFound")
@@ -300,8 +348,8 @@ def _collect_stats(store: RedisStore, limit: int | None) -> list[_SessionStats]:
         replies = pipe.execute(raise_on_error=False)
         for n, key in enumerate(batch):
             llen, *usage = replies[n * 5 : n * 5 + 5]
-            if isinstance(llen, Exception):
-                raise llen
+            if _foreign(client, schema, key, llen, "stats"):
+                continue
             memory = None
             if not any(isinstance(u, Exception) for u in usage):
                 memory = sum(int(u or 0) for u in usage)
@@ -328,7 +376,7 @@ def stats(target: Target, top: int, limit: int | None, as_json: bool) -> None:
     keys of its children; 'n/a' when the server has no MEMORY USAGE (memory://). Reads no
     session content: an encrypted store is measured without its passphrase.
     """
-    with target.open() as store:
+    with target.open() as store, codec.skipped_records() as skipped:
         rows = _collect_stats(store, limit)
     memories = [r.memory for r in rows if r.memory is not None]
     known = len(memories) == len(rows) and bool(rows)
@@ -349,10 +397,12 @@ def stats(target: Target, top: int, limit: int | None, as_json: bool) -> None:
         "largest": [
             {"key": r.key, "messages": r.messages, "memory_bytes": r.memory} for r in largest
         ],
+        "skipped": _skipped_json(skipped),
     }
     if as_json:
         echo_json(summary)
         return
+    _report_skipped(skipped)
     console = make_console()
     table = Table(
         title=text(f"sessions under {target.prefix!r}"), show_header=False, title_justify="left"

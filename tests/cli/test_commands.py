@@ -233,7 +233,7 @@ def test_delete_missing_session(place: Place) -> None:
     assert result.stderr.strip() == f"Error: no session 'nope' under prefix {place.prefix!r}"
     ok = invoke("delete", "nope", *place.args(), "--missing-ok", "--json")
     assert ok.exit_code == 0
-    assert json.loads(ok.stdout) == {"deleted": [], "missing": ["nope"]}
+    assert json.loads(ok.stdout) == {"deleted": [], "missing": ["nope"], "skipped": []}
 
 
 # -- stats ------------------------------------------------------------------------------------

@@ -221,7 +221,7 @@ def test_delete_of_a_missing_key_prints_its_result_then_the_error(memory: Place)
     seed(memory, 1)
     result = invoke("delete", "s0", "nope", *memory.args(), "--json")
     assert result.exit_code == 1
-    assert json.loads(result.stdout) == {"deleted": ["s0"], "missing": ["nope"]}
+    assert json.loads(result.stdout) == {"deleted": ["s0"], "missing": ["nope"], "skipped": []}
     assert json.loads(result.stderr) == {
         "error": "no session 'nope' under prefix 'rs:'",
         "type": "SessionNotFound",

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from redis_session import CorruptData, Message, Session, SessionError
+from redis_session import CorruptData, ForeignKey, Message, Session, SessionError
 from redis_session.keys import KeySchema
 from tests.conftest import Backend
 
@@ -42,10 +42,37 @@ async def test_meta_missing_fields(store: Any, raw: Any, keys: KeySchema) -> Non
         await store.get("k")
 
 
-async def test_meta_of_unknown_schema(store: Any, raw: Any, keys: KeySchema) -> None:
-    raw.hset(keys.session("k").meta, mapping={"foo": "bar"})
-    with pytest.raises(CorruptData, match="schema version"):
-        await store.get("k")
+def foreign_wording(key: str, name: str, held: str) -> str:
+    what = f"Redis key {name!r} holds a {held} this store did not write"
+    return f"corrupt data for session {key!r}: {what}"
+
+
+@pytest.mark.parametrize("held", ["string", "hash", "list", "set"])
+async def test_a_foreign_key_at_a_sessions_hash_is_worded_alike_by_every_call(
+    store: Any, raw: Any, keys: KeySchema, held: str
+) -> None:
+    """Another program's key where a session's hash would be: every call raises the same
+    ForeignKey, the listing skips it, and nothing removes or changes it."""
+    await store.create(Session(key="good"))
+    name = keys.session("k").meta
+    {"string": lambda: raw.set(name, "x"), "hash": lambda: raw.hset(name, "foo", "bar"),
+     "list": lambda: raw.rpush(name, "x"), "set": lambda: raw.sadd(name, "x")}[held]()  # fmt: skip
+    before = raw.dump(name)
+    for call in (
+        store.get("k"),
+        store.get_history("k"),
+        store.get_history("k", last=1),
+        store.create(Session(key="k")),
+        store.append_message("k", Message(role="user")),
+        store.update_metadata("k", set={"a": "b"}),
+        store.delete("k"),
+    ):
+        with pytest.raises(ForeignKey) as info:
+            await call
+        assert str(info.value) == foreign_wording("k", name, held)
+        assert (info.value.key, info.value.redis_key, info.value.held) == ("k", name, held)
+    assert raw.dump(name) == before
+    assert [s.key for s in await store.list_sessions()] == ["good"]
 
 
 async def test_meta_not_utf8(store: Any, raw: Any, keys: KeySchema) -> None:
@@ -68,9 +95,11 @@ async def test_key_of_wrong_type(store: Any, raw: Any, keys: KeySchema, which: s
         store.compact_messages("k", 0, "s"),
         store.update_metadata("k", set={"a": "b"}),
     ):
-        with pytest.raises(CorruptData, match=which) as info:
+        with pytest.raises(ForeignKey) as info:
             await call
-        assert info.value.key == "k"
+        assert str(info.value) == foreign_wording("k", name, "string")
+    with pytest.raises(ForeignKey):
+        await store.delete("k")
     assert raw.get(name) == b"foreign"
 
 

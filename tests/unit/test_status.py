@@ -7,6 +7,7 @@ from redis_session import (
     ChildNotFound,
     CorruptData,
     DuplicateSession,
+    ForeignKey,
     InvalidArgument,
     ItemNotFound,
     MigrationConflict,
@@ -30,7 +31,9 @@ from redis_session.status import Ctx, Status, check
         ([Status.MERGED], Ctx("k"), ChildAlreadyMerged),
         ([Status.CONFLICT], Ctx(), MigrationConflict),
         ([Status.MISSING], Ctx(kind="salt", name="n"), ItemNotFound),
-        ([Status.WRONG_TYPE, 2], Ctx("k", keys=["a", "b"]), CorruptData),
+        ([Status.WRONG_TYPE, 2, b"string"], Ctx("k", keys=["a", "b"]), ForeignKey),
+        ([Status.DAMAGED, 1, b"foreign"], Ctx("k", keys=["a", "b"]), ForeignKey),
+        ([Status.DAMAGED, 1, b"missing"], Ctx("k", keys=["a", "b"]), CorruptData),
     ],
 )
 def test_every_status_maps_to_one_error(reply: list[int], ctx: Ctx, error: type[Exception]) -> None:
@@ -57,3 +60,15 @@ def test_error_tree() -> None:
     assert issubclass(ItemNotFound, LookupError)
     e = CorruptData("k", "bad")
     assert e.key == "k" and "'k'" in str(e)
+
+
+def test_a_foreign_key_is_worded_alike_whatever_found_it() -> None:
+    wrong = [Status.WRONG_TYPE, 2, b"string"]
+    for reply, held in ((wrong, "string"), ([Status.DAMAGED, 2, b"foreign"], "hash")):
+        with pytest.raises(ForeignKey) as info:
+            check(reply, Ctx("k", keys=["rs:meta:{k}", "rs:msgs:{k}"]))
+        assert (info.value.key, info.value.redis_key, info.value.held) == ("k", "rs:msgs:{k}", held)
+        assert str(info.value) == (
+            f"corrupt data for session 'k': Redis key 'rs:msgs:{{k}}' holds a {held} this store "
+            "did not write"
+        )
