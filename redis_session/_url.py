@@ -7,7 +7,10 @@ retries of connection errors and timeouts with jittered backoff (base 10 ms, cap
 policy redis-py's ``Redis(...)`` constructor has by default but its ``from_url`` does not give
 (redis-py 8.1: no retry at all); cluster clients keep redis-py's cluster retries; a Sentinel
 client gets ``SENTINEL_RETRY_ATTEMPTS`` (about 12 s of retries), enough to ride through a
-failover. Every store operation is idempotent, so a retried call never applies twice.
+failover. Every store operation is idempotent, so a retried call never applies twice. Those
+retries are not silent: the first retried failure of an outage is logged at WARNING on the
+``redis_session`` logger (the server's URL without its password, the error, how many retries
+over how long), and the first success after it at INFO (:class:`Outage`).
 
 ``memory://`` is the embedded default: an in-process fakeredis server with Lua. ``memory://``
 alone gives a private server each time; ``memory://NAME`` the same server for the same NAME
@@ -28,8 +31,10 @@ a cluster client takes the timeouts (its per-node pools are redis-py's own).
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
+import logging
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -55,6 +60,8 @@ try:
     from hiredis import pack_command as _hiredis_pack
 except ImportError:  # pragma: no cover - hiredis is a dependency; redis-py works without it
     _hiredis_pack = None
+
+log = logging.getLogger("redis_session")
 
 MEMORY_SCHEME = "memory"
 SENTINEL_SCHEME = "redis+sentinel"
@@ -212,23 +219,119 @@ def _client_options(given: dict[str, Any], *, pool: bool) -> dict[str, Any]:
     return options
 
 
-def _default_retry() -> Retry:
-    return Retry(ExponentialWithJitterBackoff(base=0.01, cap=1.0), DEFAULT_RETRY_ATTEMPTS)
+class Outage:
+    """Whether the server behind a client is failing, shared by the retry policies of all of the
+    client's connections: the first retried failure of an outage is logged at warning (where,
+    what, how long the retries last), the first success after it at info; nothing in between.
+    """
+
+    def __init__(self, where: str, retries: int, seconds: float) -> None:
+        self.where, self.retries, self.seconds = where, retries, seconds
+        self.down = False
+        self._lock = threading.Lock()
+
+    def failed(self, error: Exception) -> None:
+        """A call failed and will be retried (or has run out of retries)."""
+        with self._lock:
+            if self.down:
+                return
+            self.down = True
+        log.warning(
+            "redis_session: %s failed (%s: %s); retrying up to %d times over about %.0f s",
+            self.where, type(error).__name__, error, self.retries, self.seconds,
+        )  # fmt: skip
+
+    def recovered(self) -> None:
+        """A call succeeded."""
+        if self.down:
+            with self._lock:
+                self.down = False
+            log.info("redis_session: %s answers again", self.where)
 
 
-def _default_async_retry() -> redis.asyncio.retry.Retry:
-    return redis.asyncio.retry.Retry(
-        ExponentialWithJitterBackoff(base=0.01, cap=1.0), DEFAULT_RETRY_ATTEMPTS
+def _where(url: str) -> str:
+    """A URL as logs name it: scheme, host, port and path, never a password."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}{parts.path}"
+
+
+class NoticingRetry(Retry):
+    """redis-py's retry policy, telling an :class:`Outage` of each failure and success. The
+    copies redis-py makes for each connection share the outage.
+    """
+
+    def __init__(self, backoff: Any, retries: int, outage: Outage) -> None:
+        super().__init__(backoff, retries)
+        self.outage = outage
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> NoticingRetry:
+        twin = copy.copy(self)
+        twin._backoff = copy.deepcopy(self._backoff, memo)
+        return twin
+
+    def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
+        """As redis-py's, telling the outage of every failure and of the success."""
+        outage = self.outage
+
+        def noticed(error: Exception, *count: Any) -> Any:
+            outage.failed(error)
+            return fail(error, *count)
+
+        result = super().call_with_retry(do, noticed, *args, **kwargs)
+        outage.recovered()
+        return result
+
+
+class AsyncNoticingRetry(redis.asyncio.retry.Retry):
+    """:class:`NoticingRetry` for asyncio clients."""
+
+    def __init__(self, backoff: Any, retries: int, outage: Outage) -> None:
+        super().__init__(backoff, retries)
+        self.outage = outage
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> AsyncNoticingRetry:
+        twin = copy.copy(self)
+        twin._backoff = copy.deepcopy(self._backoff, memo)
+        return twin
+
+    async def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
+        """As redis-py's, telling the outage of every failure and of the success."""
+        outage = self.outage
+
+        async def noticed(error: Exception, *count: Any) -> Any:
+            outage.failed(error)
+            return await fail(error, *count)
+
+        result = await super().call_with_retry(do, noticed, *args, **kwargs)
+        outage.recovered()
+        return result
+
+
+def _jittered() -> ExponentialWithJitterBackoff:
+    return ExponentialWithJitterBackoff(base=0.01, cap=1.0)  # 10 retries: at most ~4.3 s
+
+
+def _default_retry(url: str) -> Retry:
+    return NoticingRetry(
+        _jittered(), DEFAULT_RETRY_ATTEMPTS, Outage(_where(url), DEFAULT_RETRY_ATTEMPTS, 4.3)
     )
 
 
-def _sentinel_retry() -> Retry:
-    return Retry(ExponentialBackoff(cap=1.0, base=0.05), SENTINEL_RETRY_ATTEMPTS)
+def _default_async_retry(url: str) -> redis.asyncio.retry.Retry:
+    return AsyncNoticingRetry(
+        _jittered(), DEFAULT_RETRY_ATTEMPTS, Outage(_where(url), DEFAULT_RETRY_ATTEMPTS, 4.3)
+    )
 
 
-def _sentinel_async_retry() -> redis.asyncio.retry.Retry:
-    return redis.asyncio.retry.Retry(
-        ExponentialBackoff(cap=1.0, base=0.05), SENTINEL_RETRY_ATTEMPTS
+def _sentinel_retry(url: str) -> Retry:
+    outage = Outage(_where(url), SENTINEL_RETRY_ATTEMPTS, 12)
+    return NoticingRetry(ExponentialBackoff(cap=1.0, base=0.05), SENTINEL_RETRY_ATTEMPTS, outage)
+
+
+def _sentinel_async_retry(url: str) -> redis.asyncio.retry.Retry:
+    outage = Outage(_where(url), SENTINEL_RETRY_ATTEMPTS, 12)
+    return AsyncNoticingRetry(
+        ExponentialBackoff(cap=1.0, base=0.05), SENTINEL_RETRY_ATTEMPTS, outage
     )
 
 
@@ -303,7 +406,7 @@ def sync_client(
         make_sentinel: Any = redis.sentinel.Sentinel
         sentinel = make_sentinel(hosts, sentinel_kwargs={"socket_timeout": 1.0})
         options = {
-            "retry": _sentinel_retry(),
+            "retry": _sentinel_retry(url),
             "connection_pool_class": HiredisSentinelPool,
             **_client_options(kwargs, pool=False),
         }
@@ -313,7 +416,7 @@ def sync_client(
         options = {"connection_pool_class": HiredisPool, **_client_options(kwargs, pool=False)}
         return redis.RedisCluster.from_url(url, **options)
     pool = ConnectedFirstPool.from_url(
-        url, **{"retry": _default_retry(), **_client_options(kwargs, pool=True)}
+        url, **{"retry": _default_retry(url), **_client_options(kwargs, pool=True)}
     )
     return redis.Redis.from_pool(pool)
 
@@ -331,7 +434,7 @@ def async_client(
         factory: Any = redis.asyncio.sentinel.Sentinel
         sentinel = factory(hosts, sentinel_kwargs={"socket_timeout": 1.0})
         options = {
-            "retry": _sentinel_async_retry(),
+            "retry": _sentinel_async_retry(url),
             "connection_pool_class": AsyncHiredisSentinelPool,
             **_client_options(kwargs, pool=False),
         }
@@ -340,7 +443,7 @@ def async_client(
     if cluster:
         return redis.asyncio.RedisCluster.from_url(url, **_client_options(kwargs, pool=False))
     apool = AsyncConnectedFirstPool.from_url(
-        url, **{"retry": _default_async_retry(), **_client_options(kwargs, pool=True)}
+        url, **{"retry": _default_async_retry(url), **_client_options(kwargs, pool=True)}
     )
     return redis.asyncio.Redis.from_pool(apool)
 
