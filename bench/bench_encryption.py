@@ -303,7 +303,7 @@ class EncBench:
         core = self.enc._core
         self.enc.get(key, 0)  # the session's key opened and cached
         session_key = core._session_keys[key]
-        opener = core._opener(key, session_key.kid, session_key)
+        opener = core._opener(key, session_key)
 
         def bare(prefix: str) -> Callable[[], list[Any]]:
             sk = KeySchema(prefix).session(key)

@@ -10,7 +10,8 @@
 --   10 PARENT_GONE (reply {10, NOT_FOUND or EXPIRED}: a child's parent session is gone)
 --   11 KEY_CHANGED (reply {11, k}: the session is sealed with key id k, '' = cleartext)
 --   12 TREE_CHANGED (reply {12, tg, child key...}: the tree's members are not the caller's)
---   13 DAMAGED (reply {13, i, what, found, expected}: KEYS[i] is missing or inconsistent)
+--   13 DAMAGED (reply {13, i, what, found, expected}: KEYS[i] is missing or inconsistent;
+--      {13, i, 'version', v}: KEYS[i] is a session of schema version v, not this store's)
 --   14 TOO_LARGE (reply {14, bytes, limit}: the session's metadata would exceed its limit)
 --   15 PRUNED (reply {15, merged_at_us}: the child was merged and its record pruned since)
 --   16 STAGE (reply {16, n}: too large for one script call: the caller does it in steps)
@@ -85,56 +86,52 @@ end
 -- hash without a schema version (not written by this store); {DAMAGED, m, 'missing'} when its
 -- list KEYS[l] or its id window KEYS[i] is still there (the hash was evicted or removed by
 -- hand: a session's data keys expire at one moment, so expiry leaves none of them);
--- {EXPIRED} while its expiry marker KEYS[x] is left (or the first layout's, field 'c' of a
--- window-less ids hash), unless the marker says the tree's deadline has not come yet: then
--- the keys were evicted ({DAMAGED, m, 'evicted'}); else {NOT_FOUND}.
+-- {EXPIRED} while its expiry marker KEYS[x] is left, unless the marker says the tree's
+-- deadline has not come yet: then the keys were evicted ({DAMAGED, m, 'evicted'}); else
+-- {NOT_FOUND}.
 local function gone(m, l, i, x)
   if redis.call('EXISTS', KEYS[m]) == 1 then return {DAMAGED, m, 'foreign'} end
   if redis.call('EXISTS', KEYS[l]) == 1 then return {DAMAGED, m, 'missing'} end
-  local ids = redis.pcall('HMGET', KEYS[i], 'w', 'c')
-  if failed(ids) then return {DAMAGED, m, 'missing'} end
-  if ids[1] then return {DAMAGED, m, 'missing'} end
-  if ids[2] then return {EXPIRED} end
+  if redis.call('EXISTS', KEYS[i]) == 1 then return {DAMAGED, m, 'missing'} end
   local mark = redis.call('GET', KEYS[x])
   if mark then
     local t = redis.call('TIME')
     if tonumber(mark) > t[1] * 1000 + math.floor(t[2] / 1000) then return {DAMAGED, m, 'evicted'} end
     return {EXPIRED}
   end
-  if redis.call('EXISTS', KEYS[i]) == 1 then return {DAMAGED, m, 'missing'} end
   return {NOT_FOUND}
 end
 
--- Whether the root's meta hash (fields read in f) is a live session: nil when it is, else the
--- reply that stops the write ({WRONG_TYPE, 1}, {EXPIRED}, {NOT_FOUND}, {DAMAGED, ...}).
+-- The schema version of the meta hashes this store writes (field 'v'; create's ARGV names it).
+local SCHEMA = '1'
+
+-- Whether the root's meta hash (fields read in f, the schema version first) is a live session
+-- of this schema: nil when it is, else the reply that stops the write ({WRONG_TYPE, 1, type},
+-- {EXPIRED}, {NOT_FOUND}, {DAMAGED, 1, 'version', v} for another schema version, ...).
 local function root_refused(f)
   if failed(f) then return refusal(f, 1) end
   if not f[1] then return gone(1, 2, 3, 5) end
+  if f[1] ~= SCHEMA then return {DAMAGED, 1, 'version', f[1]} end
   return nil
 end
 
 -- List positions of a session or child (meta fields g, h, n): generation, absolute head and
--- tail (LLEN == n - h). Sessions of the first layout have no h and n yet: they start at the
--- list's length (and g 0, or what a re-seal in place recorded). Returns g, h, n, or nil and the
--- DAMAGED reply when the list KEYS[l] is missing though the session records messages
--- (evicted). A list of another length was changed behind the store's back (another writer):
--- its positions begin a new generation, which a writer records. g = false with m: the caller
--- did not read g (the hot path); it stays false unless the positions begin anew or are those of
--- the first layout, when it is read from the meta hash KEYS[m] (false without m: no g field).
+-- tail (LLEN == n - h). Returns g, h, n, or nil and the DAMAGED reply when the list KEYS[l] is
+-- missing though the session records messages (evicted). A list of another length was changed
+-- behind the store's back (another writer): its positions begin a new generation, which a
+-- writer records. g = nil with m: the caller did not read g (the hot path); false is returned
+-- for it unless the positions begin anew, when it is read from the meta hash KEYS[m]. (A field
+-- HMGET found missing is false, not nil: it reads as 0, as a missing h or n does.)
 local function positions(g, h, n, l, m)
   local len = redis.pcall('LLEN', KEYS[l])
   if failed(len) then return nil, refusal(len, l) end
-  if not n then
-    if g == false and m then g = redis.call('HGET', KEYS[m], 'g') end
-    return tonumber(g or '0'), 0, len
-  end
-  h, n = tonumber(h or '0'), tonumber(n)
+  h, n = tonumber(h or '0'), tonumber(n or '0')
   if len == n - h then
-    if g == false then return false, h, n end
+    if g == nil then return false, h, n end
     return tonumber(g or '0'), h, n
   end
   if len == 0 then return nil, {DAMAGED, l, 'length', 0, n - h} end
-  if g == false then g = redis.call('HGET', KEYS[m], 'g') end
+  if g == nil then g = redis.call('HGET', KEYS[m], 'g') end
   return tonumber(g or '0') + 1, 0, len
 end
 
@@ -221,14 +218,7 @@ end
 -- as stored). The new total after setting ARGV[first .. last] (field/value pairs) and deleting
 -- the fields ARGV[dfirst .. dlast], computed before anything is written.
 local function metadata_after(meta, mb, first, last, dfirst, dlast)
-  local total = tonumber(mb or '-1')
-  if total < 0 then  -- a first-layout session: count what it holds, once
-    total = 0
-    for _, f in ipairs(redis.call('HKEYS', meta)) do
-      local p = string.sub(f, 1, 2)
-      if p == 'm:' or p == 'e:' then total = total + #f + redis.call('HSTRLEN', meta, f) end
-    end
-  end
+  local total = tonumber(mb or '0')
   local size = {}
   for i = dfirst, dlast do size[ARGV[i]] = 0 end
   for i = first, last, 2 do size[ARGV[i]] = #ARGV[i] + #ARGV[i + 1] end
@@ -245,11 +235,9 @@ local INHERITED = string.rep('\0', 8)
 
 -- The id window of a session or child: the 8-byte digests of its newest message ids (and of
 -- call tokens) in 128 buckets of its ids hash, named by one byte: 128 + the digest's first
--- byte % 128 (no clash with 'w' or with the first layout's hex names). A bucket holds two
--- generations: a 3-byte count of its current-generation digests, those digests (newest
--- first), then the previous generation's. Field 'w' is the current generation's digest count
--- (then 'L' while the first layout's buckets, '0' .. '7f', are still looked in). When adding
--- k digests would take the current generation past size, every bucket drops its previous
+-- byte % 128 (no clash with 'w'). A bucket holds two generations: a 3-byte count of its
+-- current-generation digests, those digests (newest first), then the previous generation's.
+-- Field 'w' is the current generation's digest count. When adding k digests would take the current generation past size, every bucket drops its previous
 -- generation first (once per size appends) and a new one begins: the hash holds at most
 -- 2 * size + k digests, and every one of the newest size is found. An append of one message
 -- reads and writes one bucket.
@@ -263,22 +251,22 @@ local function count_of(bucket)
   return (a * 256 + b) * 256 + c
 end
 
--- Whether bucket (a window bucket, or a first-layout one when offset is 1) holds digest d.
-local function held_in(bucket, d, offset)
-  if not bucket or #bucket < offset + 7 then return false end
-  local pos = offset
+-- Whether a window bucket holds digest d (at a digest's place: after the count, 8 bytes each).
+local function held_in(bucket, d)
+  if not bucket or #bucket < 11 then return false end
+  local pos = 4
   while true do
     local s = string.find(bucket, d, pos, true)
     if not s then return false end
-    if (s - offset) % 8 == 0 then return true end
+    if (s - 4) % 8 == 0 then return true end
     pos = s + 1
   end
 end
 
 -- open_window reads the window's state and the buckets of digests ARGV[first],
--- ARGV[first + step] ... ARGV[last] and of the digests in extra (a list) in one HMGET (a
--- second one for first-layout buckets while they are looked in). Returns the window (a
--- table: bucket values by field name, key, count, legacy, dirty), or nil and the reply that
+-- ARGV[first + step] ... ARGV[last] and of the digests in extra (a list) in one HMGET.
+-- Returns the window (a table: bucket values by field name, key, count, dirty), or nil and
+-- the reply that
 -- stops the script: the ids hash KEYS[i] holds a foreign type, or is missing though expected
 -- (the session records list positions: its window exists).
 local function open_window(i, expected, first, last, step, extra)
@@ -301,26 +289,14 @@ local function open_window(i, expected, first, last, step, extra)
   local got = redis.pcall('HMGET', KEYS[i], unpack(fields))
   if failed(got) then return nil, refusal(got, i) end
   if not got[1] and expected then return nil, {DAMAGED, i, 'missing'} end
-  local w = got[1] or (expected and '0' or '0L')
-  local win = {key = i, count = tonumber(string.match(w, '%d+')), legacy = string.sub(w, -1) == 'L',
-    dirty = {}}
+  local win = {key = i, count = tonumber(got[1] or '0'), dirty = {}}
   for n = 2, #fields do win[fields[n]] = got[n] or '' end
-  if win.legacy then  -- a first-layout session: its old buckets count until the window turns
-    local old = {}
-    for j = first, last, step do old[#old + 1] = string.format('%x', string.byte(ARGV[j], 1) % 128) end
-    if extra then
-      for _, d in ipairs(extra) do old[#old + 1] = string.format('%x', string.byte(d, 1) % 128) end
-    end
-    local values = redis.call('HMGET', KEYS[i], unpack(old))
-    for n, f in ipairs(old) do win[f] = values[n] or '' end
-  end
   return win
 end
 
 -- Whether the window holds digest d.
 local function has(win, d)
-  if held_in(win[bucket_of(d)], d, 4) then return true end
-  return win.legacy and held_in(win[string.format('%x', string.byte(d, 1) % 128)], d, 1)
+  return held_in(win[bucket_of(d)], d)
 end
 
 -- Add digests (a list, none held) to the window, turning it over first when the current
@@ -335,12 +311,6 @@ local function add(win, digests, size)
       local v = values[n] or ''
       win[f] = '\0\0\0' .. string.sub(v, 4, 3 + 8 * count_of(v))
       win.dirty[f] = true
-    end
-    if win.legacy then
-      local drop = {'c'}
-      for n = 0, 127 do drop[#drop + 1] = string.format('%x', n) end
-      redis.call('HDEL', KEYS[win.key], unpack(drop))
-      win.legacy = false
     end
     win.count = 0
   end
@@ -362,7 +332,7 @@ end
 
 -- Write the window's changed buckets and its state in one HSET.
 local function save_window(win)
-  local args = {'w', win.count .. (win.legacy and 'L' or '')}
+  local args = {'w', win.count}
   for f in pairs(win.dirty) do
     args[#args + 1] = f
     args[#args + 1] = win[f]
@@ -371,17 +341,17 @@ local function save_window(win)
   win.dirty = {}
 end
 
--- Whether a child's hash KEYS[c] (fields parent, discarded, merged_at in f) is a live child of
--- parent: OK, MERGED, or the reply for a child that is not there: {PRUNED, merged_at} when the
--- root's done zset KEYS[7] remembers its merge, else {NOT_FOUND}.
+-- Whether a child's hash (fields parent, merged_at in f) is a live child of parent: OK,
+-- MERGED, or the reply for a child that is not there: {PRUNED, merged_at} when the root's done
+-- zset KEYS[7] remembers its merge, else {NOT_FOUND}.
 local function child_state(f, parent, child_key)
   if not f[1] then
     local at = redis.call('ZSCORE', KEYS[7], 'm' .. child_key)
     if at then return {PRUNED, at} end
     return {NOT_FOUND}
   end
-  if f[1] ~= parent or f[2] then return {NOT_FOUND} end
-  if f[3] then return MERGED end
+  if f[1] ~= parent then return {NOT_FOUND} end
+  if f[2] then return MERGED end
   return OK
 end
 

@@ -34,13 +34,14 @@
 local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n', 'tg', 'mb')
 if failed(f) then return refusal(f, 1) end
 if not f[1] then return gone(1, 2, 3, 5) end
+if f[1] ~= SCHEMA then return {DAMAGED, 1, 'version', f[1]} end
 if (f[2] or '') ~= '' then return key_changed(f[2]) end
 local us, now = clock()
 local ttl = tonumber(ARGV[1])
 local grace = tonumber(ARGV[2])
 local extend_now = due(f[3], ttl, now)
 if extend_now and (f[6] or '0') ~= ARGV[3] then return tree_changed(f[6]) end
-local g, h, n = positions(false, f[4], f[5], 2, 1)
+local g, h, n = positions(nil, f[4], f[5], 2, 1)
 if g == nil then return h end
 local win, stop = open_window(3, f[5], 13, 13, 2)
 if not win then return stop end

@@ -14,22 +14,22 @@
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
   'hash'})
 if bad then return bad end
-local c = redis.call('HMGET', KEYS[8], 'parent', 'discarded', 'merged_at', 'max', 'g', 'h', 'n',
-  'mt', 'mx')
+local c = redis.call('HMGET', KEYS[8], 'parent', 'merged_at', 'max', 'g', 'h', 'n', 'mt', 'mx')
 local st = child_state(c, ARGV[5], ARGV[6])
 if st == MERGED then return {MERGED} end
 if st ~= OK then return st end
 local f = redis.call('HMGET', KEYS[1], 'v', 'k', 'x', 'tg')
 if not f[1] then return gone(1, 2, 3, 5) end
+if f[1] ~= SCHEMA then return {DAMAGED, 1, 'version', f[1]} end
 if (f[2] or '') ~= ARGV[7] then return key_changed(f[2]) end
 local us, now = clock()
-if leased(c[8], c[9], now, '') then return {MERGED} end  -- a large merge of it is under way
+if leased(c[7], c[8], now, '') then return {MERGED} end  -- a large merge of it is under way
 local ttl = tonumber(ARGV[1])
 local extend_now = due(f[3], ttl, now)
 if extend_now and (f[4] or '0') ~= ARGV[3] then return tree_changed(f[4]) end
-local g, h, n = positions(c[5], c[6], c[7], 9)
+local g, h, n = positions(c[4], c[5], c[6], 9)
 if not g then return h end
-local win, stop = open_window(10, c[7], 8, #ARGV, 2)
+local win, stop = open_window(10, c[6], 8, #ARGV, 2)
 if not win then return stop end
 
 local digests, elements = {}, {}
@@ -43,10 +43,9 @@ end
 if #digests == 0 then return {OK, 0} end
 local new_keys = {}  -- keys this call creates join the tree's deadline
 if n == h then new_keys[#new_keys + 1] = 9 end
-if not c[7] then new_keys[#new_keys + 1] = 10 end  -- a first-layout child
 push_all(KEYS[9], elements)
 n = n + #elements
-local max = tonumber(c[4] or '0')
+local max = tonumber(c[3] or '0')
 if max > 0 and n - h > max then
   redis.call('LTRIM', KEYS[9], -max, -1)
   h = n - max

@@ -22,6 +22,7 @@
 local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n')
 if failed(f) then return refusal(f, 1) end
 if not f[1] then return gone(1, 2, 3, 5) end
+if f[1] ~= SCHEMA then return {DAMAGED, 1, 'version', f[1]} end
 if (f[2] or '') ~= ARGV[7] then return key_changed(f[2]) end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -31,7 +32,7 @@ if extend_now then
   local tg = redis.call('HGET', KEYS[1], 'tg') or '0'
   if tg ~= ARGV[3] then return tree_changed(tg) end
 end
-local g, h, n = positions(false, f[4], f[5], 2, 1)
+local g, h, n = positions(nil, f[4], f[5], 2, 1)
 if g == nil then return h end
 local m = tonumber(ARGV[9])
 local size = tonumber(ARGV[4])
@@ -44,9 +45,9 @@ if quick then  -- one message: its bucket and the window's state, in one HMGET
   if failed(got) then return refusal(got, 3) end
   w, old = got[1], got[2] or ''
   if not w then return {DAMAGED, 3, 'missing'} end
-  count = tonumber(w)  -- nil while first-layout buckets are looked in: the general path
-  if count and held_in(old, d, 4) then return {OK, 0} end
-  quick = count and count + 1 <= size
+  count = tonumber(w)
+  if held_in(old, d) then return {OK, 0} end
+  quick = count + 1 <= size
 end
 local win, digests, elements, mb
 if not quick then
@@ -93,7 +94,7 @@ if max > 0 and n - h > max then
   redis.call('LTRIM', KEYS[2], -max, -1)
   h = n - max
 end
-if g then  -- the positions begin (a first-layout session) or begin anew
+if g then  -- the positions begin anew (the list was changed behind the store's back)
   redis.call('HSET', KEYS[1], 'updated_at', us, 'n', n, 'h', h, 'g', g)
 elseif g == false and h ~= tonumber(f[4] or '0') then
   redis.call('HSET', KEYS[1], 'updated_at', us, 'n', n, 'h', h)

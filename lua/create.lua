@@ -52,7 +52,7 @@ redis.call('HSET', KEYS[1], unpack(head))
 redis.call('HSET', KEYS[1], 'created_at', us, 'token', ARGV[6], 'tg', 0, 'mb', mb)
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[5], KEYS[6], KEYS[7])
 hcall_from('HSET', KEYS[1], 12, 11 + 2 * n)
-local win = {key = 3, count = 0, legacy = false, dirty = {}}
+local win = {key = 3, count = 0, dirty = {}}
 local digests, elements = {}, {}
 if staged > 0 then
   for i = 13 + 2 * n, #ARGV do digests[#digests + 1] = ARGV[i] end

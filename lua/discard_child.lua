@@ -19,12 +19,12 @@ if has(win, ARGV[7]) then
   reply[1] = OK
   return reply
 end
-local c = redis.call('HMGET', KEYS[8], 'parent', 'discarded', 'merged_at', 'mt', 'mx')
+local c = redis.call('HMGET', KEYS[8], 'parent', 'merged_at', 'mt', 'mx')
 local st = child_state(c, ARGV[5], ARGV[6])
 if st == MERGED or (type(st) == 'table' and st[1] == PRUNED) then return {MERGED} end
 if st ~= OK then return st end
 local us, now = clock()
-if leased(c[4], c[5], now, '') then return {MERGED} end
+if leased(c[3], c[4], now, '') then return {MERGED} end
 
 local tg = tonumber(f[1] or '0') + 1
 if f[3] then  -- a live parent records the discard (a damaged one only loses the child)

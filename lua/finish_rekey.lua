@@ -1,10 +1,10 @@
--- finish_rekey: end a rotation: the next passphrase becomes the passphrase and the data keys
--- wrapped under the old one are dropped, so the old passphrase opens nothing any more.
+-- finish_rekey: end a rotation: the next passphrase becomes the passphrase and the master key's
+-- wrap under the old one is dropped, so the old passphrase opens nothing any more.
 -- KEYS[1] salts hash   KEYS[2] checksums hash   KEYS[3] keyring hash
 -- ARGV[1] record name ('passphrase')   ARGV[2] next record name ('passphrase.next')
 -- ARGV[3] the next salt the caller rotated to
 -- Reply: {OK} | {CONFLICT} (no such rotation is under way)
--- Events: none. Keyring fields are 'dek:<key id hex>:<record name>'.
+-- Events: none. Keyring fields end in ':<record name>' ('mk:passphrase').
 if redis.call('HGET', KEYS[1], ARGV[2]) ~= ARGV[3] then return {CONFLICT} end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[1], redis.call('HGET', KEYS[2], ARGV[2]))

@@ -40,6 +40,7 @@ if not f[1] then
   if st[1] == DAMAGED then return st end
   return {PARENT_GONE, st[1]}
 end
+if f[1] ~= SCHEMA then return {DAMAGED, 1, 'version', f[1]} end
 if (f[2] or '') ~= ARGV[14] then return key_changed(f[2]) end
 local us, now = clock()
 local ttl = tonumber(ARGV[1])

@@ -11,10 +11,10 @@
 --        the elements are the messages at positions from .. upto - 1 (absolute, in
 --        generation g; the list holds h .. n - 1); upto < n when the byte budget ran out
 --        | {NOT_FOUND} | {EXPIRED} | {WRONG_TYPE, i, type} | {DAMAGED, ...}
--- Events: none. Positions: see the prelude (a first-layout session reads as h = 0, n = its
--- length, token ''). When the caller's token and generation match, its tail position lies in
--- h .. n and what it holds begins at or before the first wanted message, from is that tail
--- position (only the new messages travel); else from is where the wanted messages begin.
+-- Events: none. Positions: see the prelude. When the caller's token and generation match, its
+-- tail position lies in h .. n and what it holds begins at or before the first wanted message,
+-- from is that tail position (only the new messages travel); else from is where the wanted
+-- messages begin.
 local want_meta = ARGV[2] == '1'
 local t = redis.call('TYPE', KEYS[3])['ok']
 if t ~= 'none' and t ~= 'hash' then return {WRONG_TYPE, 3, t} end
@@ -27,6 +27,7 @@ end
 local f = redis.pcall('HMGET', KEYS[1], 'v', 'token', 'g', 'h', 'n', 'k', 'dk')
 if failed(f) then return refusal(f, 1) end
 if not f[1] then return gone(1, 2, 3, 4) end  -- a hash without 'v': {DAMAGED, 1, 'foreign'}
+if f[1] ~= SCHEMA then return {DAMAGED, 1, 'version', f[1]} end
 local g, h, n = positions(f[3], f[4], f[5], 2)
 if not g then return h end
 local want = tonumber(ARGV[1])

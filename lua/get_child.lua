@@ -12,7 +12,7 @@
 --        | {WRONG_TYPE, i, type} | {DAMAGED, ...}
 local bad = wrong_type({'hash', 'list', 'zset', 'hash'})
 if bad then return bad end
-local f = redis.call('HMGET', KEYS[1], 'parent', 'discarded', 'g', 'h', 'n', 'token')
+local f = redis.call('HMGET', KEYS[1], 'parent', 'g', 'h', 'n', 'token')
 if not f[1] then
   local at = redis.call('ZSCORE', KEYS[3], 'm' .. ARGV[1])
   if at then return {PRUNED, at} end
@@ -20,11 +20,10 @@ if not f[1] then
   if redis.call('EXISTS', KEYS[2]) == 1 then return {DAMAGED, 1, 'missing'} end
   return {NOT_FOUND}
 end
-if f[2] then return {NOT_FOUND} end
-local g, h, n = positions(f[3], f[4], f[5], 2)
+local g, h, n = positions(f[2], f[3], f[4], 2)
 if not g then return h end
 local from = h
-if ARGV[3] ~= '' and ARGV[2] == tostring(g) and ARGV[6] == (f[6] or '') then
+if ARGV[3] ~= '' and ARGV[2] == tostring(g) and ARGV[6] == (f[5] or '') then
   local held = tonumber(ARGV[3])
   if held >= h and held <= n and tonumber(ARGV[5]) <= h then from = held end
 end

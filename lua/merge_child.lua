@@ -32,10 +32,9 @@ local extra = {ARGV[9]}
 if mode == 'summary' then extra[2] = ARGV[11] end
 local win, stop = open_window(3, f[7], 1, 0, 1, extra)
 if not win then return stop end
-local c = redis.call('HMGET', KEYS[8], 'parent', 'discarded', 'merged_at', 'g', 'h', 'n', 'mt',
-  'mx')
+local c = redis.call('HMGET', KEYS[8], 'parent', 'merged_at', 'g', 'h', 'n', 'mt', 'mx')
 if has(win, ARGV[9]) then  -- this very call merged already: answer as it did
-  local at = c[3] or redis.call('ZSCORE', KEYS[7], 'm' .. ARGV[7])
+  local at = c[2] or redis.call('ZSCORE', KEYS[7], 'm' .. ARGV[7])
   if at then
     local reply = tree_changed(f[4])
     reply[1] = OK
@@ -48,12 +47,13 @@ local st = child_state(c, ARGV[6], ARGV[7])
 if st == MERGED then return {MERGED} end
 if st ~= OK then return st end
 local us, now = clock()
-if leased(c[7], c[8], now, ARGV[8]) then return {MERGED} end
+if leased(c[6], c[7], now, ARGV[8]) then return {MERGED} end
 if not f[1] then
   st = gone(1, 2, 3, 5)
   if st[1] == DAMAGED then return st end
   return {PARENT_GONE, st[1]}
 end
+if f[1] ~= SCHEMA then return {DAMAGED, 1, 'version', f[1]} end
 if (f[2] or '') ~= ARGV[15] then return key_changed(f[2]) end
 local ttl = tonumber(ARGV[1])
 local fresh = (f[4] or '0') == ARGV[3]  -- the caller named the tree's members as they are
@@ -61,7 +61,7 @@ local extend_now = due(f[3], ttl, now)
 if extend_now and not fresh then return tree_changed(f[4]) end
 local g, h, n = positions(f[5], f[6], f[7], 2)
 if not g then return h end
-local cg, ch, cn = positions(c[4], c[5], c[6], 9)
+local cg, ch, cn = positions(c[3], c[4], c[5], 9)
 if not cg then return ch end
 if mode == 'history' and cn - ch > tonumber(ARGV[19]) then return {STAGE, cn - ch} end
 
@@ -77,7 +77,7 @@ elseif mode == 'history' then
       taken[d] = true
     end
   end
-elseif c[7] ~= ARGV[8] or tostring(g) ~= ARGV[17] or tonumber(ARGV[18]) > n
+elseif c[6] ~= ARGV[8] or tostring(g) ~= ARGV[17] or tonumber(ARGV[18]) > n
     or redis.call('LLEN', KEYS[11]) ~= tonumber(ARGV[20]) then
   return {STALE}  -- staged: the lease was lost, or the parent's list changed meanwhile
 end

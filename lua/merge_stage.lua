@@ -23,8 +23,7 @@
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
   'hash', 'list'})
 if bad then return bad end
-local c = redis.call('HMGET', KEYS[8], 'parent', 'discarded', 'merged_at', 'g', 'h', 'n', 'mt',
-  'mx')
+local c = redis.call('HMGET', KEYS[8], 'parent', 'merged_at', 'g', 'h', 'n', 'mt', 'mx')
 local st = child_state(c, ARGV[5], ARGV[6])
 if st == MERGED then return {MERGED} end
 if st ~= OK then return st end
@@ -34,20 +33,21 @@ if not f[1] then
   if st[1] == DAMAGED then return st end
   return {PARENT_GONE, st[1]}
 end
+if f[1] ~= SCHEMA then return {DAMAGED, 1, 'version', f[1]} end
 if (f[2] or '') ~= ARGV[14] then return key_changed(f[2]) end
 local _, now = clock()
 local step, lease = ARGV[8], tonumber(ARGV[13])
 if step == 'begin' then
-  if leased(c[7], c[8], now, ARGV[7]) then return {MERGED} end
+  if leased(c[6], c[7], now, ARGV[7]) then return {MERGED} end
   local g, h, n = positions(f[3], f[4], f[5], 2)
   if not g then return h end
-  local cg, ch, cn = positions(c[4], c[5], c[6], 9)
+  local cg, ch, cn = positions(c[3], c[4], c[5], 9)
   if not cg then return ch end
   redis.call('HSET', KEYS[8], 'mt', ARGV[7], 'mx', now + lease)
   redis.call('DEL', KEYS[11])
   return {OK, g, h, n, ch, cn}
 end
-if c[7] ~= ARGV[7] then return {STALE} end  -- the lease went to another merge
+if c[6] ~= ARGV[7] then return {STALE} end  -- the lease went to another merge
 local staged = tonumber(ARGV[11])
 if redis.call('LLEN', KEYS[11]) ~= staged then return {STALE} end
 local from, to, budget = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[15])
@@ -62,7 +62,7 @@ if step == 'parent' then
   push_all(KEYS[11], elements)
   pushed = 0
 else
-  local _, ch = positions(c[4], c[5], c[6], 9)
+  local _, ch = positions(c[3], c[4], c[5], 9)
   if not _ then return ch end
   local items
   items, upto = read_from(9, ch, from, to, budget)

@@ -38,7 +38,6 @@ if expect ~= '' and string.sub(top, 1, #expect) ~= expect then return {STALE} en
 
 redis.call('HSET', KEYS[1], 'updated_at', us, 'g', g + 1, 'h', 0, 'n', n - h - 1)
 redis.call('RPOP', KEYS[2])
-redis.call('HDEL', KEYS[1], 'pop_token', 'popped')  -- where the first layout kept the last pop
 local keep = now + tonumber(ARGV[10])
 if f[3] then keep = math.min(keep, tonumber(f[3])) end
 redis.call('SET', KEYS[8], ARGV[6] .. top, 'PXAT', keep)

@@ -27,8 +27,8 @@ for i = 4, 3 + 3 * n, 3 do
     replaced = replaced + 1
   end
 end
-if replaced > 0 then  -- a first-layout list too: it records g alone (positions: prelude),
-  g = g + 1            -- unless its owner's hash is gone (evicted): none is made anew
+if replaced > 0 then  -- the owner's hash records the new generation, unless it is gone
+  g = g + 1            -- (evicted): none is made anew
   if p[3] or redis.call('EXISTS', KEYS[2]) == 1 then redis.call('HSET', KEYS[2], 'g', g) end
 end
 local at = 4 + 3 * n

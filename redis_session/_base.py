@@ -240,8 +240,8 @@ class CoreBase(KeyringOps):
         token: Any,
         h: int,
     ) -> Op[list[bytes] | None]:
-        """The elements of a list of generation ``g`` and ``token`` (b'' for a first-layout
-        session, which has none) whose head was at position ``h``, at positions ``upto`` ..
+        """The elements of a list of generation ``g`` and ``token`` whose head was at position
+        ``h``, at positions ``upto`` ..
         ``n`` - 1; None when the list changed generation or token (deleted and made again) or
         lost what was to be read meanwhile (then read again from the start).
 
@@ -252,7 +252,7 @@ class CoreBase(KeyringOps):
         holds when those are still what the read began with (every change to a list but an
         append at its tail changes its token, generation or head, and a head only grows
         within a generation), it is taken again from the new head after a trim. A
-        first-layout session, a store that knows no element size, a list whose length is not
+        store that knows no element size, a list whose length is not
         what its positions say (another writer changed it, or damage) or a failed command:
         the ``read_range`` script, which begins a new generation or names the damage. Not
         atomic: a raw writer that changes the list's length between the ``LRANGE`` and the

@@ -362,8 +362,6 @@ class ChildOps(CoreBase):
                         raise CorruptData(parent_key, f"child key {child!r} is not UTF-8")
                     if not meta:
                         raise CorruptData(child, "the child's record is missing (evicted?)")
-                    if b"discarded" in meta[::2]:
-                        continue  # a tombstone of the first layout
                     out.append(codec.decode_child(child, meta, items, opener))
                 except EncryptionError:
                     raise  # tampering is never skipped quietly

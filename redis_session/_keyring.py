@@ -13,15 +13,14 @@ session sealed under another master key, with the passphrase and the salt beside
 
 Rotation (``rekey``), online and resumable:
 
-1. ``begin_rekey``: a new passphrase record (``passphrase.next``), and the master key (and the
-   previous layout's data keys) wrapped under it too: workers holding either passphrase open
-   everything during the rotation.
+1. ``begin_rekey``: a new passphrase record (``passphrase.next``), and the master key wrapped
+   under it too: workers holding either passphrase open everything during the rotation.
 2. For every session: a sealed one gets its copy of the master key's wrap under the new
-   passphrase (``rekey_session``, only if its key is still what was read); one of the previous
-   layout, or in cleartext, moves to this layout: its own data key first (writers follow it at
-   once, flagged "move pending" so that its older values still read), then its values re-sealed
-   in steps of a bounded size (``reseal_session``, each value swapped only if unchanged), then
-   the flag cleared. Passes repeat until one finds nothing left to do; ``rekey`` again resumes.
+   passphrase (``rekey_session``, only if its key is still what was read); one in cleartext
+   gets sealed: its own data key first (writers follow it at once, flagged "move pending" so
+   that its cleartext values still read), then its values sealed in steps of a bounded size
+   (``reseal_session``, each value swapped only if unchanged), then the flag cleared.
+   Passes repeat until one finds nothing left to do; ``rekey`` again resumes.
 3. ``finish_rekey``: the next passphrase becomes the passphrase; the wraps under the old one are
    dropped, so the old passphrase opens nothing any more. (A worker still running with the old
    passphrase holds the master key and keeps working; sessions it creates carry a copy of the
@@ -40,12 +39,11 @@ from typing import Any
 
 from . import codec, crypto
 from ._requests import Commands, Compute, Op, ScriptCall
-from .crypto import CURRENT, NEXT, Keyring, MasterKey, Opener, Passphrase, Sealer, SessionKey
+from .crypto import CURRENT, NEXT, MasterKey, Opener, Passphrase, Sealer, SessionKey
 from .errors import (
     ConcurrentChange,
     CorruptData,
     InvalidArgument,
-    KeyUnavailable,
     PassphraseRequired,
     SessionNotEncrypted,
     TamperDetected,
@@ -90,10 +88,6 @@ class RekeyReport:
     resumed: bool
 
 
-def _dek_field(kid: bytes, record: str) -> str:
-    return f"dek:{kid.hex()}:{record}"
-
-
 def _mk_field(record: str) -> str:
     return f"mk:{record}"
 
@@ -116,19 +110,17 @@ class KeyringOps:
     def _init_crypto(self, passphrase: str | bytes | None, kdf_work: int) -> None:
         self.passphrase = None if passphrase is None else Passphrase(passphrase)
         self.kdf_work = crypto.check_work(kdf_work)
-        self.keyring: Keyring | None = None
         self.master: MasterKey | None = None
         self.record = CURRENT
         self._masters: list[MasterKey] = []
         self._keks: dict[tuple[bytes, int, bytes], bytes] = {}
-        self._session_kids: dict[str, bytes] = {}  # sessions of the previous layout
         self._session_keys: dict[str, SessionKey] = {}
         self._versions: dict[tuple[str, str], int] = {}
 
     @property
     def locked(self) -> bool:
         """Whether the store has a passphrase and has not opened the keyring yet."""
-        return self.passphrase is not None and self.keyring is None
+        return self.passphrase is not None and self.master is None
 
     def _kek(self, passphrase: Passphrase, salt: bytes, work: int) -> Op[bytes]:
         """The KEK for these inputs; scrypt runs once per distinct salt and passphrase, as a
@@ -155,7 +147,7 @@ class KeyringOps:
         )
         return salts, checks, {bytes(f): bytes(v) for f, v in ring.items()}
 
-    def unlock(self) -> Op[Keyring]:
+    def unlock(self) -> Op[MasterKey]:
         """Open (or restore from a sealed session, or under a new prefix create) the keyring
         with the store's passphrase. Raises ``WrongPassphrase`` before anything else happens
         when it does not fit.
@@ -176,10 +168,9 @@ class KeyringOps:
                 work = self._work_allowed(crypto.work_of(check_value))
                 kek = yield from self._kek(passphrase, bytes(salt), work)
                 if crypto.matches(kek, check_value):
-                    keyring = self._open_ring(ring, record, kek)
-                    master = yield from self._master_key(ring, record, kek, bytes(salt), work)
-                    self.keyring, self.record, self.master = keyring, record, master
-                    return keyring
+                    master = self._master_key(ring, record, kek, bytes(salt), work)
+                    self.record, self.master = record, master
+                    return master
             raise WrongPassphrase()
         raise ConcurrentChange("keyring", "the keyring kept changing while it was opened")
 
@@ -197,18 +188,12 @@ class KeyringOps:
 
     def _master_key(
         self, ring: dict[bytes, bytes], record: str, kek: bytes, salt: bytes, work: int
-    ) -> Op[MasterKey]:
-        """The prefix's master key, from the keyring (given one now when a prefix of the
-        previous layout has none).
-        """
-        prefix = self.schema.prefix
+    ) -> MasterKey:
+        """The prefix's master key, from the keyring."""
         wrapped = ring.get(_mk_field(record).encode())
         if wrapped is None:
-            fresh = crypto.new_master_key(kek, salt, work, prefix)
-            keys = [self.schema.keyring]
-            reply = yield ScriptCall("set_master_key", keys, (_mk_field(record), fresh.wrapped))
-            wrapped = bytes(check(reply, Ctx(name="keyring", keys=keys))[1])
-        master = crypto.unwrap_master_key(kek, salt, work, wrapped, prefix)
+            raise CorruptData("keyring", f"the keyring holds no master key for {record!r}")
+        master = crypto.unwrap_master_key(kek, salt, work, wrapped, self.schema.prefix)
         if master is None:
             raise CorruptData("keyring", "the master key does not open with this passphrase")
         self._remember_master(master)
@@ -217,17 +202,6 @@ class KeyringOps:
     def _remember_master(self, master: MasterKey) -> None:
         if all(m.raw != master.raw for m in self._masters):
             self._masters.append(master)
-
-    def _open_ring(self, ring: dict[bytes, bytes], record: str, kek: bytes) -> Keyring:
-        """The previous layout's data keys under ``record`` (none under a new prefix)."""
-        current = ring.get(b"current")
-        keyring = Keyring(current=bytes.fromhex(current.decode()) if current else b"")
-        suffix = f":{record}".encode()
-        for field, wrapped in ring.items():
-            if field.startswith(b"dek:") and field.endswith(suffix):
-                kid = bytes.fromhex(field[4 : -len(suffix)].decode())
-                keyring.add(kid, crypto.unwrap(kek, kid, wrapped))
-        return keyring
 
     def _create_keyring(self, passphrase: Passphrase) -> Op[None]:
         salt = os.urandom(16)
@@ -308,11 +282,11 @@ class KeyringOps:
         kid, dek = crypto.new_session_key()
         dk = crypto.make_dk(self.master, self.schema.prefix, owner, kid, dek)
         key = self._remember_session(owner, crypto.session_key(kid, dek))
-        return self._sealer_v2(owner, key), kid, dk
+        return self._sealer_of(owner, key), kid, dk
 
-    def _sealer_v2(self, owner: str, key: SessionKey) -> Sealer:
+    def _sealer_of(self, owner: str, key: SessionKey) -> Sealer:
         return Sealer(
-            None, key.kid, owner, prefix=self.schema.prefix, session_key=key,
+            key.kid, owner, prefix=self.schema.prefix, session_key=key,
             versions=functools.partial(self._next_version, owner),
         )  # fmt: skip
 
@@ -337,11 +311,8 @@ class KeyringOps:
             return None
         key = self._session_keys.get(owner)
         if key is not None:
-            return self._sealer_v2(owner, key)
-        kid = self._session_kids.get(owner)
-        if kid is not None and self.keyring is not None:
-            return Sealer(self.keyring, kid, owner)
-        return Sealer(None, UNKNOWN_KID, owner)  # the script answers with the session's key
+            return self._sealer_of(owner, key)
+        return Sealer(UNKNOWN_KID, owner)  # the script answers with the session's key
 
     def _follow(self, owner: str, kid: bytes, dk: bytes) -> Op[None]:
         """After ``KEY_CHANGED``: seal writes to ``owner`` with its key (``kid``, ``dk``)."""
@@ -349,49 +320,30 @@ class KeyringOps:
             raise PassphraseRequired(owner)
         if not kid:
             raise SessionNotEncrypted(owner)
-        if self.keyring is None:
+        if self.master is None:
             yield from self.unlock()
         self._session_keys.pop(owner, None)
-        if dk:
-            self._session_key(owner, kid, dk)
-            return
-        assert self.keyring is not None
-        if kid not in self.keyring.keys:
-            yield from self.unlock()
-        assert self.keyring is not None
-        if kid not in self.keyring.keys:
-            raise KeyUnavailable(kid.hex())
-        if len(self._session_kids) >= KEY_CACHE:
-            self._session_kids.clear()
-        self._session_kids[owner] = kid
+        if not dk:
+            raise TamperDetected(owner, "it names a key id but holds no data key record")
+        self._session_key(owner, kid, dk)
 
     def _opened(
         self, owner: str, kid: Any, dk: Any, decode: Callable[[Opener | None], Any]
     ) -> Op[Any]:
         """``decode(opener)`` for session ``owner`` with key record ``kid``, ``dk`` (as read;
-        ``None`` without a passphrase: sealed data then raises ``PassphraseRequired``). A key
-        id the keyring lacks reloads it once (a rotation began).
+        ``None`` without a passphrase: sealed data then raises ``PassphraseRequired``).
         """
         if self.passphrase is None:
             return decode(None)
-        if self.keyring is None:
+        if self.master is None:
             yield from self.unlock()
         kid, dk = bytes(kid or b""), bytes(dk or b"")
-        for attempt in range(2):
-            key = self._session_key(owner, kid, dk) if dk else None
-            try:
-                return decode(self._opener(owner, kid, key))
-            except KeyUnavailable:
-                if attempt:
-                    raise
-            yield from self.unlock()
-        raise AssertionError("unreachable")  # pragma: no cover
+        if kid and not dk:
+            raise TamperDetected(owner, "it names a key id but holds no data key record")
+        return decode(self._opener(owner, self._session_key(owner, kid, dk) if dk else None))
 
-    def _opener(self, owner: str, kid: bytes, key: SessionKey | None) -> Opener:
-        return Opener(
-            owner, self.schema.prefix, self.keyring, key, bool(kid),
-            functools.partial(self._saw_version, owner),
-        )  # fmt: skip
+    def _opener(self, owner: str, key: SessionKey | None) -> Opener:
+        return Opener(owner, self.schema.prefix, key, functools.partial(self._saw_version, owner))
 
     def _written(self, owner: str, decode: Callable[[Opener | None], Any]) -> Op[Any]:
         """``decode(opener)`` of what a write to ``owner`` just answered, with the key that
@@ -401,9 +353,8 @@ class KeyringOps:
             return decode(None)
         key = self._session_keys.get(owner)
         if key is not None:
-            return decode(self._opener(owner, key.kid, key))
-        kid = self._session_kids.get(owner, b"")
-        return (yield from self._opened(owner, kid, b"", decode))
+            return decode(self._opener(owner, key))
+        return (yield from self._opened(owner, b"", b"", decode))
 
     # -- rotation ---------------------------------------------------------------------------
 
@@ -421,7 +372,7 @@ class KeyringOps:
             raise InvalidArgument("progress", "must be callable or None")
         if self.passphrase is None:
             raise InvalidArgument("passphrase", "rekey needs a store opened with a passphrase")
-        keyring = yield from self.unlock()
+        yield from self.unlock()
         assert self.master is not None
         salts, checks, ring = yield from self._records()
         prefix = self.schema.prefix
@@ -445,13 +396,10 @@ class KeyringOps:
             master_next = crypto.rewrap_master_key(
                 self.master.raw, kek_next, next_salt, work_next, prefix
             )
-            pairs: list[str | bytes] = [_mk_field(NEXT), master_next.wrapped]
-            for old_kid, old_dek in keyring.raw.items():
-                pairs += (_dek_field(old_kid, NEXT), crypto.wrap(kek_next, old_kid, old_dek))
             keys = [self.schema.salts, self.schema.checksums, self.schema.keyring]
-            current = keyring.current.hex()
             args = (
-                current, current, NEXT, next_salt, crypto.key_check(kek_next, work_next), *pairs,
+                NEXT, next_salt, crypto.key_check(kek_next, work_next), _mk_field(NEXT),
+                master_next.wrapped,
             )  # fmt: skip
             reply = yield ScriptCall("begin_rekey", keys, args)
             if reply[0] == Status.CONFLICT:
@@ -473,7 +421,7 @@ class KeyringOps:
                     if record is not None and record[2] == master_next.wrapped:
                         key_now = self._session_key(key, bytes(kid), bytes(dk))
                         if not key_now.pending:
-                            continue  # rewrapped already, nothing of the previous layout left
+                            continue  # rewrapped already, nothing left to seal
                     pending_here += 1
                     values += yield from self._move_session(key, master_next)
                     sessions += 1
@@ -490,7 +438,7 @@ class KeyringOps:
             raise ConcurrentChange("keyring", "the rotation was finished or undone meanwhile")
         check(reply, Ctx(name="keyring", keys=keys))
         self.passphrase = new
-        self.keyring, self.master, self._masters = None, None, []
+        self.master, self._masters = None, []
         self._session_keys.clear()
         yield from self.unlock()
         return RekeyReport(sessions, values, number, resumed)
@@ -507,8 +455,8 @@ class KeyringOps:
 
     def _move_session(self, key: str, master: MasterKey) -> Op[int]:
         """Give session ``key`` a key record under ``master``'s wrap: a sealed session keeps
-        its data key; one of the previous layout or in cleartext gets one of its own, then its
-        values re-sealed in steps. Returns how many values were re-sealed.
+        its data key; one in cleartext gets one of its own, then its values sealed in steps.
+        Returns how many values were re-sealed.
         """
         sk = self.schema.session(key)
         prefix = self.schema.prefix
@@ -518,13 +466,13 @@ class KeyringOps:
             if version is None:
                 return 0
             kid, dk = bytes(kid or b""), bytes(dk or b"")
-            if crypto.parse_dk(dk) is not None:
+            if kid or dk:
                 current = self._session_key(key, kid, dk)
                 new_kid, dek, pending = kid, current.raw, current.pending
                 from_cleartext = current.from_cleartext
             else:
                 new_kid, dek = crypto.new_session_key()
-                pending, from_cleartext = True, not kid
+                pending, from_cleartext = True, True
             new_dk = crypto.make_dk(master, prefix, key, new_kid, dek, pending, from_cleartext)
             reply = yield ScriptCall("rekey_session", [sk.meta], (kid, dk, new_kid, new_dk))
             if reply[0] == Status.NOT_FOUND:
@@ -553,7 +501,7 @@ class KeyringOps:
         steps; values sealed so already (written since the move began) are left alone.
         """
         sk = self.schema.session(key)
-        sealer = self._sealer_v2(key, target)
+        sealer = self._sealer_of(key, target)
         (members,) = yield Commands([("ZRANGE", sk.kids, 0, -1)])
         lists = [(sk.meta, sk.msgs, 0)]
         for m in members:
@@ -600,7 +548,7 @@ class KeyringOps:
                 items = [bytes(i) for i in check(part, Ctx(key))[1]]
                 triples: list[Any] = []
                 for offset, item in enumerate(items):
-                    new = yield from self._reseal_element(key, item, skip, sealer, at + offset)
+                    new = self._reseal_element(key, item, skip, sealer, at + offset)
                     if new is not None:
                         triples += (at + offset, item, new)
                 for i in range(0, len(triples), 3 * RESEAL_STEP):
@@ -628,36 +576,24 @@ class KeyringOps:
 
     def _reseal_element(
         self, owner: str, item: bytes, skip: int, sealer: Sealer, position: int
-    ) -> Op[bytes | None]:
+    ) -> bytes | None:
         """``item`` re-sealed by ``sealer`` (None when it is sealed so already)."""
         head, element = item[:skip], item[skip:]
-        parts = crypto.split_element(element)
-        if parts is None:
-            if not _from_cleartext(sealer):
-                raise TamperDetected(
-                    owner, f"message {position} is in cleartext in a sealed session: not sealed"
-                )
-            body = element
-            msg_id = _cleartext_id(owner, element)
-        elif parts[1][0] == crypto.V2:
+        if crypto.split_element(element) is not None:
             return None
-        else:
-            msg_id = parts[0]
-            assert self.keyring is not None
-            if crypto.kid_of(parts[1]) not in self.keyring.keys:
-                yield from self.unlock()
-            assert self.keyring is not None
-            body = crypto.open_message(self.keyring, owner, element, owner, position)
-        return head + sealer.message(msg_id, body)
+        if not _from_cleartext(sealer):
+            raise TamperDetected(
+                owner, f"message {position} is in cleartext in a sealed session: not sealed"
+            )
+        return head + sealer.message(_cleartext_id(owner, element), element)
 
     def _reseal_fields(
         self, owner: str, meta: dict[bytes, bytes], sealer: Sealer
     ) -> Op[list[bytes]]:
         """Old/new quads for the metadata values and scalar fields not sealed in this layout."""
         out: list[bytes] = []
-        if self.keyring is None:
+        if self.master is None:
             yield from self.unlock()
-        assert self.keyring is not None
         for field, value in meta.items():
             if field.startswith(b"m:"):
                 if not _from_cleartext(sealer):
@@ -666,9 +602,6 @@ class KeyringOps:
                         owner, f"metadata {name!r} is in cleartext in a sealed session: not sealed"
                     )
                 plain = value
-            elif field.startswith(b"e:") and value[:1] == bytes((crypto.MAGIC,)):
-                name = field[2:].decode("utf-8", "replace")
-                plain = crypto.open_meta(self.keyring, owner, name, value)
             elif (
                 field.decode("utf-8", "replace") in codec.SCALAR_FIELDS
                 and value

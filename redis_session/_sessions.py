@@ -198,7 +198,7 @@ class SessionOps(CoreBase):
         elements belong to the script's snapshot when the positions read after them are the
         same (every change to a session's list changes its token, generation, head or tail);
         the rest of a longer list is read in steps. None: the caller reads by the script
-        alone (changed between, a first-layout session, a list changed behind the store).
+        alone (changed between, a list changed behind the store).
         """
         meta, msgs = read_keys[0], read_keys[1]
         after = (("LRANGE", msgs, *span), ("HMGET", meta, "token", "g", "h", "n"))

@@ -1,54 +1,37 @@
 """Encryption at rest: key derivation, the keyring's records, sealing and opening values.
 
-This layout (format 2) and the previous one (format 1) are both read; what this layout writes
-is format 2. See "Format 2" below; the rest of this docstring describes format 1, whose
-sessions keep opening (and being written in it) until ``rekey`` moves them to format 2.
-
 Pure functions and small classes, no I/O (the keyring is read and written by ``_keyring``).
 
-Keys. A passphrase and a random 16-byte salt give a key-encryption key (KEK) by scrypt
-(``n = 2**work``, ``r = 8``, ``p = 1``; ``work`` = 15 by default: 32 MiB and ~0.1 s, paid once per
-store). The KEK never touches data: it wraps random 256-bit data keys (DEKs), each named by a
-4-byte key id. Every ciphertext carries the key id of the DEK that sealed it, so a rotation can
-re-encrypt online while readers accept every key of the keyring.
+Keys (envelope encryption). A passphrase and a random 16-byte salt give a key-encryption key
+(KEK) by scrypt (``n = 2**work``, ``r = 8``, ``p = 1``; ``work`` = 15 by default: 32 MiB and
+~0.1 s, paid once per store). The KEK wraps the prefix's master key (MK); the MK wraps every
+session's own random data key (DEK), named by a 4-byte key id (meta field ``k``). All
+AES-256-GCM with a 12-byte random nonce and a 16-byte tag::
 
-Formats (all AES-256-GCM, 12-byte random nonce, 16-byte tag)::
-
-    sealed value      0x01 | key id (4) | nonce (12) | ciphertext+tag
-    sealed message    {"id":"<id>", | sealed value        (the id stays readable for scripts)
     key check         rs1:scrypt:<work>:8:1:<hex HMAC-SHA256(KEK, "redis_session key check")>
-    wrapped DEK       nonce (12) | AES-GCM(KEK, DEK, aad = "redis_session dek " + key id)
-
-Associated data binds each ciphertext to its place: ``redis_session/1``, the purpose
-(``msg`` or ``meta``), the session key (a child's messages use its parent's key, since they move
-between the two at fork and merge) and the message id or metadata name. A ciphertext copied to
-another session, another message or another field fails authentication. (Format 1 joins the
-parts with NUL, which keys and names may hold: ambiguous. Format 2 fixes that.)
-
-Format 2 (per-session data keys, envelope encryption)::
-
     master key (MK)   keyring field mk: nonce (12) | AES-GCM(KEK, MK), aad lp("rs2 mk", prefix)
     session data key  meta field dk: 0x02 | salt (16) | work (1) | the MK's wrap (as above)
                       | nonce (12) | AES-GCM(MK, DEK (32) | flag (1)),
                       aad = lp("rs2 dek", prefix, session, key id)
     sealed message    {"id":"<id>", | 0x02 | nonce (12) | AES-GCM(DEK, JSON), aad lp("rs2 msg",
-                      prefix, session, id)
+                      prefix, session, id)           (the id stays readable for scripts)
     metadata value    0x03 | version (8, big-endian) | nonce (12) | AES-GCM(DEK, value),
                       aad lp("rs2 meta", prefix, session, name, version)
     scalar value      0x02 | nonce (12) | AES-GCM(DEK, value), aad lp("rs2 scalar", prefix,
                       session, field)
 
 ``lp`` encodes each part as a 4-byte big-endian length and its bytes: no two different lists
-of parts encode the same. Every sealed session has its own random data key, wrapped under the
-prefix's master key; each session also carries the master key wrapped under the passphrase's
-key, with the salt and work factor beside it, so a session opens with the passphrase alone.
-The prefix's records (salt, key check, the master key's wrap) are a check and a cache: losing
-them (eviction) neither splits workers between keys (a new worker restores them from a sealed
-session) nor makes a session unreadable. A passphrase rotation rewraps the master key (and
-each session's copy of its wrap); workers that hold the master key keep working meanwhile.
-The data key's wrap binds it to its session and key id (meta field ``k``): a dk moved to
-another session, or another ``k``, fails. Its flag byte says whether the session may still
-hold values of format 1 or cleartext (a ``rekey`` moving it to format 2 is under way).
+of parts encode the same, so a ciphertext copied to another prefix, session, message or field
+fails authentication (a child's messages use its parent's key: they move between the two at
+fork and merge). Each session also carries the master key wrapped under the passphrase's key,
+with the salt and work factor beside it, so a session opens with the passphrase alone. The
+prefix's records (salt, key check, the master key's wrap) are a check and a cache: losing them
+(eviction) neither splits workers between keys (a new worker restores them from a sealed
+session) nor makes a session unreadable. A passphrase rotation rewraps the master key (and each
+session's copy of its wrap); workers that hold the master key keep working meanwhile. The data
+key's wrap binds it to its session and key id: a dk moved to another session, or another ``k``,
+fails. Its flag byte says whether the session may still hold cleartext values (a ``rekey`` is
+moving a cleartext session to sealed).
 """
 
 from __future__ import annotations
@@ -63,23 +46,14 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
-from .errors import (
-    CorruptData,
-    DecryptionFailed,
-    InvalidArgument,
-    KeyUnavailable,
-    TamperDetected,
-)
+from .errors import CorruptData, DecryptionFailed, InvalidArgument, TamperDetected
 
-MAGIC = 0x01
 KID_LEN = 4
 NONCE_LEN = 12
-HEADER_LEN = 1 + KID_LEN + NONCE_LEN
 DEFAULT_WORK = 15
 MIN_WORK = 10
 _CHECK_INFO = b"redis_session key check"
 _CHECK_TAG = b"rs1:scrypt:"
-_AAD_HEAD = b"redis_session/1\x00"
 
 # Names in the salts/checksums hashes (the same records get_salt/get_checksum read).
 CURRENT = "passphrase"
@@ -154,22 +128,6 @@ def matches(kek: bytes, check: bytes) -> bool:
     return hmac.compare_digest(key_check(kek, work_of(check)), check)
 
 
-def wrap(kek: bytes, kid: bytes, dek: bytes) -> bytes:
-    """``dek`` sealed under ``kek`` for the keyring."""
-    nonce = os.urandom(NONCE_LEN)
-    return nonce + AESGCM(kek).encrypt(nonce, dek, b"redis_session dek " + kid)
-
-
-def unwrap(kek: bytes, kid: bytes, wrapped: bytes) -> bytes:
-    """The DEK ``wrap`` sealed; ``CorruptData`` when the record was altered."""
-    try:
-        return AESGCM(kek).decrypt(
-            wrapped[:NONCE_LEN], wrapped[NONCE_LEN:], b"redis_session dek " + kid
-        )
-    except (InvalidTag, ValueError):
-        raise CorruptData("keyring", f"data key {kid.hex()} does not open") from None
-
-
 V2 = 0x02
 V2_META = 0x03
 VERSION_LEN = 8
@@ -177,10 +135,10 @@ MK_WRAP_LEN = NONCE_LEN + 32 + 16
 DEK_WRAP_LEN = NONCE_LEN + 32 + 1 + 16
 DK_LEN = 1 + 16 + 1 + MK_WRAP_LEN + DEK_WRAP_LEN
 FLAG_PENDING = 0x01
-"""The data key's flag: values of format 1 or cleartext may remain (a move to format 2)."""
+"""The data key's flag: cleartext values may remain (a ``rekey`` is sealing the session)."""
 FLAG_FROM_CLEARTEXT = 0x02
-"""The data key's flag: the session moving to format 2 was in cleartext (not format 1), so
-its cleartext values are its own and get sealed; in a format-1 session they are forgeries."""
+"""The data key's flag: the session being sealed was in cleartext, so its cleartext values are
+its own and get sealed (the moves ``rekey`` makes all set it)."""
 
 
 def lp(*parts: bytes | str) -> bytes:
@@ -194,7 +152,7 @@ def lp(*parts: bytes | str) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class SessionKey:
-    """A session's own data key (format 2), its key id and flag, once unwrapped."""
+    """A session's own data key, its key id and flag, once unwrapped."""
 
     kid: bytes
     aead: AESGCM
@@ -205,7 +163,7 @@ class SessionKey:
 
 @dataclass(frozen=True, slots=True)
 class MasterKey:
-    """The prefix's master key (format 2): it wraps every session's data key; the passphrase's
+    """The prefix's master key: it wraps every session's data key; the passphrase's
     key wraps it. ``wrapped`` is that wrap, with the ``salt`` and ``work`` it was made with.
     """
 
@@ -299,79 +257,17 @@ def open_session_key(
     )
 
 
-def aad(purpose: bytes, owner: str, name: str) -> bytes:
-    """Associated data: what a ciphertext is bound to."""
-    return b"\x00".join((_AAD_HEAD + purpose, owner.encode(), name.encode()))
-
-
-@dataclass(slots=True)
-class Keyring:
-    """The data keys a store holds, by key id, and the id new sessions are sealed with."""
-
-    current: bytes
-    keys: dict[bytes, AESGCM] = field(default_factory=dict)
-    raw: dict[bytes, bytes] = field(default_factory=dict, repr=False)
-
-    def add(self, kid: bytes, dek: bytes) -> None:
-        """Hold ``dek`` under ``kid``."""
-        self.keys[kid] = AESGCM(dek)
-        self.raw[kid] = dek
-
-    def __repr__(self) -> str:
-        return f"Keyring(current={self.current.hex()}, kids={[k.hex() for k in self.keys]})"
-
-
-def seal(keyring: Keyring, kid: bytes, data: bytes, bound: bytes) -> bytes:
-    """``data`` sealed under key ``kid`` with associated data ``bound``."""
-    nonce = os.urandom(NONCE_LEN)
-    return bytes((MAGIC,)) + kid + nonce + keyring.keys[kid].encrypt(nonce, data, bound)
-
-
-def is_sealed(value: bytes) -> bool:
-    """Whether a stored value is a sealed one."""
-    return value[:1] == b"\x01"
-
-
 def is_sealed_scalar(value: bytes) -> bool:
-    """Whether a stored scalar field's value is sealed (format 2)."""
+    """Whether a stored scalar field's value is sealed."""
     return bool(value) and value[0] == V2
 
 
-def kid_of(value: bytes) -> bytes:
-    """The key id a sealed value names."""
-    return value[1 : 1 + KID_LEN]
-
-
-def unseal(keyring: Keyring, value: bytes, bound: bytes, key: str, what: str) -> bytes:
-    """The plaintext of a sealed value; ``KeyUnavailable`` for a key id the keyring lacks,
-    ``DecryptionFailed`` when authentication fails (tampered, moved, or foreign).
-    """
-    if len(value) < HEADER_LEN + 16 or value[0] != MAGIC:
-        raise DecryptionFailed(key, f"{what} is not a sealed value")
-    kid = value[1 : 1 + KID_LEN]
-    aead = keyring.keys.get(kid)
-    if aead is None:
-        raise KeyUnavailable(kid.hex())
-    try:
-        return aead.decrypt(value[1 + KID_LEN : HEADER_LEN], value[HEADER_LEN:], bound)
-    except InvalidTag:
-        raise DecryptionFailed(key, f"{what} failed authentication") from None
-
-
-def seal_message(keyring: Keyring, kid: bytes, owner: str, msg_id: str, body: bytes) -> bytes:
-    """A message's stored element: its readable id prefix, then its whole JSON sealed."""
-    prefix = b'{"id":"' + msg_id.encode() + b'",'
-    return prefix + seal(keyring, kid, body, aad(b"msg", owner, msg_id))
-
-
 def split_element(item: bytes) -> tuple[str, bytes] | None:
-    """``(id, sealed value)`` of a sealed message element (format 1 or 2); None for a
-    cleartext one.
-    """
+    """``(id, sealed value)`` of a sealed message element; None for a cleartext one."""
     if item[:7] != b'{"id":"':
         return None
     end = item.find(b'",', 7)
-    if end < 0 or item[end + 2 : end + 3] not in (b"\x01", b"\x02"):
+    if end < 0 or item[end + 2 : end + 3] != b"\x02":
         return None
     try:
         return item[7:end].decode("ascii"), item[end + 2 :]
@@ -385,16 +281,14 @@ _ID_HEAD = b'{"id":"'
 @dataclass(slots=True)
 class Opener:
     """Opens what one session (``owner``) holds, and refuses what a sealed session may not
-    hold. ``sealed``: the session has a key id; ``session_key``: its format-2 key (None for a
-    format-1 session); ``keyring``: the format-1 keys. ``seen``: called with each metadata
-    name and version opened (the store checks them against the newest it saw).
+    hold. ``session_key``: the session's data key (None for a cleartext session: it may hold
+    no sealed value). ``seen``: called with each metadata name and version opened (the store
+    checks them against the newest it saw).
     """
 
     owner: str
     prefix: str
-    keyring: Keyring | None
     session_key: SessionKey | None
-    sealed: bool
     seen: Callable[[str, int], None] | None = None
     _msg_bound: bytes = field(init=False, repr=False)
 
@@ -402,20 +296,20 @@ class Opener:
         self._msg_bound = lp(b"rs2 msg", self.prefix, self.owner)
 
     @property
+    def sealed(self) -> bool:
+        """Whether the session is sealed (it has a data key)."""
+        return self.session_key is not None
+
+    @property
     def _own_cleartext(self) -> bool:
         """Whether cleartext may be the session's own: it is moving from cleartext to sealed."""
         key = self.session_key
-        return key is not None and key.pending and key.from_cleartext
-
-    @property
-    def strict(self) -> bool:
-        """Whether only this layout's sealed values are accepted (no move to it pending)."""
-        return self.session_key is not None and not self.session_key.pending
+        return key is None or (key.pending and key.from_cleartext)
 
     def message(self, item: bytes, key: str, i: int) -> bytes:
         """A message element's JSON: opened, or refused (see :class:`TamperDetected`)."""
-        # The hot path (a format-2 element of a format-2 session), written out: the bound
-        # data is the session's part, computed once, and the id's part (see lp).
+        # The hot path (a sealed element of a sealed session), written out: the bound data is
+        # the session's part, computed once, and the id's part (see lp).
         end = item.find(b'",', 7)
         session_key = self.session_key
         if (
@@ -428,71 +322,47 @@ class Opener:
                 return session_key.aead.decrypt(item[end + 3 : end + 15], item[end + 15 :], bound)
             except (InvalidTag, ValueError):
                 raise DecryptionFailed(key, f"message {i} failed authentication") from None
-        return self._message(item, key, i)
-
-    def _message(self, item: bytes, key: str, i: int) -> bytes:
-        parts = split_element(item)
-        if parts is None:
-            if self.sealed and not self._own_cleartext:
+        if split_element(item) is None:
+            if not self._own_cleartext:
                 raise TamperDetected(key, f"message {i} is in cleartext in a sealed session")
             return item
-        msg_id, value = parts
-        if not self.sealed:
-            raise TamperDetected(key, f"message {i} is sealed in a session without a key id")
-        if value[0] == MAGIC:
-            if self.strict:
-                raise TamperDetected(key, f"message {i} is of format 1 in a format-2 session")
-            if self.keyring is None:
-                raise KeyUnavailable(kid_of(value).hex())
-            return unseal(self.keyring, value, aad(b"msg", self.owner, msg_id), key, f"message {i}")
-        if self.session_key is None:
-            raise TamperDetected(key, f"message {i} is of format 2 in a format-1 session")
-        return _open2(
-            self.session_key, value[1:], lp(b"rs2 msg", self.prefix, self.owner, msg_id), key,
-            f"message {i}",
-        )  # fmt: skip
+        raise TamperDetected(key, f"message {i} is sealed in a session without a data key")
 
     def meta(self, name: str, value: bytes, key: str) -> bytes:
         """A metadata value's plaintext (``e:`` fields)."""
-        if value[:1] == bytes((V2_META,)):
-            if self.session_key is None:
-                raise TamperDetected(key, f"metadata {name!r} is of format 2 in a format-1 session")
-            version = value[1 : 1 + VERSION_LEN]
-            bound = lp(b"rs2 meta", self.prefix, self.owner, name, version)
-            plain = _open2(
-                self.session_key, value[1 + VERSION_LEN :], bound, key, f"metadata {name!r}"
-            )
-            if self.seen is not None:
-                self.seen(name, int.from_bytes(version, "big"))
-            return plain
-        if self.strict:
-            raise TamperDetected(key, f"metadata {name!r} is not sealed as this layout seals")
-        if self.keyring is None:
-            raise KeyUnavailable(kid_of(value).hex())
-        return open_meta(self.keyring, self.owner, name, value)
+        if self.session_key is None:
+            raise TamperDetected(key, f"metadata {name!r} is sealed in a cleartext session")
+        if value[:1] != bytes((V2_META,)):
+            raise TamperDetected(key, f"metadata {name!r} is not sealed as this store seals")
+        version = value[1 : 1 + VERSION_LEN]
+        bound = lp(b"rs2 meta", self.prefix, self.owner, name, version)
+        plain = _open(self.session_key, value[1 + VERSION_LEN :], bound, key, f"metadata {name!r}")
+        if self.seen is not None:
+            self.seen(name, int.from_bytes(version, "big"))
+        return plain
 
     def cleartext_meta(self, name: str, key: str) -> None:
         """Refuse a cleartext (``m:``) metadata entry in a sealed session."""
-        if self.sealed and not self._own_cleartext:
+        if not self._own_cleartext:
             raise TamperDetected(key, f"metadata {name!r} is in cleartext in a sealed session")
 
     def scalar(self, name: str, value: bytes, key: str) -> bytes:
-        """A scalar field's plaintext: sealed in format 2, cleartext in format 1."""
+        """A scalar field's plaintext (sealed in a sealed session)."""
         if not value:
             return value
         if self.session_key is None:
-            if self.sealed and value[0] == V2 and len(value) >= 1 + NONCE_LEN + 16:
+            if value[0] == V2 and len(value) >= 1 + NONCE_LEN + 16:
                 raise TamperDetected(key, f"field {name!r} is sealed, but not by this session")
             return value
         if not is_sealed_scalar(value):
-            if self.strict:
+            if not self._own_cleartext:
                 raise TamperDetected(key, f"field {name!r} is in cleartext in a sealed session")
             return value
         bound = lp(b"rs2 scalar", self.prefix, self.owner, name)
-        return _open2(self.session_key, value[1:], bound, key, f"field {name!r}")
+        return _open(self.session_key, value[1:], bound, key, f"field {name!r}")
 
 
-def _open2(session_key: SessionKey, value: bytes, bound: bytes, key: str, what: str) -> bytes:
+def _open(session_key: SessionKey, value: bytes, bound: bytes, key: str, what: str) -> bytes:
     if len(value) < NONCE_LEN + 16:
         raise DecryptionFailed(key, f"{what} is not a sealed value")
     try:
@@ -501,30 +371,17 @@ def _open2(session_key: SessionKey, value: bytes, bound: bytes, key: str, what: 
         raise DecryptionFailed(key, f"{what} failed authentication") from None
 
 
-def open_message(keyring: Keyring, owner: str, item: bytes, key: str, i: int) -> bytes:
-    """A message element's JSON: cleartext elements pass through, sealed ones are opened."""
-    parts = split_element(item)
-    if parts is None:
-        return item
-    msg_id, value = parts
-    return unseal(keyring, value, aad(b"msg", owner, msg_id), key, f"message {i}")
-
-
-def open_meta(keyring: Keyring, owner: str, name: str, value: bytes) -> bytes:
-    """A sealed metadata value's plaintext."""
-    return unseal(keyring, value, aad(b"meta", owner, name), owner, f"metadata {name!r}")
-
-
 class Sealer:
-    """Seals what one write stores in session ``owner``: in format 1 under keyring key
-    ``kid``, or in format 2 under the session's own key (``session_key``).
+    """Seals what one write stores in session ``owner`` under its data key ``session_key``
+    (key id ``kid``). Without the key (the store does not know the session's key yet) it
+    seals nothing: it sends placeholders, and the script answers with the session's key
+    record before writing anything.
     """
 
-    __slots__ = ("keyring", "kid", "owner", "prefix", "session_key", "versions")
+    __slots__ = ("kid", "owner", "prefix", "session_key", "versions")
 
     def __init__(
         self,
-        keyring: Keyring | None,
         kid: bytes,
         owner: str,
         *,
@@ -532,37 +389,25 @@ class Sealer:
         session_key: SessionKey | None = None,
         versions: Callable[[str], int] | None = None,
     ) -> None:
-        self.keyring = keyring
         self.kid = kid
         self.owner = owner
         self.prefix = prefix
         self.session_key = session_key
         self.versions = versions
 
-    @property
-    def v2(self) -> bool:
-        """Whether this sealer writes format 2 (or the key is not known yet: format 2 too)."""
-        return self.session_key is not None or self.keyring is None
-
     def message(self, msg_id: str, body: bytes) -> bytes:
-        """A message element (see :func:`seal_message`)."""
+        """A message's stored element: its readable id prefix, then its whole JSON sealed."""
+        head = b'{"id":"' + msg_id.encode() + b'",' + bytes((V2,))
         if self.session_key is None:
-            if self.keyring is None:  # the session's key is not known yet: the script says
-                return b'{"id":"' + msg_id.encode() + b'",' + bytes((V2,))
-            return seal_message(self.keyring, self.kid, self.owner, msg_id, body)
+            return head
         nonce = os.urandom(NONCE_LEN)
         bound = lp(b"rs2 msg", self.prefix, self.owner, msg_id)
-        return (
-            b'{"id":"' + msg_id.encode() + b'",' + bytes((V2,)) + nonce
-            + self.session_key.aead.encrypt(nonce, body, bound)
-        )  # fmt: skip
+        return head + nonce + self.session_key.aead.encrypt(nonce, body, bound)
 
     def meta(self, name: str, value: bytes) -> bytes:
-        """A metadata value (format 2: with a version newer than any this store saw)."""
+        """A metadata value, with a version newer than any this store saw."""
         if self.session_key is None:
-            if self.keyring is None:
-                return bytes((V2_META,))
-            return seal(self.keyring, self.kid, value, aad(b"meta", self.owner, name))
+            return bytes((V2_META,))
         version = (self.versions(name) if self.versions else 0).to_bytes(VERSION_LEN, "big")
         nonce = os.urandom(NONCE_LEN)
         bound = lp(b"rs2 meta", self.prefix, self.owner, name, version)
@@ -571,11 +416,11 @@ class Sealer:
         )
 
     def scalar(self, name: str, value: bytes) -> bytes:
-        """A scalar field's value (format 2 only; format 1 keeps scalars in cleartext)."""
+        """A scalar field's value."""
         if not value:
             return value
-        if self.session_key is None:  # format 1 keeps it clear; an unknown key sends nothing
-            return bytes((V2,)) if self.keyring is None else value
+        if self.session_key is None:
+            return bytes((V2,))
         nonce = os.urandom(NONCE_LEN)
         bound = lp(b"rs2 scalar", self.prefix, self.owner, name)
         return bytes((V2,)) + nonce + self.session_key.aead.encrypt(nonce, value, bound)

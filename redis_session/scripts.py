@@ -43,7 +43,6 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "rekey_session",
     "reseal_session",
     "set_checksum",
-    "set_master_key",
     "set_secret",
     "stage_push",
     "update",

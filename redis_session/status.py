@@ -95,12 +95,12 @@ def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
             raise SessionNotFound(ctx.parent)
         case Status.WRONG_TYPE:
             where = _key_name(ctx.keys[int(reply[1]) - 1])
-            raise ForeignKey(ctx.key or ctx.name, where, _key_name(reply[2]))
+            raise ForeignKey(_owner(ctx, reply), where, _key_name(reply[2]))
         case Status.DAMAGED if _key_name(reply[2]) == "foreign":
             where = _key_name(ctx.keys[int(reply[1]) - 1])
-            raise ForeignKey(ctx.key or ctx.name, where, "hash")
+            raise ForeignKey(_owner(ctx, reply), where, "hash")
         case Status.DAMAGED:
-            raise CorruptData(ctx.key or ctx.name, damage(ctx.keys, reply))
+            raise CorruptData(_owner(ctx, reply), damage(ctx.keys, reply))
         case Status.TOO_LARGE:
             raise InvalidArgument(
                 ctx.argument or "metadata",
@@ -116,14 +116,34 @@ def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
     raise SessionError(f"unknown script status {status!r}")
 
 
+ROOT_KEYS = 7
+"""A child operation's first KEYS are its parent's tree root keys (see ``lua/_prelude.lua``)."""
+
+
+def _owner(ctx: Ctx, reply: Sequence[Any]) -> str:
+    """The session a reply naming ``KEYS[reply[1]]`` is about: a child operation's parent
+    for the parent's own keys, else the operation's key.
+    """
+    if ctx.parent and int(reply[1]) <= ROOT_KEYS:
+        return ctx.parent
+    return ctx.key or ctx.name
+
+
 def _key_name(name: str | bytes | int) -> str:
     return name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
 
 
 def damage(keys: Sequence[str | bytes], reply: Sequence[Any]) -> str:
-    """What a ``DAMAGED`` reply ``{13, i, what, found, expected}`` says about ``keys[i - 1]``."""
+    """What a ``DAMAGED`` reply ``{13, i, what, found, expected}`` says about ``keys[i - 1]``
+    (``{13, i, 'version', v}``: a session of another schema version).
+    """
     where = _key_name(keys[int(reply[1]) - 1])
     what = _key_name(reply[2])
+    if what == "version":
+        return (
+            f"Redis key {where!r} holds a session of schema version {_key_name(reply[3])!r}, "
+            "which this version of redis_session does not know"
+        )
     if what == "evicted":
         return (
             f"every data key of the session was removed before its deadline (evicted under "

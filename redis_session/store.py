@@ -418,10 +418,10 @@ class RedisStore:
         Other workers keep reading and writing meanwhile: during the rotation the prefix's
         master key opens with the old and with the new passphrase. Each sealed session keeps
         its data key and gets its copy of the master key's wrap under the new passphrase (one
-        small script each, in batches of ``batch_size`` sessions); a session of format 1 or in
-        cleartext gets a data key of its own and its values re-sealed in bounded steps, each
-        swapped only if unchanged since read (``TamperDetected`` for cleartext planted in a
-        format-1 session: it is never sealed). ``progress`` is called after each batch with a
+        small script each, in batches of ``batch_size`` sessions); a session in cleartext gets
+        a data key of its own and its values sealed in bounded steps, each swapped only if
+        unchanged since read (``TamperDetected`` for cleartext planted in a sealed session: it
+        is never sealed). ``progress`` is called after each batch with a
         :class:`RekeyProgress`. A crash leaves everything readable; calling ``rekey`` again
         with the same new passphrase resumes (``WrongPassphrase`` if a rotation to another one
         is under way). When it returns, the old passphrase opens nothing and this store uses

@@ -20,12 +20,6 @@ two names never collide):
 - ``adk/user/<app>/<user>``: ``user:`` state shared by all sessions of that user, as
   ``state:<key>`` entries (key without the prefix).
 - ``adk/app/<app>``: ``app:`` state shared by all sessions of the app, likewise.
-- ``adk/events/<app>/<user>/<id>``: where sessions created before ``adk:layout`` 2 keep the
-  events they had then (a session without the ``adk:layout`` entry). They are read before
-  the session's own messages (within the store's ``max_history_turns``), new events go to
-  the session, and ``delete_session`` removes both. Upgrade every worker at once: a worker of
-  the first layout appends to this log, which this version reads only for first-layout
-  sessions.
 
 ``temp:`` state is applied to the in-memory session during the invocation and never stored.
 State values are stored as JSON; values JSON cannot hold are stored as their ``repr`` with a
@@ -65,9 +59,7 @@ concurrent writer between the check and the append is not refused).
 
 TTL. With a store ``ttl``, the three records expire ``ttl`` after their last write;
 ``append_event`` also refreshes the user and app records (in the same script, or the same
-concurrent step on a cluster), so shared state outlives every session that uses it, and
-``get_session`` refreshes the event log of a first-layout session, which no longer takes
-writes.
+concurrent step on a cluster), so shared state outlives every session that uses it.
 
 Ordering. Events come back as ADK's database service orders them: by timestamp, ties by event
 id. ``num_recent_events=N`` reads the newest N + 1 appended events (more, doubling, while the
@@ -171,6 +163,7 @@ USER_ID = "adk:user_id"
 SESSION_ID = "adk:session_id"
 LAST_UPDATE = "adk:last_update_time"
 LAYOUT = "adk:layout"
+"""Written on every session record (value ``2``), as it has been since the layout began."""
 """Present (``2``) on sessions that keep their events as their own messages."""
 _FIRST_PAGE = 16
 _EVENT_ID = re.compile(MESSAGE_ID_PATTERN)
@@ -218,10 +211,6 @@ class AdkKeys:
     def session(self, app_name: str, user_id: str, session_id: str) -> str:
         """The session's record: identity, session state, last update time."""
         return f"{self.sessions_of(app_name, user_id)}{_part(session_id)}"
-
-    def events(self, app_name: str, user_id: str, session_id: str) -> str:
-        """The session's events, one message each."""
-        return f"{self.namespace}/events/{_part(app_name)}/{_part(user_id)}/{_part(session_id)}"
 
     def sessions_of(self, app_name: str, user_id: str | None = None) -> str:
         """The common beginning of the session records of an app, or of one user of it."""
@@ -429,9 +418,7 @@ class RedisSessionService(BaseSessionService):
         the newest ``num_recent_events``, those with ``timestamp >= after_timestamp``), or None.
 
         One concurrent batch of reads: the session with the selected events only, and the app
-        and user state (see the module docstring for the cost). A first-layout session takes
-        one more read for its old events when the selection reaches them, and (with a ``ttl``)
-        one write that keeps that old log alive.
+        and user state (see the module docstring for the cost).
         """
         session_id = session_id.strip()
         key = self.keys.session(app_name, user_id, session_id)
@@ -441,11 +428,8 @@ class RedisSessionService(BaseSessionService):
         )
         if record is None:
             return None
-        legacy = self.keys.events(app_name, user_id, session_id)
-        if LAYOUT not in record.metadata and self.store.ttl is not None:
-            await self._touch(legacy)  # new events go to the session: keep the old ones alive
         session = self._session_from(record, app_state, user_state)
-        session.events = await self._events(key, record, window, legacy, config)
+        session.events = await self._events(key, record, window, config)
         return session
 
     async def list_sessions(
@@ -498,10 +482,7 @@ class RedisSessionService(BaseSessionService):
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         """Delete the session and its events; idempotent. Shared state is kept."""
         session_id = session_id.strip()
-        await asyncio.gather(
-            self.store.delete(self.keys.session(app_name, user_id, session_id)),
-            self.store.delete(self.keys.events(app_name, user_id, session_id)),
-        )
+        await self.store.delete(self.keys.session(app_name, user_id, session_id))
         await self._send(
             Commands([("ZREM", self._index(app_name), self.keys.member(user_id, session_id))])
         )
@@ -775,25 +756,14 @@ class RedisSessionService(BaseSessionService):
         key: str,
         record: StoreSession,
         window: int | None,
-        legacy: str,
         config: GetSessionConfig | None,
     ) -> list[Event]:
         """The events ``config`` selects of session ``key``, whose newest ``window`` messages
-        ``record`` holds; a session without ``adk:layout`` also has older ones in ``legacy``.
+        ``record`` holds.
         """
-        keep = self.store.max_history_turns  # the newest events a session keeps (0: all)
 
         async def newest(n: int | None) -> Sequence[Message]:
-            own = record.history if n == window else await self._history(key, n)
-            if LAYOUT in record.metadata or (n is not None and len(own) >= n):
-                return own
-            # ``own`` is all the session holds; the old log continues it, within the same
-            # max_history_turns as the session (a trimmed session shows none of it).
-            wanted = [x for x in (n, keep or None) if x is not None]
-            more = min(wanted) - len(own) if wanted else None
-            if more is not None and more <= 0:
-                return own
-            return [*(await self._history(legacy, more)), *own]
+            return record.history if n == window else await self._history(key, n)
 
         recent = None if config is None else config.num_recent_events
         after = None if config is None else config.after_timestamp

@@ -141,3 +141,23 @@ async def test_a_damaged_kids_member_neither_hides_children_nor_blocks_delete(
     assert await store.delete("p") is True
     left = [k for k in raw.scan_iter(match=f"{keys.prefix}*") if k != keys.index_registry.encode()]
     assert left == [], left  # the damaged child's keys went too
+
+
+async def test_a_session_of_another_schema_version_is_refused_naming_it(
+    store: Any, raw: Any, keys: KeySchema
+) -> None:
+    """A session written by another layout (here: version 9) is neither read nor written."""
+    await store.create(Session(key="k", history=[Message(role="user", content="hi")]))
+    raw.hset(keys.session("k").meta, "v", "9")
+    for call in (
+        store.get("k"),
+        store.get_history("k"),
+        store.append_message("k", Message(role="user")),
+        store.update_metadata("k", set={"a": "b"}),
+        store.compact_messages("k", 0, "s"),
+        store.fork_child("k", "sub"),
+    ):
+        with pytest.raises(CorruptData, match="schema version .*9") as info:
+            await call
+        assert info.value.key == "k" and not isinstance(info.value, ForeignKey)
+    assert raw.hget(keys.session("k").meta, "v") == b"9"

@@ -257,7 +257,7 @@ async def test_secrets_never_show_in_repr_or_errors(make_store: StoreFactory) ->
     holder: Any = store.sync if hasattr(store, "sync") else store
     core: Any = holder._core
     texts = [
-        repr(store), repr(core.passphrase), str(core.passphrase), repr(core.keyring),
+        repr(store), repr(core.passphrase), str(core.passphrase),
         repr(core.master), repr(core._session_keys),
     ]  # fmt: skip
     secrets = [core.master.raw, core._session_keys["r"].raw]

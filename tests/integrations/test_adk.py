@@ -27,7 +27,7 @@ from google.adk.sessions.session import Session as AdkSession
 from google.genai import types
 from pydantic import Field
 
-from redis_session import AsyncRedisStore, Message, SessionNotFound
+from redis_session import AsyncRedisStore, Message
 from redis_session import Session as StoreSession
 from redis_session.integrations.adk import AdkKeys, RedisSessionService
 from tests.conftest import Backend
@@ -378,51 +378,6 @@ async def test_a_recreated_session_starts_without_events(
     assert got.events == []
 
 
-async def _legacy_session(service: RedisSessionService, astore: AsyncRedisStore) -> list[Event]:
-    """A session as the first layout stored it: a record without events and without
-    ``adk:layout``, its 40 events in ``adk/events/...``."""
-    record = service.keys.session(APP, USER, "old")
-    meta = {
-        "adk:app_name": APP, "adk:user_id": USER, "adk:session_id": "old",
-        "adk:last_update_time": repr(T0 + 39), "state:k": "1",
-    }  # fmt: skip
-    await astore.create(StoreSession(key=record, metadata=meta))
-    old = [event(n) for n in range(40)]
-    log = [_message(e) for e in old]
-    await astore.create(StoreSession(key=service.keys.events(APP, USER, "old"), history=log))
-    return old
-
-
-def _message(e: Event) -> Message:
-    return Message(id=e.id, role="assistant", content=e.model_dump_json(exclude_defaults=True))
-
-
-async def test_sessions_of_the_first_layout_keep_their_events(
-    service: RedisSessionService, astore: AsyncRedisStore
-) -> None:
-    old = await _legacy_session(service, astore)
-    session = await service.get_session(app_name=APP, user_id=USER, session_id="old")
-    assert session is not None
-    assert session.events == old and session.state == {"k": 1}
-    new = [event(n, state={"k": n}) for n in range(40, 45)]
-    for e in new:
-        await service.append_event(session, e)
-
-    async def events(config: GetSessionConfig | None = None) -> list[Event]:
-        got = await service.get_session(app_name=APP, user_id=USER, session_id="old", config=config)
-        assert got is not None and got.state == {"k": 44}
-        return got.events
-
-    assert await events() == old + new
-    assert await events(GetSessionConfig(num_recent_events=3)) == new[-3:]
-    assert await events(GetSessionConfig(num_recent_events=8)) == old[-3:] + new
-    assert await events(GetSessionConfig(after_timestamp=T0 + 20)) == old[20:] + new
-    await service.delete_session(app_name=APP, user_id=USER, session_id="old")
-    assert await service.get_session(app_name=APP, user_id=USER, session_id="old") is None
-    with pytest.raises(SessionNotFound):
-        await astore.get_history(service.keys.events(APP, USER, "old"))
-
-
 async def test_any_event_id_is_kept(service: RedisSessionService) -> None:
     """Ids a store message id cannot hold (spaces, quotes, 200 chars) map to a stable one."""
     session = await service.create_session(app_name=APP, user_id=USER, session_id="s1")
@@ -510,51 +465,6 @@ async def test_append_event_refreshes_shared_state_ttl(
     await service.append_event(session, event(1))  # no app: or user: delta
     for name in shared:
         assert await client.pttl(name) > 200_000
-
-
-async def test_a_trimmed_first_layout_session_shows_only_its_newest_events(
-    make_astore: MakeStore,
-) -> None:
-    # max_history_turns=5: the session keeps the newest 5 events, the old log counts towards
-    # them, and no event may go missing between the old log and the session's own.
-    store = make_astore(max_history_turns=5)
-    service = RedisSessionService(store)
-    old = await _legacy_session(service, store)
-    session = await service.get_session(app_name=APP, user_id=USER, session_id="old")
-    assert session is not None
-
-    async def events(config: GetSessionConfig | None = None) -> list[Event]:
-        got = await service.get_session(app_name=APP, user_id=USER, session_id="old", config=config)
-        assert got is not None
-        return got.events
-
-    first = [event(n) for n in range(40, 43)]
-    for e in first:
-        await service.append_event(session, e)
-    assert await events() == old[-2:] + first  # 3 own + 2 from the old log = 5
-    assert await events(GetSessionConfig(num_recent_events=4)) == old[-1:] + first
-    later = [event(n) for n in range(43, 47)]
-    for e in later:
-        await service.append_event(session, e)
-    newest = (first + later)[-5:]
-    assert await events() == newest  # the session is full: nothing from the old log
-    assert await events(GetSessionConfig(num_recent_events=8)) == newest
-    assert await events(GetSessionConfig(after_timestamp=T0)) == newest
-
-
-async def test_reading_a_first_layout_session_keeps_its_event_log_alive(
-    backend: Backend, make_astore: MakeStore
-) -> None:
-    store = make_astore(ttl=300)
-    service = RedisSessionService(store)
-    old = await _legacy_session(service, store)
-    log_keys = backend.schema.session(service.keys.events(APP, USER, "old"))
-    log = log_keys.msgs
-    client: Any = store.client
-    await _near_expiry(client, log_keys.meta, log)
-    got = await service.get_session(app_name=APP, user_id=USER, session_id="old")
-    assert got is not None and got.events == old
-    assert await client.pttl(log) > 200_000
 
 
 async def test_round_trips_per_call(

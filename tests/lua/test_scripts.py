@@ -162,21 +162,6 @@ def test_the_window_keeps_the_newest_ids_and_stays_bounded(backend: Backend) -> 
     assert all(probe(keys=[ids], args=["has", 64, *big]))
 
 
-def test_first_layout_digests_are_found_until_the_window_turned_over(backend: Backend) -> None:
-    raw = backend.sync_client()
-    ids = backend.schema.session("legacy").ids
-    old = b"\x05" + b"O" * 7
-    raw.hset(ids, mapping={"5": old, "c": "1"})  # the first layout: bucket = first byte % 128
-    probe = _window_probe(backend)
-    assert probe(keys=[ids], args=["has", 64, old]) == [1]
-    new = [(100 + i).to_bytes(8, "big") for i in range(64)]
-    probe(keys=[ids], args=["add", 64, *new])
-    assert probe(keys=[ids], args=["has", 64, old]) == [1]  # the window has not turned yet
-    probe(keys=[ids], args=["add", 64, (999).to_bytes(8, "big")])
-    assert probe(keys=[ids], args=["has", 64, old]) == [0]
-    assert not raw.hexists(ids, "5") and not raw.hexists(ids, "c")
-
-
 def test_a_script_gets_the_prelude_parts_it_uses_and_no_others() -> None:
     prelude = "\n\n".join(
         [

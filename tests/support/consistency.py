@@ -269,9 +269,6 @@ def audit_keys(
                 audit.unknown_keys.append(name)
                 continue
             parent_meta = schema.session(parsed[0]).meta
-            if kind == "child" and client.hexists(name, "discarded"):
-                audit.tombstones += 1  # the first layout's tombstone of a discarded child
-                continue
             if parent_meta not in present or schema.child(key).meta not in present:
                 audit.orphans.append(name)
         else:
