@@ -109,8 +109,23 @@ class NodeProcesses:
 
 
 def start(binary: str, name: str, *extra: str, timeout: float = 10.0) -> Server:
-    """Start ``binary`` on a free loopback port with no persistence; wait for PING."""
-    port = free_port()
+    """Start ``binary`` on a free loopback port with no persistence; wait for PING from it.
+
+    Another test run may take the port between :func:`free_port` and the bind (the server
+    then exits, and the other run's server answers the PING): a server is ours only if it
+    answers with our process id; otherwise it starts again on another port.
+    """
+    for _ in range(5):
+        server = _start_on(free_port(), binary, name, extra, timeout)
+        if server is not None:
+            return server
+    raise RuntimeError(f"{binary} could not start on a port of its own (5 ports tried)")
+
+
+def _start_on(
+    port: int, binary: str, name: str, extra: tuple[str, ...], timeout: float
+) -> Server | None:
+    """``binary`` started on ``port``; None when the port turned out to be another's."""
     workdir = Path(tempfile.mkdtemp(prefix=f"rs-{name}-"))
     args = [
         binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
@@ -120,10 +135,14 @@ def start(binary: str, name: str, *extra: str, timeout: float = 10.0) -> Server:
     server = Server(url=f"redis://127.0.0.1:{port}/0", name=name, process=proc, workdir=workdir)
     client = server.client(socket_timeout=1)
     try:
-        if not wait_until(lambda: client.ping(), timeout):
+        if not wait_until(lambda: proc.poll() is not None or client.ping(), timeout):
             server.stop()
             raise RuntimeError(f"{binary} did not answer PING on port {port} within {timeout}s")
-        server.info = {k: str(v) for k, v in client.info("server").items()}
+        info = {k: str(v) for k, v in client.info("server").items()} if proc.poll() is None else {}
+        if info.get("process_id") != str(proc.pid):  # exited, or another server answers
+            server.stop()
+            return None
+        server.info = info
     finally:
         client.close()
     return server
