@@ -2,12 +2,19 @@
 (Redis, Valkey, a cluster, Sentinel): ``asyncio.run`` again and again (as ``Runner.run_sync``
 does), threads each running a loop of their own; nothing fails and no connection is left
 behind on the server.
+
+Connections are counted by name: each store here names its connections (``CLIENT SETNAME``)
+and only those count, so other clients of the server (other tests' leftovers, another test
+run's) cannot change a count; and a count is awaited (bounded) rather than read once, since
+a socket the client closed leaves the server's client list when the server gets to it, not
+when the client returns.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -16,18 +23,35 @@ import redis
 
 from redis_session import AsyncRedisStore, Message, Session
 from tests.conftest import Backend
+from tests.support.servers import wait_until
+
+SETTLE_S = 10.0
+"""How long a count of connections may take to come down to its bound (a leak never does)."""
 
 
 def _store(backend: Backend, **options: Any) -> AsyncRedisStore:
     return AsyncRedisStore.from_url(backend.url, prefix=backend.prefix, **options)
 
 
-def _connections(admin: Any) -> int:
-    """Normal client connections to the backend's server (every node of a cluster)."""
+def _named() -> str:
+    """A connection name of one store's own (its ``client_name``)."""
+    return f"loops-{uuid.uuid4().hex[:10]}"
+
+
+def _connections(admin: Any, name: str) -> int:
+    """The server's connections named ``name`` (every node of a cluster)."""
     if isinstance(admin, redis.RedisCluster):
         nodes: list[Any] = admin.get_nodes()  # type: ignore[no-untyped-call]
-        return sum(_connections(node.redis_connection) for node in nodes)
-    return len(admin.client_list(_type="normal"))
+        return sum(_connections(node.redis_connection, name) for node in nodes)
+    return sum(1 for c in admin.client_list(_type="normal") if c.get("name") == name)
+
+
+def _settled(admin: Any, name: str, at_most: int) -> int:
+    """How many connections named ``name`` the server has once they are ``at_most`` or fewer,
+    or after SETTLE_S seconds (the server drops a closed connection when it next reads it).
+    """
+    wait_until(lambda: _connections(admin, name) <= at_most, SETTLE_S)
+    return _connections(admin, name)
 
 
 def _turns(store: AsyncRedisStore, key: str) -> Callable[[int], Coroutine[Any, Any, int]]:
@@ -47,17 +71,18 @@ def _turns(store: AsyncRedisStore, key: str) -> Callable[[int], Coroutine[Any, A
 def test_asyncio_run_again_and_again_with_one_store(server_backend: Backend) -> None:
     # On a cluster and with Sentinel as well: from_url makes the client again for each loop
     # (a cluster client, a Sentinel manager and its primary's pool of its own).
-    store = _store(server_backend)
+    name = _named()
+    store = _store(server_backend, client_name=name)
     turn = _turns(store, "s")
     admin = server_backend.sync_client()
-    baseline = _connections(admin)  # other tests' clients of this server included
     counts = [asyncio.run(turn(n)) for n in range(100)]
     assert counts == list(range(1, 101))
     # the last loop's connection (one per node of a cluster it used): none leaked
-    assert _connections(admin) <= baseline + (3 if server_backend.cluster else 1)
+    last = 3 if server_backend.cluster else 1
+    assert 1 <= _settled(admin, name, last) <= last  # named: the count sees them
     assert store._clients.loops == 1
     asyncio.run(store.close())
-    assert _connections(admin) <= baseline
+    assert _settled(admin, name, 0) == 0
 
 
 def test_threads_each_with_a_loop_share_one_store(server_backend: Backend) -> None:
@@ -168,12 +193,13 @@ def test_durable_writes_from_loop_after_loop(server_backend: Backend) -> None:
     # WAIT goes on the connection that wrote: on a cluster, a client of the node itself, made
     # per loop as the store's client is (LoopClients.nodes).
     replicas = 0 if server_backend.name in ("redis", "valkey") else 1
-    store = _store(server_backend, wait_replicas=replicas, wait_timeout=5)
+    name = _named()
+    store = _store(server_backend, wait_replicas=replicas, wait_timeout=5, client_name=name)
     admin = server_backend.sync_client()
-    baseline = _connections(admin)
     turn = _turns(store, "d")
     assert [asyncio.run(turn(n)) for n in range(6)] == list(range(1, 7))
     if server_backend.cluster is not None:
         assert len(store._clients._nodes) == 1  # the node clients of the closed loops: closed
+    assert _connections(admin, name) >= 1  # the last loop's, named: the count sees them
     asyncio.run(store.close())
-    assert _connections(admin) <= baseline
+    assert _settled(admin, name, 0) == 0
