@@ -15,7 +15,15 @@ terminal; when stdin is not a terminal that is a one-line error instead. ``ls``,
 ``delete`` and ``events`` open no content and take none.
 
 Errors are one line on stderr (``Error: …``); under ``--json`` one JSON object
-``{"error": …, "type": …, "exit_code": …}``. Exit statuses:
+``{"error": …, "type": …, "exit_code": …}``. Every error: the store's and the server's, a bad
+command line (with where to find help on the same line), a missing extra (the line says what
+to ``pip install``) and an unexpected exception, a bug (``Error: unexpected KeyError: … (a bug
+in redis-session; REDIS_SESSION_TRACEBACK=1 shows its traceback)``). With
+``REDIS_SESSION_TRACEBACK=1`` in the environment, an error that is not the command line's own
+propagates with its traceback instead. A command that works on a server first checks that
+something accepts a connection at ``--url`` (a socket connect, no retry), so a refused
+connection is reported at once, naming the URL, not after the store's client has retried for
+seconds. Exit statuses:
 
 - 0: success
 - 1: an error (from the store or the server; a failed consistency check or benchmark target;

@@ -1,14 +1,18 @@
 """What the commands share: where they work (:class:`Target`), their common options, the
 consoles they print on (user data always literal), passphrases (asked for only on a terminal),
-hints that repeat the command line, and the group that turns every error into one line (or one
-JSON object) on stderr and a documented exit status.
+hints that repeat the command line, the check that a store's server accepts a connection, and
+the group that turns every error into one line (or one JSON object) on stderr and a documented
+exit status.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import os
+import re
 import shlex
+import socket
 import sys
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
@@ -16,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import click
 import orjson
@@ -24,6 +29,7 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.text import Text
 
+from .._url import _where as shown_url
 from ..errors import PassphraseRequired, SessionError
 from ..store import RedisStore
 
@@ -52,6 +58,14 @@ EXIT_CODES = (
 
 SECRET_PARAMS = frozenset({"passphrase", "new_passphrase"})
 """Parameters whose values are never repeated in a hint."""
+
+TRACEBACK_ENV = "REDIS_SESSION_TRACEBACK"
+"""Set (to anything but empty or 0), an error that is not the command line's own propagates with
+its traceback instead of becoming one line."""
+
+CONNECT_CHECK_S = 3.0
+"""How long a command waits for its server to accept a connection before it starts (a refused
+connection fails at once; 3 s lets one lost SYN be sent again)."""
 
 
 # -- output -------------------------------------------------------------------------------------
@@ -171,10 +185,19 @@ class Target:
 
     @contextmanager
     def open(self, **options: Any) -> Iterator[RedisStore]:
-        """A store for this target (``options`` go to the store), closed afterwards."""
+        """A store for this target (``options`` go to the store), closed afterwards.
+
+        The server must accept a connection first (:func:`check_reachable`): a refused one
+        fails the command at once rather than after the store's client has retried for
+        seconds. Connection errors later on name the URL too.
+        """
+        check_reachable(self.url)
         store = RedisStore.from_url(self.url, prefix=self.prefix, **options)
         try:
             yield store
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            name = type(exc).__name__
+            raise CliError(f"{name}: {shown_url(self.url)}: {one_line(exc)}", kind=name) from None
         finally:
             store.close()
 
@@ -196,6 +219,51 @@ class Target:
                 )
         with self.open(passphrase=passphrase) as store:
             return run(store)
+
+
+def _addresses(url: str) -> list[str | tuple[str, int]]:
+    """Where a store URL's server listens: a unix socket's path, or ``(host, port)`` (every
+    sentinel of a Sentinel URL); nothing for ``memory://`` or a URL the store refuses anyway.
+    """
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme == "unix":
+        path = urlsplit(url).path
+        return [path] if path else []
+    if scheme.removesuffix("+cluster").removesuffix("+sentinel") not in ("redis", "rediss"):
+        return []
+    default = 26379 if scheme.endswith("+sentinel") else 6379
+    found: list[str | tuple[str, int]] = []
+    for item in urlsplit(url).netloc.rpartition("@")[2].split(","):
+        v6 = re.fullmatch(r"\[([^\]]*)\](?::(\d*))?", item)
+        host, _, port = (v6.group(1), "", v6.group(2) or "") if v6 else item.partition(":")
+        if not host or not (port.isdigit() or not port):
+            return []
+        found.append((host, int(port or default)))
+    return found
+
+
+def check_reachable(url: str, timeout: float = CONNECT_CHECK_S) -> None:
+    """Fail with one line naming ``url`` (without its password) unless its server accepts a
+    connection (one of a Sentinel URL's sentinels): a socket connect, no command and no
+    retry, so a refused connection is reported at once. ``memory://`` needs no check.
+    """
+    reasons = []
+    for address in _addresses(url):
+        try:
+            if isinstance(address, str):
+                with socket.socket(socket.AF_UNIX) as sock:
+                    sock.settimeout(timeout)
+                    sock.connect(address)
+            else:
+                socket.create_connection(address, timeout=timeout).close()
+            return
+        except OSError as exc:
+            reasons.append(exc.strerror or str(exc) or type(exc).__name__)
+    if reasons:
+        why = "; ".join(dict.fromkeys(reasons))
+        raise CliError(
+            f"ConnectionError: cannot connect to {shown_url(url)}: {why}", kind="ConnectionError"
+        )
 
 
 def store_options(fn: F) -> F:
@@ -302,6 +370,34 @@ class TimedOut(CliError):
     exit_code = EXIT_TIMEOUT
 
 
+def missing_dependency(exc: ImportError) -> str:
+    """An ImportError as one line that says what to install: its own message when it says so
+    (the library's do, e.g. ``memory://`` without the ``memory`` extra), else the extra of
+    redis-session that requires the missing module, from the installed package's metadata.
+    """
+    message = one_line(exc)
+    if "pip install" in message:
+        return message
+    wanted = (exc.name or "").partition(".")[0].replace("_", "-").lower()
+    extras = []
+    try:
+        requires = importlib.metadata.requires("redis-session") or []
+    except importlib.metadata.PackageNotFoundError:
+        requires = []
+    for requirement in requires:
+        name = re.match(r"[A-Za-z0-9._-]+", requirement)
+        extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)", requirement)
+        if name and extra and re.sub(r"[._]", "-", name.group().lower()) == wanted:
+            extras.append(extra.group(1))
+    hint = f"redis-session[{extras[0]}]" if extras else "redis-session[cli,memory]"
+    return f"{message}: pip install '{hint}'"
+
+
+def wants_traceback() -> bool:
+    """Whether ``REDIS_SESSION_TRACEBACK`` asks for errors with their traceback."""
+    return os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
+
+
 def _wants_json(argv: Sequence[str]) -> bool:
     words = list(argv)
     if "--" in words:
@@ -324,32 +420,50 @@ def _report(exc: click.ClickException | click.Abort, as_json: bool) -> int:
         click.echo(orjson.dumps(payload).decode(), err=True)
     elif isinstance(exc, click.Abort):
         click.echo("Aborted!", err=True)
-    elif isinstance(exc, click.UsageError):
-        exc.show()
+    elif isinstance(exc, click.UsageError) and exc.ctx is not None:
+        helps = exc.ctx.help_option_names[0] if exc.ctx.help_option_names else "--help"
+        click.echo(f"Error: {message} (see {exc.ctx.command_path} {helps})", err=True)
     else:
         click.echo(f"Error: {message}", err=True)
     return code
 
 
 class CliGroup(click.Group):
-    """The ``redis-session`` group: the library's, redis-py's and argument errors become one
-    line (one JSON object under ``--json``) on stderr and exit status 1; a bad command line
-    status 2; see :data:`EXIT_CODES`.
+    """The ``redis-session`` group: every error becomes one line (one JSON object under
+    ``--json``) on stderr: the library's, redis-py's, argument errors and a missing extra
+    (what to pip install) exit with status 1, a bad command line with 2, and an unexpected
+    exception (a bug) with 1 too, its traceback shown only with ``REDIS_SESSION_TRACEBACK=1``;
+    see :data:`EXIT_CODES`.
     """
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command, turning the errors it raises into :class:`CliError`."""
         try:
             return super().invoke(ctx)
-        except click.ClickException:
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
-        except SessionError as exc:
-            raise CliError(one_line(exc), kind=type(exc).__name__) from None
-        except redis.RedisError as exc:
-            name = type(exc).__name__
-            raise CliError(f"{name}: {one_line(exc)}", kind=name) from None
-        except (ValueError, OSError) as exc:
-            raise CliError(one_line(exc), kind=type(exc).__name__) from None
+        except Exception as exc:
+            if wants_traceback():
+                raise
+            raise self.reported(exc) from None
+
+    @staticmethod
+    def reported(exc: Exception) -> CliError:
+        """``exc`` as the one-line :class:`CliError` the group reports."""
+        name = type(exc).__name__
+        if isinstance(exc, SessionError):
+            return CliError(one_line(exc), kind=name)
+        if isinstance(exc, redis.RedisError):
+            return CliError(f"{name}: {one_line(exc)}", kind=name)
+        if isinstance(exc, ImportError):
+            return CliError(missing_dependency(exc), kind=name)
+        if isinstance(exc, ValueError | OSError):
+            return CliError(one_line(exc), kind=name)
+        return CliError(
+            f"unexpected {name}: {one_line(exc)} (a bug in redis-session; "
+            f"{TRACEBACK_ENV}=1 shows its traceback)",
+            kind=name,
+        )
 
     def main(  # type: ignore[override]
         self,

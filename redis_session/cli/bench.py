@@ -13,7 +13,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from ._common import DEFAULT_URL, CliError, echo_json, json_option, make_console, text
+from ._common import (
+    DEFAULT_URL,
+    CliError,
+    check_reachable,
+    echo_json,
+    json_option,
+    make_console,
+    text,
+)
 
 if TYPE_CHECKING:
     from ..bench import Bench
@@ -69,6 +77,8 @@ def bench(url: str, rounds: int, get_rounds: int, gc_mode: str, check: bool, as_
     if url.split("://", 1)[0] not in ("redis", "rediss", "unix"):
         raise click.UsageError("bench needs a real Redis server: --url redis://host:port/db")
     from .. import bench as measuring  # heavy imports, only for this command
+
+    check_reachable(url)
 
     started = time.perf_counter()
     runner = measuring.Bench(url, rounds, get_rounds or max(50, rounds // 10))
