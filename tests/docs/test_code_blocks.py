@@ -8,6 +8,17 @@ prefix and delete what they wrote. ``sh``/``bash`` blocks run with ``set -euo pi
 cheap and safe, else they are in ``NOT_RUN`` with the reason. ``console`` blocks (a terminal
 transcript: prompt, output, other hosts) and ``text`` blocks (the output shown after a block)
 are illustrations. Blocks that another test runs are in ``RUN_ELSEWHERE``.
+
+Each block runs with only what its page tells the reader to install, as a user who followed
+the page would have it: a page names its extras with ``pip install`` lines (in a code block or
+inline code); a block gets those of its own section (``#``/``##`` heading to the next), or,
+when its section has none, all of the page's (the README's first line installs ``[test]``,
+so its blocks have every extra but ``docs``'s tools). A page with no ``pip install`` line
+documents the bare package (``pip install redis-session``): its examples get no extra, and
+one that needs an extra must name it on its page. Every other distribution that
+redis-session's extras bring is hidden from the block's process (``tests/support/extras.py``:
+computed from the installed metadata, its modules unimportable, its metadata unlisted), so an
+example that needs an extra its page does not name fails here as it fails a user.
 """
 
 from __future__ import annotations
@@ -25,6 +36,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.extras import hiding, page_requirements
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.M | re.S)
@@ -38,6 +51,7 @@ RUN_ELSEWHERE = {
     ("docs/acl.md", "sh"): "tests/cli/test_docs.py (creates ACL users, output compared)",
     ("docs/acl.md", "python"): "tests/cli/test_docs.py",
     ("docs/testing.md", "python"): "tests/docs/test_testing_doc.py (as a user's test file)",
+    ("docs/testing.md", "toml"): "tests/docs/test_testing_doc.py (as the user's pyproject.toml)",
     ("docs/integrations.md", "python"): "tests/integrations/test_readme_examples.py",
 }
 
@@ -57,6 +71,8 @@ NOT_RUN = {
         "needs Docker (docker compose); tests/cli/test_compose.py checks the compose file",
     ("docs/integrations.md", "pip install 'redis-session[adk]'"):
         "installs packages from the index",
+    ("docs/testing.md", "pip install 'redis-session[memory]' pytest pytest-asyncio"):
+        "installs packages from the index; tests/docs/test_testing_doc.py runs with only these",
     ("docs/production.md", "RS_FIGURES=build/reliability.json .venv/bin/python -m pytest"):
         "runs the reliability suites (minutes) and rewrites RELIABILITY.md",
 }  # fmt: skip
@@ -151,13 +167,30 @@ def local_redis() -> Iterator[None]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def environment() -> dict[str, str]:
+def installed(page: str, line: int) -> list[str]:
+    """What the reader of ``page`` installed for the block at ``line`` (see the docstring)."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    offset = sum(len(row) for row in text.splitlines(keepends=True)[: line - 1])
+    return page_requirements(text, offset)
+
+
+def environment(page: str, line: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REDIS_SESSION_")}
     env.update(
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
         SESSION_PASSPHRASE="correct horse battery staple",  # what docs/encryption.md reads
     )
-    return env
+    return hiding(installed(page, line), env)
+
+
+def test_each_block_gets_what_its_page_installs() -> None:
+    def extras(page: str, line: int) -> set[str]:
+        return {r for r in installed(page, line) if r.startswith("redis-session[")}
+
+    assert installed("docs/encryption.md", 1) == ["redis-session"]  # names no extra
+    quickstart = next(line for page, line, _ in PYTHON if page == "README.md")
+    assert "redis-session[test]" in extras("README.md", quickstart)
+    assert extras("docs/reference.md", 1) == {"redis-session[memory]"}
 
 
 def _runs(page: str, line: int, argv: list[str], cwd: Path) -> None:
@@ -165,7 +198,7 @@ def _runs(page: str, line: int, argv: list[str], cwd: Path) -> None:
     done = subprocess.run(
         argv,
         cwd=cwd,
-        env=environment(),
+        env=environment(page, line),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

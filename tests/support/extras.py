@@ -177,3 +177,22 @@ def pip_requirements(text: str) -> list[str]:
                 word = PROJECT + word[1:]
             found.append(word)
     return found
+
+
+FENCED = re.compile(r"^```.*?^```", re.M | re.S)
+SECTION = re.compile(r"^#{1,2} ", re.M)
+
+
+def page_requirements(text: str, offset: int) -> list[str]:
+    """What the reader of a page (``text``) has installed at ``offset`` (a code block): the
+    package, and what the ``pip install`` lines of the block's section name (from the ``#``
+    or ``##`` heading above it to the next), or, when its section has none, what all of the
+    page's name. A page with none documents the bare package: an example that needs an extra
+    must say so on its page.
+    """
+    masked = FENCED.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)  # no '#' of code
+    starts = [0, *(m.start() for m in SECTION.finditer(masked)), len(text)]
+    begin = max(s for s in starts if s <= offset)
+    end = min(s for s in starts if s > offset)
+    named = pip_requirements(text[begin:end]) or pip_requirements(text)
+    return [PROJECT, *named]
