@@ -11,7 +11,9 @@ Fixtures:
 - ``rs_store``: a :class:`~redis_session.RedisStore` on a ``memory://`` server of the test's
   own (empty, shared with nothing), closed afterwards.
 - ``rs_async_store``: the same as an :class:`~redis_session.AsyncRedisStore` (an async
-  fixture: it needs pytest-asyncio, as async tests do).
+  fixture: it needs pytest-asyncio, as async tests do). It is a pytest-asyncio fixture, so it
+  works in pytest-asyncio's default strict mode (where async tests are marked
+  ``@pytest.mark.asyncio``) as in its auto mode.
 - ``rs_events``: the lifecycle events ``rs_store`` and ``rs_async_store`` emitted so far,
   in order (a list the store's hook appends to).
 
@@ -22,7 +24,7 @@ one round trip).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -80,7 +82,18 @@ def rs_store(rs_events: list[SessionLifecycleEvent]) -> Iterator[RedisStore]:
         store.close()
 
 
-@pytest.fixture
+def _async_fixture(fn: Callable[..., Any]) -> Any:
+    """``fn`` as pytest-asyncio's fixture when pytest-asyncio is installed (strict mode runs
+    only those), else as a plain pytest fixture (which nothing could await anyway).
+    """
+    try:
+        import pytest_asyncio
+    except ImportError:
+        return pytest.fixture(fn)
+    return pytest_asyncio.fixture(fn)
+
+
+@_async_fixture
 async def rs_async_store(rs_events: list[SessionLifecycleEvent]) -> AsyncIterator[AsyncRedisStore]:
     """An asyncio store on a ``memory://`` server of this test's own."""
     from .aio import AsyncRedisStore
