@@ -51,8 +51,7 @@ from typing import Any
 
 import orjson
 
-from redis_session import codec, crypto
-from redis_session.bench import (
+from bench.harness import (
     GC_MODES,
     GET_WARMUP,
     MAX_TURNS,
@@ -71,6 +70,7 @@ from redis_session.bench import (
     timed_row,
     where_lines,
 )
+from redis_session import codec, crypto
 from redis_session.crypto import Passphrase
 from redis_session.keys import KeySchema
 from redis_session.models import Message, Session

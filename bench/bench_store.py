@@ -50,7 +50,7 @@ from pathlib import Path
 
 import orjson
 
-from redis_session.bench import (
+from bench.harness import (
     GET_WARMUP,
     MAX_TURNS,
     TTL,

@@ -79,8 +79,8 @@ CLIENT_COMMANDS: Mapping[str, Sent] = MappingProxyType(
 )
 """Every command the Python side of the package sends besides its scripts (ACL names: lower
 case, ``container|subcommand``), with where it comes from. The benchmark (``redis-session
-bench``, :mod:`redis_session.bench`) is left out: it works under its own ``bench:`` prefix and
-times raw commands of its own, so run it as a user of a test server.
+bench``, the repository's ``bench/harness/``) is left out: it works under its own ``bench:``
+prefix and times raw commands of its own, so run it as a user of a test server.
 """
 
 CONTAINER_COMMANDS = frozenset(

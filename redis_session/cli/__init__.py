@@ -33,7 +33,8 @@ seconds. Exit statuses:
 
 One module per command group: :mod:`.sessions` (ls, show, compact, delete, stats),
 :mod:`.events`, :mod:`.keys` (rekey), :mod:`.acl`, :mod:`.demo` and :mod:`.bench` (which loads
-:mod:`redis_session.bench` only when it runs); :mod:`._common` holds what they share.
+the repository's ``bench/harness/`` only when it runs: it is not in the wheel); :mod:`._common`
+holds what they share.
 """
 
 from __future__ import annotations

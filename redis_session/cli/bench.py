@@ -1,6 +1,9 @@
 """``redis-session bench``: the store against raw redis-py floors on a real Redis.
 
-The measuring machinery is imported when the command runs, not with the CLI.
+The measuring machinery is a tool of the repository, ``bench/harness/`` (:mod:`bench.harness`),
+not part of the wheel: the command imports it when it runs, which works from a checkout or an
+editable install (the repository's root is importable there). Elsewhere, e.g. installed from a
+wheel, the command fails with one line saying how to run it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,14 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
-    from ..bench import Bench
+    from bench.harness import Bench
+
+HARNESS = ("bench", "bench.harness")  # the modules a wheel's install does not have
+HARNESS_MISSING = (
+    "redis-session bench runs from a source checkout (its harness, bench/harness/, is not in "
+    "the wheel): in a clone of https://github.com/redis-session/redis-session run "
+    "pip install -e '.[cli]', then redis-session bench"
+)
 
 
 def _bench_table(bench: Bench) -> Table:
@@ -76,7 +86,12 @@ def bench(url: str, rounds: int, get_rounds: int, gc_mode: str, check: bool, as_
     """
     if url.split("://", 1)[0] not in ("redis", "rediss", "unix"):
         raise click.UsageError("bench needs a real Redis server: --url redis://host:port/db")
-    from .. import bench as measuring  # heavy imports, only for this command
+    try:
+        import bench.harness as measuring  # heavy imports, only for this command
+    except ModuleNotFoundError as exc:
+        if exc.name not in HARNESS:
+            raise  # the harness is there, a module it needs is not: the usual one-line report
+        raise CliError(HARNESS_MISSING, kind="ImportError") from None
 
     check_reachable(url)
 

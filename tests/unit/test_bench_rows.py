@@ -4,7 +4,7 @@ looser, so that ``bench --check`` means the same on a fast and on a slow loopbac
 
 from __future__ import annotations
 
-from redis_session.bench.timing import Row
+from bench.harness.timing import Row
 
 
 def test_a_row_passes_on_its_ratio_or_on_its_allowance() -> None:

@@ -18,14 +18,15 @@ import orjson
 import redis
 import redis.asyncio
 
-from .. import codec
-from .._core import Core
-from .._url import async_client, sync_client
-from ..aio import AsyncRedisStore
-from ..keys import KeySchema
-from ..models import Message, Session
-from ..scripts import script_source
-from ..store import RedisStore
+from redis_session import codec
+from redis_session._core import Core
+from redis_session._url import async_client, sync_client
+from redis_session.aio import AsyncRedisStore
+from redis_session.keys import KeySchema
+from redis_session.models import Message, Session
+from redis_session.scripts import script_source
+from redis_session.store import RedisStore
+
 from .cases import (
     AppendCase,
     AppendTimings,
@@ -195,13 +196,13 @@ class Bench:
 
     def reads(self) -> None:
         """Phase: ``get`` of 1,000 messages and ``get_history(last=20)`` against their floors
-        (see :func:`redis_session.bench.reads.measure_reads`).
+        (see :func:`bench.harness.reads.measure_reads`).
         """
         measure_reads(self)
 
     def agent_loop(self) -> None:
         """Phase: the agent loop (append, then read the whole session) at 1,000 and 10,000
-        messages (see :func:`redis_session.bench.reads.measure_agent_loop`).
+        messages (see :func:`bench.harness.reads.measure_agent_loop`).
         """
         measure_agent_loop(self)
 

@@ -6,7 +6,7 @@ import random
 
 import orjson
 
-from ..models import Message, MessageRole, ToolCall
+from redis_session.models import Message, MessageRole, ToolCall
 
 _VOCAB = (
     "the a an of to in for on with by from about and or but not this that these those it "

@@ -1,15 +1,18 @@
 """The benchmark's measuring core: the store against raw redis-py floors on one real Redis.
 
-Used by ``redis-session bench`` (which imports it only when that command runs) and by
-``bench/bench_store.py`` (whose docstring describes every case). Each store call is timed
-interleaved with the raw floor it is compared to, so drift of the machine or of the server
-affects both alike. Nothing here is part of the library's API, and no library module imports it.
+A tool of the repository, not of the library: it is not in the wheel, and nothing in
+``redis_session`` imports it but ``redis-session bench``, when that command runs (from a
+checkout or an editable install, where the repository's root is importable). Used by
+``bench/bench_store.py`` (whose docstring describes every case) and the other scripts of
+``bench/``. Each store call is timed interleaved with the raw floor it is compared to, so drift
+of the machine or of the server affects both alike.
 
-One module per concern: :mod:`.settings` (sizes, targets, the floor script), :mod:`.messages`
-(realistic inputs), :mod:`.timing` (samples, rows, interleaved loops), :mod:`.wire` (counting
-round trips, the core's requests taken without I/O), :mod:`.cases` (append cases and their timed
-operations), :mod:`.runner` (one run's set-up and phases), :mod:`.reads` (the reads phase),
-:mod:`.run` (a whole run) and :mod:`.report` (verdicts, JSON, text tables).
+One module per concern: :mod:`.settings` (sizes, targets, the floor
+script), :mod:`.messages` (realistic inputs), :mod:`.timing` (samples, rows, interleaved loops),
+:mod:`.wire` (counting round trips, the core's requests taken without I/O), :mod:`.cases`
+(append cases and their timed operations), :mod:`.runner` (one run's set-up and phases),
+:mod:`.reads` (the reads phase), :mod:`.run` (a whole run) and :mod:`.report` (verdicts, JSON,
+text tables).
 """
 
 from __future__ import annotations

@@ -10,11 +10,12 @@ from typing import Any
 
 import orjson
 
-from .. import codec
-from .._core import Core, ScriptCall
-from ..aio import AsyncRedisStore
-from ..models import Message
-from ..store import RedisStore
+from redis_session import codec
+from redis_session._core import Core, ScriptCall
+from redis_session.aio import AsyncRedisStore
+from redis_session.models import Message
+from redis_session.store import RedisStore
+
 from .timing import AsyncOp, SyncOp, Timings
 
 

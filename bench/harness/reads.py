@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .. import codec
+from redis_session import codec
+
 from .cases import history_ops
 from .messages import build_messages
 from .settings import (

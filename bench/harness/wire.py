@@ -12,7 +12,7 @@ import redis.asyncio
 import redis.asyncio.connection
 import redis.connection
 
-from .._core import Commands, Request, ScriptCall
+from redis_session._core import Commands, Request, ScriptCall
 
 
 class Wire:
@@ -74,7 +74,7 @@ def bare_script(client: Any, request: ScriptCall) -> Callable[[], Any]:
     sends it, with the same KEYS and ARGV (the script is loaded first), and the commands it
     has behind it in the same pipeline.
     """
-    from ..scripts import script_source
+    from redis_session.scripts import script_source
 
     sha = client.script_load(script_source(request.name))
     command = ("EVALSHA", sha, len(request.keys), *request.keys, *request.args)
