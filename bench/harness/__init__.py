@@ -7,12 +7,12 @@ checkout or an editable install, where the repository's root is importable). Use
 ``bench/``. Each store call is timed interleaved with the raw floor it is compared to, so drift
 of the machine or of the server affects both alike.
 
-One module per concern: :mod:`.settings` (sizes, targets, the floor
+One module per concern, imports pointing one way: :mod:`.settings` (sizes, targets, the floor
 script), :mod:`.messages` (realistic inputs), :mod:`.timing` (samples, rows, interleaved loops),
 :mod:`.wire` (counting round trips, the core's requests taken without I/O), :mod:`.cases`
-(append cases and their timed operations), :mod:`.runner` (one run's set-up and phases),
-:mod:`.reads` (the reads phase), :mod:`.run` (a whole run) and :mod:`.report` (verdicts, JSON,
-text tables).
+(append cases and their timed operations), :mod:`.runner` (one run's set-up, its writing phases
+and clean-up), :mod:`.reads` (the read phases of a run), :mod:`.run` (a whole run) and
+:mod:`.report` (verdicts, JSON, text tables).
 """
 
 from __future__ import annotations

@@ -58,6 +58,3 @@ def build_messages(rng: random.Random, count: int, start: int = 0) -> list[Messa
         content = _text(rng, rng.randint(270, 330))
         out.append(Message(role=role, content=content, tool_calls=calls))
     return out
-
-
-# -- statistics and results -----------------------------------------------------------------

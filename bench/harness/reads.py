@@ -1,11 +1,12 @@
-"""The reads phase: ``get`` of 1,000 messages and ``get_history(last=20)`` at 1,000 and
-10,000 messages, each against its raw floor, with where the time goes.
+"""The read phases of a run (a :class:`.runner.Bench`): ``get`` of 1,000 messages and
+``get_history(last=20)`` at 1,000 and 10,000 messages, and the agent loop (append, then read the
+whole session), each against its raw floor, with where the time goes.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -13,6 +14,7 @@ from redis_session import codec
 
 from .cases import history_ops
 from .messages import build_messages
+from .runner import Bench
 from .settings import (
     GET_TARGET,
     GET_WARMUP,
@@ -24,9 +26,6 @@ from .settings import (
 )
 from .timing import Row, SyncOp, Timings, run_interleaved, timed_row
 from .wire import bare_script, first_script
-
-if TYPE_CHECKING:
-    from .runner import Bench
 
 
 def measure_reads(bench: Bench) -> None:

@@ -7,6 +7,7 @@ import gc
 import time
 from collections.abc import Callable
 
+from .reads import measure_agent_loop, measure_reads
 from .runner import Bench
 from .settings import SIZES
 
@@ -42,8 +43,8 @@ def run_phases(
         report("setup (messages built, sessions pre-filled)", time.perf_counter() - t)
         phases: list[tuple[str, Callable[[], object]]] = [
             ("bytes/message", bench.memory),
-            ("reads", bench.reads),
-            ("agent loop", bench.agent_loop),
+            ("reads", lambda: measure_reads(bench)),
+            ("agent loop", lambda: measure_agent_loop(bench)),
             ("sync appends", lambda: bench.sync_appends(sync_cases)),
             ("async appends", lambda: asyncio.run(bench.async_appends(async_cases))),
             ("round trips", bench.round_trips),

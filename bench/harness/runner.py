@@ -1,4 +1,7 @@
-"""One benchmark run: its clients and keys, the set-up, every measuring phase, the clean-up."""
+"""One benchmark run: its clients and keys, the set-up, the phases that write (bytes per message,
+appends, round trips, the pieces of an append, the profile) and the clean-up. The read phases
+are functions of a run in :mod:`.reads`; :mod:`.run` calls them all in order.
+"""
 
 from __future__ import annotations
 
@@ -42,7 +45,6 @@ from .cases import (
     sync_store_op,
 )
 from .messages import build_messages
-from .reads import measure_agent_loop, measure_reads
 from .settings import (
     APPEND_ALLOWANCE_US,
     APPEND_TARGET,
@@ -193,18 +195,6 @@ class Bench:
             "json_max_bytes": max(self.json_sizes),
             "stored_form_is_model_dump_json_without_defaults": raw.lindex(sk.msgs, 0) == first,
         }
-
-    def reads(self) -> None:
-        """Phase: ``get`` of 1,000 messages and ``get_history(last=20)`` against their floors
-        (see :func:`bench.harness.reads.measure_reads`).
-        """
-        measure_reads(self)
-
-    def agent_loop(self) -> None:
-        """Phase: the agent loop (append, then read the whole session) at 1,000 and 10,000
-        messages (see :func:`bench.harness.reads.measure_agent_loop`).
-        """
-        measure_agent_loop(self)
 
     def sync_appends(self, cases: list[AppendCase]) -> None:
         """Phase: blocking appends at every size against the floor script."""

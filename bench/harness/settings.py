@@ -35,5 +35,3 @@ redis.call('HSET', KEYS[2], 'updated_at', ARGV[5])
 redis.call('ZADD', KEYS[3], ARGV[6], ARGV[7])
 return 1
 """
-
-# -- realistic messages ----------------------------------------------------------------------

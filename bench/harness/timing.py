@@ -147,6 +147,3 @@ async def run_interleaved_async(
             dt = perf() - t0
             if i >= warmup:
                 timings.ns.append(dt)
-
-
-# -- round-trip counting connections ------------------------------------------------------------

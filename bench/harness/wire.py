@@ -12,7 +12,8 @@ import redis.asyncio
 import redis.asyncio.connection
 import redis.connection
 
-from redis_session._core import Commands, Request, ScriptCall
+from redis_session._core import Request, ScriptCall
+from redis_session.scripts import script_source
 
 
 class Wire:
@@ -62,20 +63,11 @@ def first_script(op: Generator[Request, Any, Any]) -> ScriptCall:
     return request
 
 
-def first_commands(op: Generator[Request, Any, Any]) -> Commands:
-    """:func:`first_request` of an operation that starts with plain commands."""
-    request = first_request(op)
-    assert isinstance(request, Commands), request
-    return request
-
-
 def bare_script(client: Any, request: ScriptCall) -> Callable[[], Any]:
     """Send ``request``'s script as plain redis-py would: EVALSHA of the script as the store
     sends it, with the same KEYS and ARGV (the script is loaded first), and the commands it
     has behind it in the same pipeline.
     """
-    from redis_session.scripts import script_source
-
     sha = client.script_load(script_source(request.name))
     command = ("EVALSHA", sha, len(request.keys), *request.keys, *request.args)
 
@@ -93,22 +85,5 @@ def bare_script(client: Any, request: ScriptCall) -> Callable[[], Any]:
 
     def send() -> Any:
         return client.execute_command(*command)
-
-    return send
-
-
-def bare_commands(client: Any, request: Commands) -> Callable[[], list[Any]]:
-    """Send ``request``'s commands as plain redis-py would: one pipeline (MULTI/EXEC with
-    ``transaction``), the commands' own reply parsing, errors as values when it asks so.
-    """
-    commands = [tuple(c) for c in request.commands]
-    transaction = request.transaction
-    raise_on_error = not request.errors_as_values
-
-    def send() -> list[Any]:
-        pipe = client.pipeline(transaction=transaction)
-        for command in commands:
-            pipe.execute_command(*command)
-        return pipe.execute(raise_on_error=raise_on_error)  # type: ignore[no-any-return]
 
     return send
