@@ -1,10 +1,12 @@
-"""The wheel carries the Lua scripts, and an installed wheel works on its own; wheel and sdist
-carry the LICENSE and the metadata a package index shows (classifiers, project URLs).
+"""The wheel carries the library, its command line and the Lua scripts, nothing else (not the
+benchmark harness, a tool of the repository), and an installed wheel works on its own; wheel and
+sdist carry the LICENSE and the metadata a package index shows (classifiers, project URLs).
 """
 
 from __future__ import annotations
 
 import email
+import json
 import subprocess
 import sys
 import sysconfig
@@ -17,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from redis_session.cli.bench import HARNESS_MISSING
 from redis_session.scripts import PRELUDE, SCRIPT_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,6 +110,14 @@ def test_sdist_carries_the_license_and_the_index_metadata(sdist: Path) -> None:
         _check_metadata(email.message_from_bytes(pkg_info.read()))
 
 
+def test_sdist_holds_the_benchmarks_and_their_harness(sdist: Path) -> None:
+    """The tests it carries run the benchmark scripts and import their harness."""
+    with tarfile.open(sdist) as archive:
+        names = {n.split("/", 1)[-1] for n in archive.getnames()}
+    harness = {p.relative_to(ROOT).as_posix() for p in (ROOT / "bench").rglob("*.py")}
+    assert "bench/harness/runner.py" in harness and harness <= names
+
+
 def test_wheel_holds_every_script_and_the_type_marker(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in (*SCRIPT_NAMES, PRELUDE):
@@ -115,8 +126,23 @@ def test_wheel_holds_every_script_and_the_type_marker(wheel: Path) -> None:
     assert not any(n.startswith("tests/") for n in names)
 
 
-def test_installed_wheel_runs_from_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
-    venv = tmp_path / "venv"
+def test_wheel_holds_the_library_the_cli_and_the_scripts_only(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    assert not any(n.startswith(("redis_session/bench/", "bench/")) for n in names)
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {
+        "redis_session"
+    }
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "redis_session").rglob("*.py")}
+    scripts = {f"redis_session/lua/{p.name}" for p in (ROOT / "lua").glob("*.lua")}
+    assert "redis_session/cli/__init__.py" in modules
+    package = {n for n in names if n.startswith("redis_session/")}
+    assert package == modules | scripts | {"redis_session/py.typed"}
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The python of a fresh venv holding the wheel (and no checkout on its path)."""
+    venv = tmp_path_factory.mktemp("installed") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     subprocess.run(
@@ -130,11 +156,34 @@ def test_installed_wheel_runs_from_a_fresh_venv(wheel: Path, tmp_path: Path) -> 
         check=True, capture_output=True, text=True, timeout=60,
     ).stdout.strip()  # fmt: skip
     Path(venv_site, "zz_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python
+
+
+def test_installed_wheel_runs_from_a_fresh_venv(installed: Path, tmp_path: Path) -> None:
     done = subprocess.run(
-        [str(python), "-c", SMOKE], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [str(installed), "-c", SMOKE], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['[Compacted Summary]\\ns', 'b']"
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_the_wheels_bench_command_says_how_to_run_it(
+    installed: Path, tmp_path: Path, as_json: bool
+) -> None:
+    """The harness is not in the wheel: one line saying to run it from a checkout."""
+    argv = ["bench", "--url", "redis://127.0.0.1:1/0", *(["--json"] if as_json else [])]
+    done = subprocess.run(
+        [str(installed), "-m", "redis_session", *argv],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    if as_json:
+        error = {"error": HARNESS_MISSING, "type": "ImportError", "exit_code": 1}
+        assert [json.loads(line) for line in done.stderr.splitlines()] == [error]
+    else:
+        assert done.stderr.splitlines() == [f"Error: {HARNESS_MISSING}"]
+    assert "pip install -e" in HARNESS_MISSING
 
 
 BARE = textwrap.dedent(
