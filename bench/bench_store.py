@@ -72,6 +72,8 @@ from bench.harness import (
 def _fmt(value: float | None, unit: str = "us") -> str:
     if value is None:
         return "-"
+    if unit == "x":  # a ratio of its own (the agent loop's flatness)
+        return f"{value:.2f}x"
     return f"{value:,.1f}" if unit == "us" else f"{value:,.1f}B"
 
 
