@@ -250,8 +250,8 @@ class EncBench:
             name: Timings(name)
             for name in ("plain", "enc", "plain prep", "enc prep", "seal only (AES-GCM)")
         }
-        assert not self.enc._core.locked  # the keyring is open: no unlock inside the loop
-        sealer = self.enc._core._sealer(pool[0])
+        assert not self.enc._core.keyring.locked  # the keyring is open: no unlock inside the loop
+        sealer = self.enc._core.keyring.sealer(pool[0])
         assert sealer is not None
         bodies = [codec.encode_message(m) for m in prep_messages]
 
@@ -302,8 +302,8 @@ class EncBench:
         raw: Any = self.base.client
         core = self.enc._core
         self.enc.get(key, 0)  # the session's key opened and cached
-        session_key = core._session_keys[key]
-        opener = core._opener(key, session_key)
+        session_key = core.keyring.session_keys[key]
+        opener = core.keyring.opener(key, session_key)
 
         def bare(prefix: str) -> Callable[[], list[Any]]:
             sk = KeySchema(prefix).session(key)

@@ -1,4 +1,7 @@
 -- append_child_message: append messages to a live, unmerged child only; trim to its max.
+-- KEYS: root child_meta child_msgs child_ids *members
+-- ARGV: head parent_key child_key kid *messages
+-- OK: appended
 -- KEYS[1..7] the tree's root keys (the parent's; see the prelude)
 -- KEYS[8] child meta hash   KEYS[9] child msgs list   KEYS[10] child ids hash
 -- KEYS[11 ..] the tree's members as the caller knows them

@@ -1,5 +1,8 @@
 -- append_message: append messages, skip ids already appended, trim, keep the tree alive;
 -- set metadata entries along with them when at least one message is new.
+-- KEYS: root *members
+-- ARGV: head max_messages session_key kid max_metadata_bytes #metadata *messages
+-- OK: appended
 -- KEYS[1..7] the tree's root keys (see the prelude); KEYS[8 ..] the tree's members
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
 -- ARGV[5] max messages (0 = all)   ARGV[6] session key (index member)

@@ -1,4 +1,7 @@
 -- begin_rekey: start a rotation to a new passphrase.
+-- KEYS: salts checksums keyring
+-- ARGV: record salt key_check master_field master_wrap
+-- OK: -
 -- KEYS[1] salts hash   KEYS[2] checksums hash   KEYS[3] keyring hash
 -- ARGV[1] next record name ('passphrase.next')   ARGV[2] its salt   ARGV[3] its key check
 -- ARGV[4] the keyring field of the master key's wrap under the new passphrase's key

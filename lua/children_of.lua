@@ -1,5 +1,8 @@
 -- children_of: read every child of a session in one snapshot (their messages up to a byte
 -- budget: the rest of a long child is read in steps, read_range). Read-only.
+-- KEYS: kids parent_meta *children
+-- ARGV: budget *child_keys
+-- OK: key_record children
 -- KEYS[1] the parent's kids zset   KEYS[2] the parent's meta hash
 -- KEYS[3 ..] child meta hash, child msgs list for each child, in the order the caller read
 --         them from KEYS[1]

@@ -1,4 +1,7 @@
 -- compact_messages: replace messages 0..up_to (inclusive) with one summary message, first.
+-- KEYS: root *members
+-- ARGV: head session_key up_to digest element expect channel event kid
+-- OK: removed
 -- KEYS[1..7] the tree's root keys (see the prelude); KEYS[8 ..] the tree's members
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
 -- ARGV[5] session key   ARGV[6] up_to (0-based, inclusive)   ARGV[7] summary id digest

@@ -1,5 +1,8 @@
 -- copy_range: one step of copying a list's messages to another list, in order, each with a
 -- prefix (a child's inherited messages, copied from its parent before the child exists).
+-- KEYS: source_meta source_msgs target
+-- ARGV: generation from_ to copied prefix ttl_ms budget
+-- OK: upto length
 -- KEYS[1] the source's meta hash   KEYS[2] the source list   KEYS[3] the target list
 -- ARGV[1] the source list's generation the copy began in   ARGV[2] from and ARGV[3] to
 -- (absolute positions in the source)   ARGV[4] the target's length so far

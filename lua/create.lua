@@ -1,4 +1,7 @@
 -- create: store a new session with its history, atomically; two creators -> one wins.
+-- KEYS: root stage
+-- ARGV: head session_key call_token channel event schema_version kid #meta staged *messages
+-- OK: created_at index_created
 -- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] a staging list (see ARGV[12])
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] (unused: a new tree has no members)
 -- ARGV[4] id window   ARGV[5] session key (index member)

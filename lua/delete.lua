@@ -1,4 +1,7 @@
 -- delete: remove a session, its messages, its expiry marker, its index entry and every child.
+-- KEYS: root pop *children
+-- ARGV: session_key channel event *child_keys
+-- OK: existed
 -- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] the session's pop key
 -- KEYS[9 ..] child meta, child msgs, child ids, child staging list for each child, in the
 --         order the caller read them from KEYS[6]

@@ -1,4 +1,7 @@
 -- discard_child: remove an unmerged child without touching its parent's messages.
+-- KEYS: root child_meta child_msgs child_ids
+-- ARGV: head parent_key child_key call_digest channel event
+-- OK: tree_generation members
 -- KEYS[1..7] the tree's root keys (the parent's; see the prelude)
 -- KEYS[8] child meta hash   KEYS[9] child msgs list   KEYS[10] child ids hash
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window

@@ -1,5 +1,8 @@
 -- finish_rekey: end a rotation: the next passphrase becomes the passphrase and the master key's
 -- wrap under the old one is dropped, so the old passphrase opens nothing any more.
+-- KEYS: salts checksums keyring
+-- ARGV: record next_record next_salt
+-- OK: -
 -- KEYS[1] salts hash   KEYS[2] checksums hash   KEYS[3] keyring hash
 -- ARGV[1] record name ('passphrase')   ARGV[2] next record name ('passphrase.next')
 -- ARGV[3] the next salt the caller rotated to

@@ -1,4 +1,7 @@
 -- fork_child: create a child session of a live parent, inheriting its last N messages.
+-- KEYS: root child_meta child_msgs child_ids *members
+-- ARGV: head parent_key child_key agent config max_messages inherit call_token channel event kid staged staged_generation step
+-- OK: created_at tree_generation elements members
 -- KEYS[1..7] the tree's root keys (the parent's; see the prelude)
 -- KEYS[8] child meta hash   KEYS[9] child msgs list   KEYS[10] child ids hash
 -- KEYS[11 ..] the tree's members as the caller knows them

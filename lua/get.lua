@@ -1,6 +1,9 @@
 -- get: read a session (or only its list positions) and its messages in one snapshot; with the
 -- version of what the caller holds already, only the messages added since. Read-only: it runs
 -- on a read-only replica and when Redis is out of memory.
+-- KEYS: meta msgs ids mark
+-- ARGV: last with_meta token generation tail budget held_head
+-- OK: meta from_ head tail generation token elements upto kid dk
 -- KEYS[1] meta hash   KEYS[2] msgs list   KEYS[3] ids hash   KEYS[4] expiry marker
 -- ARGV[1] the newest N messages wanted (-1 = all)   ARGV[2] '1': the meta hash too
 -- ARGV[3] the session token, ARGV[4] generation and ARGV[5] tail position the caller holds

@@ -1,5 +1,8 @@
 -- get_child: read a child session (merged ones included) in one snapshot; with the version of
 -- what the caller holds already, only the messages added since. Read-only.
+-- KEYS: child_meta child_msgs done parent_meta
+-- ARGV: child_key generation tail budget held_head token
+-- OK: meta from_ head tail generation elements upto kid dk
 -- KEYS[1] child meta hash   KEYS[2] child msgs list   KEYS[3] the parent's done zset
 -- KEYS[4] the parent's meta hash (its key id and data key seal the child's messages)
 -- ARGV[1] child key   ARGV[2] generation and ARGV[3] tail position the caller holds messages

@@ -1,5 +1,8 @@
 -- init_keyring: create the encryption records of a prefix, once: the passphrase's salt and key
 -- check, and the master key wrapped under the passphrase's key.
+-- KEYS: salts checksums keyring
+-- ARGV: record salt key_check master_wrap
+-- OK: -
 -- KEYS[1] salts hash   KEYS[2] checksums hash   KEYS[3] keyring hash
 -- ARGV[1] record name ('passphrase')   ARGV[2] salt   ARGV[3] key check
 -- ARGV[4] the master key's wrap (keyring field 'mk:' .. record)

@@ -1,5 +1,8 @@
 -- merge_child: fold a child into its parent in one step: a summary message, or the child's
 -- own messages in order; mark the child merged and prune merged children beyond the newest K.
+-- KEYS: root child_meta child_msgs child_ids stage *members
+-- ARGV: head max_messages parent_key child_key call_token call_digest mode summary_digest summary channel event kid keep_merged staged_generation staged_tail staged_child staged_length
+-- OK: merged_at appended tree_generation members
 -- KEYS[1..7] the tree's root keys (the parent's; see the prelude)
 -- KEYS[8] child meta hash   KEYS[9] child msgs list   KEYS[10] child ids hash
 -- KEYS[11] the merge's staging list (see merge_stage)   KEYS[12 ..] the tree's members

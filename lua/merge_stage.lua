@@ -1,6 +1,9 @@
 -- merge_stage: one step of a large merge, which builds the parent's new list in a staging list
 -- (the parent's messages, then the child's) while both stay as they are; merge_child
 -- ('staged') then swaps it in at once, so readers see the parent before or after, never half.
+-- KEYS: root child_meta child_msgs child_ids stage
+-- ARGV: head parent_key child_key call_token step from_ to staged generation lease_ms kid budget
+-- OK: generation head tail child_head child_tail | upto length child_staged
 -- KEYS[1..7] the tree's root keys (the parent's; see the prelude)
 -- KEYS[8] child meta hash   KEYS[9] child msgs list   KEYS[10] child ids hash
 -- KEYS[11] the staging list

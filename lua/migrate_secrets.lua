@@ -1,5 +1,8 @@
 -- migrate_secrets: replace every secret with its re-encrypted bytes and set salt and
 -- checksum 'default', all or nothing, only if nothing changed since the secrets were read.
+-- KEYS: secrets salts checksums stage
+-- ARGV: version salt checksum staged *pairs
+-- OK: count
 -- KEYS[1] secrets hash   KEYS[2] salts hash   KEYS[3] checksums hash
 -- KEYS[4] a staging hash (many secrets: the new ones were put there by HSET in steps)
 -- ARGV[1] secrets version read (as returned by HGET v; '' when there was none)

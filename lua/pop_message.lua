@@ -1,4 +1,7 @@
 -- pop_message: remove and return the newest message of a session (idempotent per call token).
+-- KEYS: root pop *members
+-- ARGV: head session_key call_token digest expect kid keep_ms
+-- OK: element
 -- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] the session's pop key
 -- KEYS[9 ..] the tree's members
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window

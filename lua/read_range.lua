@@ -1,5 +1,8 @@
 -- read_range: the next part of a list read in steps (a session's or a child's), as long as
 -- the list has not changed but for appends and trims since the first step. Read-only.
+-- KEYS: meta msgs
+-- ARGV: generation from_ to budget token
+-- OK: elements upto
 -- KEYS[1] the meta hash (a session's or a child's)   KEYS[2] its list
 -- ARGV[1] the generation the read began in   ARGV[2] from (absolute position)
 -- ARGV[3] to (absolute, exclusive)   ARGV[4] bytes to read at most

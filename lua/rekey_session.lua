@@ -1,6 +1,9 @@
 -- rekey_session: give a session another key record (meta fields k, dk): move it to this
 -- layout's own data key, rewrap it for a new passphrase, or mark a move to it as done; only if
 -- the session's key is still what the caller read.
+-- KEYS: meta
+-- ARGV: kid dk new_kid new_dk
+-- OK: -
 -- KEYS[1] meta hash
 -- ARGV[1] the key id read ('' = none)   ARGV[2] the dk read ('' = none)
 -- ARGV[3] the new key id   ARGV[4] the new dk

@@ -1,6 +1,9 @@
 -- reseal_session: replace some of a session's values by their re-sealed forms, each only if
 -- it is still what the caller read: elements of one list by position, metadata values and
 -- scalar fields of the session.
+-- KEYS: session_meta owner_meta list
+-- ARGV: kid generation #elements #fields
+-- OK: replaced generation
 -- KEYS[1] the session's meta hash   KEYS[2] the meta hash of the list's owner (the session's,
 -- or a child's)   KEYS[3] the list
 -- ARGV[1] the session's key id (set by rekey_session)   ARGV[2] the list's generation read

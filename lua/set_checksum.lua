@@ -1,4 +1,7 @@
 -- set_checksum: store checksum NAME, only when salt NAME exists.
+-- KEYS: salts checksums
+-- ARGV: name checksum
+-- OK: -
 -- KEYS[1] salts hash   KEYS[2] checksums hash
 -- ARGV[1] name   ARGV[2] checksum bytes
 -- Reply: {OK} | {MISSING} (no salt of that name) | {WRONG_TYPE, i, type}

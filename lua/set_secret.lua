@@ -1,4 +1,7 @@
 -- set_secret: store (or with no value, delete) secret NAME and bump the secrets version.
+-- KEYS: secrets
+-- ARGV: field value
+-- OK: changed
 -- KEYS[1] secrets hash (fields 's:' .. name, and 'v' = version counter)
 -- ARGV[1] 's:' .. name   ARGV[2] opaque bytes (absent: delete)
 -- Reply: {OK, 1 if a field was added or removed else 0} | {WRONG_TYPE, 1, type}

@@ -1,5 +1,8 @@
 -- stage_push: one step of a large write staged before it lands at once (a create with a long
 -- history): append elements to a staging list.
+-- KEYS: stage
+-- ARGV: length ttl_ms *elements
+-- OK: length
 -- KEYS[1] the staging list
 -- ARGV[1] its length so far (a retried step finds it longer and copies nothing twice)
 -- ARGV[2] its TTL ms (until the write lands)   ARGV[3 ..] the elements

@@ -1,4 +1,7 @@
 -- update: set the given scalar fields and replace all metadata; history untouched.
+-- KEYS: root *members
+-- ARGV: head session_key kid #scalars *metadata
+-- OK: updated_at
 -- KEYS[1..7] the tree's root keys (see the prelude); KEYS[8 ..] the tree's members
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
 -- ARGV[5] session key   ARGV[6] key id metadata values are sealed with ('' = cleartext)

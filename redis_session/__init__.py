@@ -5,7 +5,7 @@ session (and of its child sessions) live in one cluster slot. Start with :class:
 (or :class:`AsyncRedisStore`) and ``RedisStore.from_url("memory://")`` for an embedded store.
 """
 
-from ._keyring import RekeyProgress, RekeyReport
+from ._rekey import RekeyProgress, RekeyReport
 from .aio import AsyncRedisStore
 from .children import InMemoryChildStore
 from .context import (
@@ -54,6 +54,7 @@ from .models import (
     SessionSummary,
     ToolCall,
 )
+from .options import StoreOptions
 from .protocols import AsyncChildSessionStore, AsyncStore, ChildSessionStore, Store
 from .store import RedisStore
 
@@ -100,6 +101,7 @@ __all__ = [
     "StaleCompaction",
     "StaleExpectation",
     "Store",
+    "StoreOptions",
     "TamperDetected",
     "ToolCall",
     "WrongPassphrase",

@@ -1,7 +1,7 @@
 """Child-session operations (sans-I/O generators; see ``_core``): fork, append, merge,
 discard, read.
 
-Children live in their parent's tree: they expire with it (see ``_base``), and the newest
+Children live in their parent's tree: they expire with it (see ``_trees``), and the newest
 ``keep_merged_children`` merged children stay whole (record and history) while older ones
 leave only a tombstone in the parent's ``done`` zset (the newest 100 are kept), so a tree
 does not grow with the number of sub-agents that ever ran in it.
@@ -13,10 +13,15 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import codec
+from . import codec, contracts
 from ._args import message, text, token
-from ._base import READ_ATTEMPTS, STAGE_LEASE_MS, CoreBase
+from ._index import Index
+from ._keyring import Keyring
+from ._limits import READ_ATTEMPTS, STAGE_LEASE_MS, Limits
+from ._reads import Reader
 from ._requests import Commands, Emit, Op, ScriptCall
+from ._trees import Trees
+from ._writes import Writer
 from .crypto import Opener, Sealer
 from .errors import (
     ChildNotFound,
@@ -27,30 +32,47 @@ from .errors import (
     SessionError,
 )
 from .events import new_event
-from .keys import ChildKeys, check_key, parent_of
-from .models import (
-    ChildSession,
-    ChildSessionConfig,
-    LifecycleEventType,
-    Message,
-    MessageRole,
-)
+from .keys import ChildKeys, KeySchema, check_key, parent_of
+from .models import ChildSession, ChildSessionConfig, LifecycleEventType, Message, MessageRole
+from .options import StoreOptions
 from .status import Ctx, Status, check
 
 CHILDREN_READ_ATTEMPTS = 8
 
 
-def _child_token(reply: Sequence[Any]) -> Any:
-    """The child's fork token, from the meta array of a ``get_child`` script's reply."""
-    meta = reply[1]
+def _child_token(read: contracts.ChildRead) -> Any:
+    """The child's fork token, from the meta array of a ``get_child`` reply."""
+    meta = read.meta
     for i in range(0, len(meta) - 1, 2):
         if bytes(meta[i]) == b"token":
             return meta[i + 1]
     return b""
 
 
-class ChildOps(CoreBase):
+class Children:
     """The child-session operations of a store."""
+
+    def __init__(
+        self,
+        schema: KeySchema,
+        options: StoreOptions,
+        limits: Limits,
+        trees: Trees,
+        keyring: Keyring,
+        reader: Reader,
+        writer: Writer,
+        index: Index,
+        channel: str,
+    ) -> None:
+        self.schema = schema
+        self.options = options
+        self.limits = limits
+        self.trees = trees
+        self.keyring = keyring
+        self.reader = reader
+        self.writer = writer
+        self.index = index
+        self.channel = channel
 
     def _child_keys(self, child_key: object) -> tuple[str, str, str, ChildKeys]:
         """``(child_key, parent_key, agent, child key names)``; not-found if the key is not one
@@ -63,9 +85,8 @@ class ChildOps(CoreBase):
         parent, agent = parsed
         return child_key, parent, agent, self.schema.child(child_key)
 
-    def _learn_from(self, root: str, reply: Sequence[Any], at: int) -> None:
-        """Learn ``root``'s tree from a reply whose tg is at ``at``, its members after it."""
-        self._learn_tree(root, reply[at], reply[at + 1 :])
+    def _kid(self, sealer: Sealer | None) -> bytes:
+        return b"" if sealer is None else sealer.kid
 
     def fork_child(
         self, parent_key: str, agent_name: str, config: ChildSessionConfig | None = None
@@ -79,7 +100,7 @@ class ChildOps(CoreBase):
             raise InvalidArgument("config", "must be a ChildSessionConfig or None")
         child = ChildSession.new(parent_key, agent_name, config)
         ck = self.schema.child(child.key)
-        _, root = self._keys(parent_key)
+        _, root = self.trees.keys(parent_key)
         event, payload = new_event(
             LifecycleEventType.FORK, parent_key, child_key=child.key, agent_name=agent_name
         )
@@ -87,44 +108,50 @@ class ChildOps(CoreBase):
 
         def build(staged: int, generation: Any) -> Callable[[Sealer | None], ScriptCall]:
             def make(sealer: Sealer | None) -> ScriptCall:
-                args = [
-                    *self._head(parent_key), parent_key, child.key, agent_name,
-                    codec.encode_config(config), config.max_messages, config.inherit_history,
-                    call, self.channel, payload, b"" if sealer is None else sealer.kid,
-                    staged, generation, self.step_messages,
-                ]  # fmt: skip
-                keys = (*root, ck.meta, ck.msgs, ck.ids, *self._tree(parent_key)[1])
-                return ScriptCall("fork_child", keys, args)
+                return contracts.fork_child(
+                    (*root, ck.meta, ck.msgs, ck.ids, *self.trees.members(parent_key)),
+                    head=self.trees.head(parent_key), parent_key=parent_key,
+                    child_key=child.key, agent=agent_name, config=codec.encode_config(config),
+                    max_messages=config.max_messages, inherit=config.inherit_history,
+                    call_token=call, channel=self.channel, event=payload, kid=self._kid(sealer),
+                    staged=staged, staged_generation=generation,
+                    step=self.limits.step_messages,
+                )  # fmt: skip
 
             return make
 
         keys = (*root, ck.meta, ck.msgs, ck.ids)
         ctx = Ctx(child.key, keys, child=True, parent=parent_key)
         passthrough = (Status.STAGE, Status.STALE)
+        write = self.writer.write
         for _ in range(READ_ATTEMPTS):
-            reply = yield from self._write(parent_key, build(0, ""), ctx, passthrough)
-            if reply[0] == Status.STAGE:  # many to inherit: copy them in steps first
-                g, h, n = reply[1], int(reply[2]), int(reply[3])
+            reply = yield from write(parent_key, build(0, ""), ctx, passthrough)
+            if contracts.status(reply) == Status.STAGE:  # many to inherit: in steps first
+                stage = contracts.parsed(contracts.ForkStage, reply)
+                first = max(int(stage.head), int(stage.tail) - config.inherit_history)
                 copied = yield from self._copy_inherited(
-                    root, ck.msgs, g, max(h, n - config.inherit_history), n
+                    root, ck.msgs, stage.generation, first, int(stage.tail)
                 )
                 if copied < 0:
                     continue
-                reply = yield from self._write(parent_key, build(copied, g), ctx, passthrough)
-            if reply[0] != Status.STALE:
+                reply = yield from write(
+                    parent_key, build(copied, stage.generation), ctx, passthrough
+                )
+            if contracts.status(reply) != Status.STALE:
                 break
         else:
             raise ConcurrentChange(parent_key, "its history kept changing during a fork")
-        self._learn_tree(parent_key, reply[2], reply[4:])
+        forked = contracts.parsed(contracts.Forked, reply)
+        self.trees.learn(parent_key, forked.tree_generation, forked.members)
         yield Emit(event)
-        if reply[3] is None:  # a long inheritance: read in steps, as get_child reads
+        if forked.elements is None or forked.elements is False:  # inherited in steps: read so
             history = (yield from self.get_child(child.key)).history
         else:
-            items = [bytes(item[8:]) for item in reply[3]]
-            history = yield from self._written(
+            items = [bytes(item[8:]) for item in forked.elements]
+            history = yield from self.keyring.written(
                 parent_key, lambda o: codec.decode_messages(child.key, items, o)
             )
-        created = codec.to_datetime(int(reply[1]))
+        created = codec.to_datetime(int(forked.created_at))
         return child.model_copy(update={"created_at": created, "history": history})
 
     def _copy_inherited(
@@ -137,14 +164,15 @@ class ChildOps(CoreBase):
         at, copied = first, 0
         keys = (root[0], root[1], target)
         while at < last:
-            args = (
-                generation, at, last, copied, codec.INHERITED, STAGE_LEASE_MS, self.read_budget,
+            reply = yield contracts.copy_range(
+                keys, generation=generation, from_=at, to=last, copied=copied,
+                prefix=codec.INHERITED, ttl_ms=STAGE_LEASE_MS, budget=self.limits.read_budget,
             )  # fmt: skip
-            part = yield ScriptCall("copy_range", keys, args)
-            if part[0] == Status.STALE:
+            if contracts.status(reply) == Status.STALE:
                 yield Commands([("DEL", target)])
                 return -1
-            at, copied = int(check(part, Ctx(keys=keys))[1]), int(part[2])
+            step = contracts.parsed(contracts.Copied, check(reply, Ctx(keys=keys)))
+            at, copied = int(step.upto), int(step.length)
         return copied
 
     def append_child_messages(self, child_key: str, messages: Sequence[Message]) -> Op[int]:
@@ -153,27 +181,23 @@ class ChildOps(CoreBase):
             raise InvalidArgument("messages", "must be a sequence of Message")
         if not messages:
             return 0
-        pairs = codec.message_args(messages, "messages", self.max_message_bytes)
-        self._check_batch(pairs[1::2], "messages")
-        _, root = self._keys(parent)
+        limit = self.options.max_message_bytes
+        pairs = codec.message_args(messages, "messages", limit)
+        self.limits.check_batch(pairs[1::2], "messages")
+        _, root = self.trees.keys(parent)
 
         def build(sealer: Sealer | None) -> ScriptCall:
-            args = [
-                *self._head(parent),
-                parent,
-                child_key,
-                b"" if sealer is None else sealer.kid,
-                *codec.child_elements(
-                    codec.seal_pairs(pairs, messages, sealer, "messages", self.max_message_bytes)
-                ),
-            ]
-            keys = (*root, ck.meta, ck.msgs, ck.ids, *self._tree(parent)[1])
-            return ScriptCall("append_child_message", keys, args)
+            sealed = codec.seal_pairs(pairs, messages, sealer, "messages", limit)
+            return contracts.append_child_message(
+                (*root, ck.meta, ck.msgs, ck.ids, *self.trees.members(parent)),
+                head=self.trees.head(parent), parent_key=parent, child_key=child_key,
+                kid=self._kid(sealer), messages=codec.child_elements(sealed),
+            )  # fmt: skip
 
         keys = (*root, ck.meta, ck.msgs, ck.ids)
         ctx = Ctx(child_key, keys, child=True, parent=parent)
-        reply = yield from self._write(parent, build, ctx)
-        return int(reply[1])
+        reply = yield from self.writer.write(parent, build, ctx)
+        return int(contracts.parsed(contracts.Appended, reply).appended)
 
     def append_child_message(self, child_key: str, msg: Message) -> Op[bool]:
         added = yield from self.append_child_messages(child_key, [message(msg)])
@@ -184,40 +208,43 @@ class ChildOps(CoreBase):
         text(summary, "summary")
         if author is not None:
             text(author, "author")
+        limit = self.options.max_message_bytes
         msg = Message(role=MessageRole.ASSISTANT, content=summary, author=author or agent)
-        pairs = codec.message_args([msg], "summary", self.max_message_bytes)
+        pairs = codec.message_args([msg], "summary", limit)
         event, payload = new_event(
             LifecycleEventType.MERGE, parent, child_key=child_key, agent_name=agent
         )
         call = token()
         digest = codec.message_digest("merge:" + call)
-        _, root = self._keys(parent)
+        _, root = self.trees.keys(parent)
 
-        def build(staged: tuple[Any, ...] | None) -> Callable[[Sealer | None], ScriptCall]:
+        def build(staged: Sequence[Any] | None) -> Callable[[Sealer | None], ScriptCall]:
+            generation, tail, child, length = staged or ("", 0, self.limits.step_messages, 0)
+
             def make(sealer: Sealer | None) -> ScriptCall:
-                summary_digest, body = codec.seal_pairs(
-                    pairs, [msg], sealer, "summary", self.max_message_bytes
-                )
+                summary_digest, element = codec.seal_pairs(pairs, [msg], sealer, "summary", limit)
                 mode = "staged" if staged else ("summary" if summary else "history")
-                args = [
-                    *self._head(parent), self.max_history_turns, parent, child_key, call,
-                    digest, mode, summary_digest, body, self.channel, payload,
-                    b"" if sealer is None else sealer.kid, self.keep_merged_children,
-                    *(staged or ("", 0, self.step_messages, 0)),
-                ]  # fmt: skip
-                keys = (*root, ck.meta, ck.msgs, ck.ids, ck.stage, *self._tree(parent)[1])
-                return ScriptCall("merge_child", keys, args)
+                return contracts.merge_child(
+                    (*root, ck.meta, ck.msgs, ck.ids, ck.stage, *self.trees.members(parent)),
+                    head=self.trees.head(parent), max_messages=self.options.max_history_turns,
+                    parent_key=parent, child_key=child_key, call_token=call, call_digest=digest,
+                    mode=mode, summary_digest=summary_digest, summary=element,
+                    channel=self.channel, event=payload, kid=self._kid(sealer),
+                    keep_merged=self.options.keep_merged_children, staged_generation=generation,
+                    staged_tail=tail, staged_child=child, staged_length=length,
+                )  # fmt: skip
 
             return make
 
         keys = (*root, ck.meta, ck.msgs, ck.ids, ck.stage)
         ctx = Ctx(child_key, keys, child=True, parent=parent)
-        reply = yield from self._write(parent, build(None), ctx, (Status.STAGE,))
-        if reply[0] == Status.STAGE:
+        reply = yield from self.writer.write(parent, build(None), ctx, (Status.STAGE,))
+        if contracts.status(reply) == Status.STAGE:
             reply = yield from self._merge_in_steps(child_key, parent, call, keys, build, ctx)
-        self._learn_from(parent, reply, 3)
+        merged = contracts.parsed(contracts.Merged, reply)
+        self.trees.learn(parent, merged.tree_generation, merged.members)
         yield Emit(event)
-        return int(reply[2])
+        return int(merged.appended)
 
     def _merge_in_steps(
         self,
@@ -225,48 +252,57 @@ class ChildOps(CoreBase):
         parent: str,
         call: str,
         keys: tuple[str, ...],
-        build: Callable[[tuple[Any, ...] | None], Callable[[Sealer | None], ScriptCall]],
+        build: Callable[[Sequence[Any] | None], Callable[[Sealer | None], ScriptCall]],
         ctx: Ctx,
-    ) -> Op[Any]:
+    ) -> Op[Sequence[Any]]:
         """A merge of a child too large for one script call: under the child's merge lease,
         copy the parent's messages, then the child's, into a staging list in steps of a
         bounded size, then swap it in with ``merge_child`` (staged); a parent whose list began
         a new generation meanwhile (compaction, pop) makes it begin again.
         """
+        write = self.writer.write
         for _ in range(READ_ATTEMPTS):
 
-            def stage(step: str, *args: Any) -> Callable[[Sealer | None], ScriptCall]:
+            def stage(
+                step: str, from_: int = 0, to: int = 0, staged: int = 0, generation: Any = ""
+            ) -> Callable[[Sealer | None], ScriptCall]:
                 def make(sealer: Sealer | None) -> ScriptCall:
-                    kid = b"" if sealer is None else sealer.kid
-                    argv = (
-                        *self._head(parent), parent, child_key, call, step, *args,
-                        STAGE_LEASE_MS, kid, self.read_budget,
+                    return contracts.merge_stage(
+                        keys, head=self.trees.head(parent), parent_key=parent,
+                        child_key=child_key, call_token=call, step=step, from_=from_, to=to,
+                        staged=staged, generation=generation, lease_ms=STAGE_LEASE_MS,
+                        kid=self._kid(sealer), budget=self.limits.read_budget,
                     )  # fmt: skip
-                    return ScriptCall("merge_stage", keys, argv)
 
                 return make
 
             passthrough = (Status.STALE,)
-            begin = yield from self._write(parent, stage("begin", 0, 0, 0, ""), ctx, passthrough)
-            if begin[0] == Status.STALE:
+            reply = yield from write(parent, stage("begin"), ctx, passthrough)
+            if contracts.status(reply) == Status.STALE:
                 continue
-            g, h, n, ch, cn = (int(v) for v in begin[1:6])
+            begun = contracts.parsed(contracts.MergeBegun, reply)
+            g = int(begun.generation)
             staged = pushed = 0
             stale = False
-            for step, first, last in (("parent", h, n), ("child", ch, cn)):
+            for step, first, last in (
+                ("parent", int(begun.head), int(begun.tail)),
+                ("child", int(begun.child_head), int(begun.child_tail)),
+            ):
                 at = first
                 while at < last and not stale:
-                    args = (at, last, staged, g)
-                    part = yield from self._write(parent, stage(step, *args), ctx, passthrough)
-                    stale = part[0] == Status.STALE
+                    reply = yield from write(
+                        parent, stage(step, at, last, staged, g), ctx, passthrough
+                    )
+                    stale = contracts.status(reply) == Status.STALE
                     if not stale:
-                        at, staged = int(part[1]), int(part[2])
-                        pushed += int(part[3])
+                        part = contracts.parsed(contracts.MergeStep, reply)
+                        at, staged = int(part.upto), int(part.length)
+                        pushed += int(part.child_staged)
             if stale:
                 continue
-            final = build((g, n, pushed, staged))
-            reply = yield from self._write(parent, final, ctx, passthrough)
-            if reply[0] != Status.STALE:
+            final = build((g, int(begun.tail), pushed, staged))
+            reply = yield from write(parent, final, ctx, passthrough)
+            if contracts.status(reply) != Status.STALE:
                 return reply
         raise ConcurrentChange(child_key, "its parent's history kept changing during a merge")
 
@@ -276,49 +312,56 @@ class ChildOps(CoreBase):
             LifecycleEventType.DISCARD, parent, child_key=child_key, agent_name=agent
         )
         digest = codec.message_digest("discard:" + token())
-        _, root = self._keys(parent)
+        _, root = self.trees.keys(parent)
+        keys = (*root, ck.meta, ck.msgs, ck.ids)
 
         def build(sealer: Sealer | None) -> ScriptCall:
-            args = (*self._head(parent), parent, child_key, digest, self.channel, payload)
-            return ScriptCall("discard_child", (*root, ck.meta, ck.msgs, ck.ids), args)
+            return contracts.discard_child(
+                keys, head=self.trees.head(parent), parent_key=parent, child_key=child_key,
+                call_digest=digest, channel=self.channel, event=payload,
+            )  # fmt: skip
 
-        keys = (*root, ck.meta, ck.msgs, ck.ids)
-        reply = yield from self._write(parent, build, Ctx(child_key, keys, child=True))
-        self._learn_from(parent, reply, 1)
+        reply = yield from self.writer.write(parent, build, Ctx(child_key, keys, child=True))
+        discarded = contracts.parsed(contracts.Discarded, reply)
+        self.trees.learn(parent, discarded.tree_generation, discarded.members)
         yield Emit(event)
 
     def get_child(self, child_key: str) -> Op[ChildSession]:
         child_key, parent, _, ck = self._child_keys(child_key)
         parent_keys = self.schema.session(parent)
         keys = (ck.meta, ck.msgs, parent_keys.done, parent_keys.meta)
-        held = self._reads.get(child_key)
-        known: tuple[Any, ...] = ("", "", "", "")
-        if held is not None:
-            known = (held.generation, held.tail, held.head, held.token)
-        args = (child_key, known[0], known[1], self.read_budget, known[2], known[3])
-        first = ScriptCall("get_child", keys, args, write=False)
+        reader = self.reader
+        held = reader.cache.get(child_key)
+        first = contracts.get_child(
+            keys, child_key=child_key, generation="" if held is None else held.generation,
+            tail="" if held is None else held.tail, budget=self.limits.read_budget,
+            held_head="" if held is None else held.head, token="" if held is None else held.token,
+        )  # fmt: skip
         ctx = Ctx(child_key, keys, child=True)
+
+        def parse(reply: Any) -> contracts.ChildRead:
+            return contracts.parsed(contracts.ChildRead, check(reply, ctx))
+
         try:
-            reply, items = yield from self._read_list(
-                child_key, first, ctx, (5, 4, 6, 7, 2), (ck.meta, ck.msgs), _child_token
+            read, items = yield from reader.steps(
+                child_key, first, parse, (ck.meta, ck.msgs), _child_token, ctx
             )
         except SessionError:
-            self._reads.discard(child_key)
+            reader.cache.discard(child_key)
             raise
         bodies = [bytes(item[8:]) for item in items]
-        if self.passphrase is None:
+        if self.keyring.passphrase is None:
             new = codec.decode_messages(child_key, bodies)
         else:
-            new = yield from self._opened(
-                parent, reply[8], reply[9], lambda o: codec.decode_messages(child_key, bodies, o)
+            new = yield from self.keyring.opened(
+                parent, read.kid, read.dk, lambda o: codec.decode_messages(child_key, bodies, o)
             )
-        meta = reply[1]
-        fields = dict(zip(meta[::2], meta[1::2], strict=True))
-        version = (bytes(fields.get(b"token", b"")), b"%d" % int(reply[5]))
-        start, h = int(reply[2]), int(reply[3])
-        history = self._hold(child_key, held, version, h, start, h, new, bodies)
-        child: ChildSession = yield from self._opened(
-            parent, reply[8], reply[9],
+        meta = read.meta
+        version = (bytes(_child_token(read)), b"%d" % int(read.generation))
+        start, h = int(read.from_), int(read.head)
+        history = reader.hold(child_key, held, version, h, start, h, new, bodies)
+        child: ChildSession = yield from self.keyring.opened(
+            parent, read.kid, read.dk,
             lambda o: codec.decode_child(child_key, meta, (), o, history=history),
         )  # fmt: skip
         return child
@@ -328,27 +371,31 @@ class ChildOps(CoreBase):
         sk = self.schema.session(parent_key)
         kids = sk.kids
         for _ in range(CHILDREN_READ_ATTEMPTS):
-            (members,) = yield Commands([("ZRANGE", kids, 0, -1)])
+            (members,) = yield from self.index.reads([("ZRANGE", kids, 0, -1)], parent_key)
             raw = [bytes(m) for m in members]
             keys: list[str | bytes] = [kids, sk.meta]
             for m in raw:
                 ck = self.schema.child(codec.member_key(m))
                 keys += (codec.wire(ck.meta), codec.wire(ck.msgs))
-            reply = yield ScriptCall("children_of", keys, (self.read_budget, *raw), write=False)
-            if reply[0] != Status.CONFLICT:
+            reply = yield contracts.children_of(
+                keys, budget=self.limits.read_budget, child_keys=raw
+            )
+            if contracts.status(reply) != Status.CONFLICT:
                 check(reply, Ctx(parent_key, keys))
                 break
         else:
             raise ConcurrentChange(parent_key, "its children kept changing while read")
+        found = contracts.parsed(contracts.Children, reply)
         entries: list[tuple[str, Any, list[bytes]] | ChildSession] = []
-        kid, dk = reply[1]
-        for m, (meta, items, upto, n) in zip(raw, reply[2:], strict=True):
+        kid, dk = found.key_record
+        for m, part in zip(raw, found.children, strict=True):
             child = codec.member_key(m)
-            if int(upto) < int(n) and meta:
+            part = contracts.ChildPart(*part)
+            if int(part.upto) < int(part.tail) and part.meta:
                 with contextlib.suppress(ChildNotFound):  # a long child: read on its own, in
                     entries.append((yield from self.get_child(child)))  # steps (gone: skip)
                 continue
-            entries.append((child, meta, list(items)))
+            entries.append((child, part.meta, list(part.elements)))
 
         def decode(opener: Opener | None) -> list[ChildSession]:
             out = []
@@ -369,5 +416,5 @@ class ChildOps(CoreBase):
                     codec.log_bad_record("children_of", exc)
             return out
 
-        found: list[ChildSession] = yield from self._opened(parent_key, kid, dk, decode)
-        return found
+        result: list[ChildSession] = yield from self.keyring.opened(parent_key, kid, dk, decode)
+        return result

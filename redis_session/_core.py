@@ -5,34 +5,37 @@ receives each reply by ``send`` and returns its result (or raises). ``RedisStore
 ``AsyncRedisStore`` only drive these generators, one with blocking calls and one with ``await``,
 so the two cannot drift in behaviour.
 
-The operations are grouped by concern: ``_sessions`` (sessions), ``_children`` (child
-sessions), ``_secrets`` (salts, checksums, secrets) and ``_keyring`` (encryption keys and
-rotation), over ``_base`` (options, key names, the session tree, the write loop).
+:class:`Core` composes the collaborators, each of one concern, each given what it uses:
+
+- :class:`~._trees.Trees`: key names, and what the store knows of each session tree;
+- :class:`~._index.Index`: the session index (listing) and reads of the store's own keys;
+- :class:`~._keyring.Keyring`: passphrase, master key, each session's data key;
+- :class:`~._reads.Reader`: the read path, and the decoded messages held (read cache);
+- :class:`~._writes.Writer`: the loop every tree write goes through;
+- :class:`~._sessions.Sessions`, :class:`~._children.Children`, :class:`~._secrets.Secrets`:
+  the operations; :class:`~._rekey.Rotation`: passphrase rotation.
+
+Script arguments and replies are built and read by name (:mod:`redis_session.contracts`);
+statuses become exceptions in one table (:mod:`redis_session.status`).
 """
 
 from __future__ import annotations
 
-from ._base import (
-    DEFAULT_DEDUP_WINDOW,
-    DEFAULT_EXPIRED_GRACE,
-    DEFAULT_KEEP_MERGED_CHILDREN,
-    DEFAULT_MAX_MESSAGE_BYTES,
-    DEFAULT_MAX_METADATA_BYTES,
-    DEFAULT_MAX_METADATA_VALUE_BYTES,
-)
-from ._children import ChildOps
-from ._keyring import RekeyProgress, RekeyReport
+from ._children import Children
+from ._index import Index
+from ._keyring import Keyring
+from ._limits import Limits
+from ._reads import Reader
+from ._rekey import RekeyProgress, RekeyReport, Rotation
 from ._requests import Commands, Compute, Emit, Op, Request, ScriptCall
-from ._secrets import SecretOps
-from ._sessions import SessionOps
+from ._secrets import Secrets
+from ._sessions import Sessions
+from ._trees import Trees
+from ._writes import Writer
+from .keys import KeySchema
+from .options import StoreOptions
 
 __all__ = [
-    "DEFAULT_DEDUP_WINDOW",
-    "DEFAULT_EXPIRED_GRACE",
-    "DEFAULT_KEEP_MERGED_CHILDREN",
-    "DEFAULT_MAX_MESSAGE_BYTES",
-    "DEFAULT_MAX_METADATA_BYTES",
-    "DEFAULT_MAX_METADATA_VALUE_BYTES",
     "Commands",
     "Compute",
     "Core",
@@ -45,5 +48,21 @@ __all__ = [
 ]
 
 
-class Core(SessionOps, ChildOps, SecretOps):
-    """Options and operations shared by the sync and async stores."""
+class Core:
+    """A store's state and operations, shared by the sync and async stores."""
+
+    def __init__(self, options: StoreOptions, *, cluster: bool = False) -> None:
+        self.options = options
+        self.schema = schema = KeySchema(options.prefix, cluster=cluster)
+        self.limits = limits = Limits()
+        self.channel = channel = schema.events_channel if options.publish_events else ""
+        self.trees = trees = Trees(schema, options)
+        self.index = index = Index(schema)
+        self.keyring = keyring = Keyring(schema, options, index)
+        self.reader = reader = Reader(schema, options, limits, trees, keyring)
+        self.writer = writer = Writer(trees, keyring)
+        shared = (schema, options, limits, trees, keyring, reader, writer, index, channel)
+        self.sessions = Sessions(*shared)
+        self.children = Children(*shared)
+        self.secrets = Secrets(schema, limits)
+        self.rotation = Rotation(keyring, index, schema, limits)

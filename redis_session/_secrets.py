@@ -5,20 +5,25 @@ under the prefix's global hash tag.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
+from . import contracts
 from ._args import as_bytes, token
 from ._args import name as name_arg
-from ._base import STAGE_LEASE_MS, CoreBase
-from ._requests import Commands, Op, ScriptCall
+from ._limits import STAGE_LEASE_MS, Limits
+from ._requests import Commands, Op
 from .errors import InvalidArgument, ItemNotFound
+from .keys import KeySchema
 from .status import Ctx, check
 
 SECRET_PREFIX = "s:"
 
 
-class SecretOps(CoreBase):
+class Secrets:
     """The salt, checksum and secret operations of a store."""
+
+    def __init__(self, schema: KeySchema, limits: Limits) -> None:
+        self.schema = schema
+        self.limits = limits
 
     def _get_item(self, hash_key: str, field: str, kind: str, item: str) -> Op[bytes]:
         (value,) = yield Commands([("HGET", hash_key, field)])
@@ -41,10 +46,10 @@ class SecretOps(CoreBase):
     def set_checksum(self, name: str, checksum: bytes) -> Op[None]:
         item = name_arg(name)
         keys = [self.schema.salts, self.schema.checksums]
-        args = (item, as_bytes(checksum, "checksum"))
-        check(
-            (yield ScriptCall("set_checksum", keys, args)), Ctx(keys=keys, kind="salt", name=item)
+        reply = yield contracts.set_checksum(
+            keys, name=item, checksum=as_bytes(checksum, "checksum")
         )
+        check(reply, Ctx(keys=keys, kind="salt", name=item))
 
     def get_secret(self, name: str) -> Op[bytes]:
         item = name_arg(name)
@@ -55,17 +60,17 @@ class SecretOps(CoreBase):
     def set_secret(self, name: str, value: bytes) -> Op[None]:
         item = name_arg(name)
         keys = [self.schema.secrets]
-        args = (SECRET_PREFIX + item, as_bytes(value, "value"))
-        check((yield ScriptCall("set_secret", keys, args)), Ctx(keys=keys, name=item))
+        reply = yield contracts.set_secret(
+            keys, field=SECRET_PREFIX + item, value=as_bytes(value, "value")
+        )
+        check(reply, Ctx(keys=keys, name=item))
 
     def delete_secret(self, name: str) -> Op[bool]:
         item = name_arg(name)
         keys = [self.schema.secrets]
-        reply = check(
-            (yield ScriptCall("set_secret", keys, (SECRET_PREFIX + item,))),
-            Ctx(keys=keys, name=item),
-        )
-        return bool(reply[1])
+        reply = yield contracts.set_secret(keys, field=SECRET_PREFIX + item, value=None)
+        done = contracts.parsed(contracts.SecretSet, check(reply, Ctx(keys=keys, name=item)))
+        return bool(done.changed)
 
     def list_secrets(self) -> Op[list[str]]:
         (fields,) = yield Commands([("HKEYS", self.schema.secrets)])
@@ -87,18 +92,21 @@ class SecretOps(CoreBase):
                 pairs += (bytes(field), as_bytes(reencrypt(bytes(old)), "reencrypt(...)"))
         stage = f"{self.schema.secrets}#{token()}"
         keys = [self.schema.secrets, self.schema.salts, self.schema.checksums, stage]
-        if len(pairs) // 2 > self.batch_messages:  # many: staged in steps, then swapped in
-            for i in range(0, len(pairs), 2 * self.batch_messages):
+        batch = self.limits.batch_messages
+        staged, inline = 0, pairs
+        if len(pairs) // 2 > batch:  # many: staged in steps, then swapped in
+            for i in range(0, len(pairs), 2 * batch):
                 yield Commands(
                     [
-                        ("HSET", stage, *pairs[i : i + 2 * self.batch_messages]),
+                        ("HSET", stage, *pairs[i : i + 2 * batch]),
                         ("PEXPIRE", stage, STAGE_LEASE_MS),
                     ]
                 )
-            args: tuple[Any, ...] = (version, salt, checksum, len(pairs) // 2)
-        else:
-            args = (version, salt, checksum, 0, *pairs)
-        reply = check(
-            (yield ScriptCall("migrate_secrets", keys, args)), Ctx(keys=keys, name="secrets")
+            staged, inline = len(pairs) // 2, []
+        reply = yield contracts.migrate_secrets(
+            keys, version=version, salt=salt, checksum=checksum, staged=staged, pairs=inline
         )
-        return int(reply[1])
+        migrated = contracts.parsed(
+            contracts.Migrated, check(reply, Ctx(keys=keys, name="secrets"))
+        )
+        return int(migrated.count)

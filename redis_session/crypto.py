@@ -41,6 +41,7 @@ import hmac
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -231,12 +232,23 @@ def make_dk(
     return bytes((V2,)) + mk.salt + bytes((mk.work,)) + mk.wrapped + dek_wrap
 
 
-def parse_dk(dk: bytes) -> tuple[bytes, int, bytes, bytes] | None:
-    """``(salt, work, master key wrap, data key wrap)`` of a dk field; None if it is none."""
+class KeyRecord(NamedTuple):
+    """A session's dk field, parsed."""
+
+    salt: bytes
+    work: int
+    master_wrap: bytes
+    """The master key wrapped under the passphrase's key (made from ``salt`` and ``work``)."""
+    key_wrap: bytes
+    """The session's data key wrapped under the master key."""
+
+
+def parse_dk(dk: bytes) -> KeyRecord | None:
+    """The parts of a dk field; None if it is none."""
     if len(dk) != DK_LEN or dk[0] != V2:
         return None
     at = 1 + 16 + 1
-    return dk[1:17], dk[17], dk[at : at + MK_WRAP_LEN], dk[at + MK_WRAP_LEN :]
+    return KeyRecord(dk[1:17], dk[17], dk[at : at + MK_WRAP_LEN], dk[at + MK_WRAP_LEN :])
 
 
 def open_session_key(

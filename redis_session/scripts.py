@@ -20,7 +20,6 @@ from pathlib import Path
 PRELUDE = "_prelude"
 
 SCRIPT_NAMES: tuple[str, ...] = (
-    "adk_append_event",
     "append_child_message",
     "append_message",
     "begin_rekey",
@@ -66,9 +65,14 @@ def script_source(name: str) -> str:
     """
     if name not in SCRIPT_NAMES:
         raise KeyError(f"no script named {name!r}")
-    folder = lua_dir()
-    prelude = (folder / f"{PRELUDE}.lua").read_text(encoding="utf-8")
-    body = (folder / f"{name}.lua").read_text(encoding="utf-8")
+    return with_prelude((lua_dir() / f"{name}.lua").read_text(encoding="utf-8"))
+
+
+def with_prelude(body: str) -> str:
+    """Script ``body`` as sent to Redis: after the parts of the prelude it uses (so that a
+    script of an integration has the store's status codes, checks and window at hand).
+    """
+    prelude = (lua_dir() / f"{PRELUDE}.lua").read_text(encoding="utf-8")
     return f"{prelude_for(prelude, body)}\n{body}"
 
 

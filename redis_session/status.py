@@ -7,6 +7,16 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, NoReturn
 
+from .contracts import (
+    Damaged,
+    OutOfRange,
+    ParentGone,
+    Pruned,
+    TooLarge,
+    WrongType,
+    parsed,
+    status,
+)
 from .errors import (
     ChildAlreadyMerged,
     ChildNotFound,
@@ -74,8 +84,9 @@ def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
         case Status.OUT_OF_RANGE if ctx.expect_id:  # the history got shorter since it was read
             raise StaleExpectation(ctx.key, ctx.index, ctx.expect_id)
         case Status.OUT_OF_RANGE:
+            length = parsed(OutOfRange, reply).length
             raise InvalidArgument(
-                "up_to_index", f"{ctx.index} is out of range: the history has {reply[1]} messages"
+                "up_to_index", f"{ctx.index} is out of range: the history has {length} messages"
             )
         case Status.STALE:
             raise StaleExpectation(ctx.key, ctx.index, ctx.expect_id)
@@ -90,25 +101,28 @@ def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
                 )
             raise ItemNotFound(ctx.kind, ctx.name)
         case Status.PARENT_GONE:
-            if reply[1] == Status.EXPIRED:
+            if parsed(ParentGone, reply).status == Status.EXPIRED:
                 raise SessionExpired(ctx.parent)
             raise SessionNotFound(ctx.parent)
         case Status.WRONG_TYPE:
-            where = _key_name(ctx.keys[int(reply[1]) - 1])
-            raise ForeignKey(_owner(ctx, reply), where, _key_name(reply[2]))
-        case Status.DAMAGED if _key_name(reply[2]) == "foreign":
-            where = _key_name(ctx.keys[int(reply[1]) - 1])
-            raise ForeignKey(_owner(ctx, reply), where, "hash")
+            wrong = parsed(WrongType, reply)
+            where = _key_name(ctx.keys[int(wrong.at) - 1])
+            raise ForeignKey(_owner(ctx, int(wrong.at)), where, _key_name(wrong.held))
         case Status.DAMAGED:
-            raise CorruptData(_owner(ctx, reply), damage(ctx.keys, reply))
+            damaged = parsed(Damaged, reply)
+            where = _key_name(ctx.keys[int(damaged.at) - 1])
+            if _key_name(damaged.what) == "foreign":
+                raise ForeignKey(_owner(ctx, int(damaged.at)), where, "hash")
+            raise CorruptData(_owner(ctx, int(damaged.at)), damage(where, damaged))
         case Status.TOO_LARGE:
+            large = parsed(TooLarge, reply)
             raise InvalidArgument(
                 ctx.argument or "metadata",
-                f"would make the session's metadata {int(reply[1]):,} bytes as stored, over "
-                f"max_metadata_bytes={int(reply[2]):,}",
+                f"would make the session's metadata {int(large.size):,} bytes as stored, over "
+                f"max_metadata_bytes={int(large.limit):,}",
             )
         case Status.PRUNED:
-            raise ChildPruned(ctx.key, int(float(reply[1])))
+            raise ChildPruned(ctx.key, int(float(parsed(Pruned, reply).merged_at)))
         case Status.TREE_CHANGED:
             raise ConcurrentChange(ctx.key, "its children kept changing")
         case Status.VERSION:
@@ -120,11 +134,11 @@ ROOT_KEYS = 7
 """A child operation's first KEYS are its parent's tree root keys (see ``lua/_prelude.lua``)."""
 
 
-def _owner(ctx: Ctx, reply: Sequence[Any]) -> str:
-    """The session a reply naming ``KEYS[reply[1]]`` is about: a child operation's parent
-    for the parent's own keys, else the operation's key.
+def _owner(ctx: Ctx, at: int) -> str:
+    """The session a reply naming ``KEYS[at]`` is about: a child operation's parent for the
+    parent's own keys, else the operation's key.
     """
-    if ctx.parent and int(reply[1]) <= ROOT_KEYS:
+    if ctx.parent and at <= ROOT_KEYS:
         return ctx.parent
     return ctx.key or ctx.name
 
@@ -133,15 +147,12 @@ def _key_name(name: str | bytes | int) -> str:
     return name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
 
 
-def damage(keys: Sequence[str | bytes], reply: Sequence[Any]) -> str:
-    """What a ``DAMAGED`` reply ``{13, i, what, found, expected}`` says about ``keys[i - 1]``
-    (``{13, i, 'version', v}``: a session of another schema version).
-    """
-    where = _key_name(keys[int(reply[1]) - 1])
-    what = _key_name(reply[2])
+def damage(where: str, damaged: Damaged) -> str:
+    """What a ``DAMAGED`` reply says about Redis key ``where``."""
+    what = _key_name(damaged.what)
     if what == "version":
         return (
-            f"Redis key {where!r} holds a session of schema version {_key_name(reply[3])!r}, "
+            f"Redis key {where!r} holds a session of schema version {_key_name(damaged.found)!r}, "
             "which this version of redis_session does not know"
         )
     if what == "evicted":
@@ -149,15 +160,11 @@ def damage(keys: Sequence[str | bytes], reply: Sequence[Any]) -> str:
             f"every data key of the session was removed before its deadline (evicted under "
             f"memory pressure, or by hand); {where!r} is missing"
         )
-    if what == "members":
+    if what in ("members", "length"):
+        kind = "children" if what == "members" else "messages"
         return (
-            f"Redis key {where!r} holds {int(reply[3])} children where the session records "
-            f"{int(reply[4])} (evicted, or changed by another writer)"
-        )
-    if what == "length":
-        return (
-            f"Redis key {where!r} holds {int(reply[3])} messages where the session records "
-            f"{int(reply[4])} (evicted, or changed by another writer)"
+            f"Redis key {where!r} holds {int(damaged.found)} {kind} where the session records "
+            f"{int(damaged.expected)} (evicted, or changed by another writer)"
         )
     return (
         f"Redis key {where!r} is missing while the session's other keys exist (evicted under "
@@ -170,8 +177,9 @@ def check(reply: Any, ctx: Ctx | Callable[[], Ctx]) -> Sequence[Any]:
 
     ``ctx`` may be a function that makes the context, so hot paths build it only on failure.
     """
-    if type(reply) is list and reply and reply[0] == 0:
-        return reply
-    if not isinstance(reply, list) or not reply or not isinstance(reply[0], int):
+    code = status(reply)
+    if code == 0:
+        return reply  # type: ignore[no-any-return]
+    if not isinstance(code, int):
         raise SessionError(f"unexpected script reply {reply!r}")
-    _raise(reply[0], reply, ctx if isinstance(ctx, Ctx) else ctx())
+    _raise(code, reply, ctx if isinstance(ctx, Ctx) else ctx())

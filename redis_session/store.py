@@ -13,29 +13,14 @@ from typing import Any, TypeVar
 import redis
 
 from . import _url, events
-from ._cache import DEFAULT_READ_CACHE_BYTES
-from ._core import (
-    DEFAULT_DEDUP_WINDOW,
-    DEFAULT_EXPIRED_GRACE,
-    DEFAULT_KEEP_MERGED_CHILDREN,
-    DEFAULT_MAX_MESSAGE_BYTES,
-    DEFAULT_MAX_METADATA_BYTES,
-    DEFAULT_MAX_METADATA_VALUE_BYTES,
-    Compute,
-    Core,
-    Emit,
-    Op,
-    RekeyProgress,
-    RekeyReport,
-    Request,
-    ScriptCall,
-)
-from .crypto import DEFAULT_WORK
-from .errors import DurabilityNotReached
+from ._core import Compute, Core, Emit, Op, RekeyProgress, RekeyReport, Request, ScriptCall
+from .errors import DurabilityNotReached, InvalidArgument
 from .events import EventListener, LifecycleHook
+from .extension import Extension
 from .models import ChildSession, ChildSessionConfig, Message, Session, SessionSummary
+from .options import StoreOptions, split_store_options
 from .protocols import ChildSessionStore, Store, docs_from
-from .scripts import SCRIPT_NAMES, script_source
+from .scripts import SCRIPT_NAMES, script_source, with_prelude
 
 T = TypeVar("T")
 
@@ -45,12 +30,12 @@ class RedisStore:
     """Sessions in Redis shared by many workers (blocking flavour); one Lua script per write.
 
     ``client`` is a ``redis.Redis`` created with ``decode_responses=False``; the store
-    wraps it and exposes it as :attr:`client`. Options: ``prefix`` for every key name,
-    ``ttl`` (seconds or timedelta; None = never expire) refreshed on every write,
-    ``max_history_turns`` (0 = keep all), ``expired_grace`` (how long after expiry ``get`` still
-    says ``SessionExpired`` rather than ``SessionNotFound``), ``lifecycle_hook`` (called with
-    each lifecycle event after the change; a plain function; an async one
-    is logged, never run), ``publish_events`` (False: publish nothing on ``events_channel``).
+    wraps it and exposes it as :attr:`client`. ``lifecycle_hook`` is called with each
+    lifecycle event after the change (a plain function; an async one
+    is logged, never run). The options are :class:`~redis_session.StoreOptions`, given as keywords
+    (``prefix`` for every key name, ``ttl`` in seconds or a timedelta, refreshed on every
+    write, ``max_history_turns``, ...) or as ``options=StoreOptions(...)`` (keywords given
+    too override its fields); an unknown keyword raises ``TypeError``.
 
     Durability: with ``wait_replicas=N`` every write is followed, on the same connection, by
     ``WAIT N wait_timeout``; fewer acknowledgements raise ``DurabilityNotReached`` (the write
@@ -78,43 +63,12 @@ class RedisStore:
         self,
         client: redis.Redis | redis.RedisCluster,
         *,
-        prefix: str = "rs:",
-        ttl: float | timedelta | None = None,
-        max_history_turns: int = 0,
-        expired_grace: float | timedelta = DEFAULT_EXPIRED_GRACE,
         lifecycle_hook: LifecycleHook | None = None,
-        publish_events: bool = True,
-        wait_replicas: int = 0,
-        wait_timeout: float | timedelta = 1.0,
-        failover_window: float | timedelta = 15.0,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-        max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
-        max_metadata_value_bytes: int = DEFAULT_MAX_METADATA_VALUE_BYTES,
-        dedup_window: int = DEFAULT_DEDUP_WINDOW,
-        keep_merged_children: int = DEFAULT_KEEP_MERGED_CHILDREN,
-        passphrase: str | bytes | None = None,
-        kdf_work: int = DEFAULT_WORK,
-        read_cache_bytes: int = DEFAULT_READ_CACHE_BYTES,
+        options: StoreOptions | None = None,
+        **kwargs: Any,
     ) -> None:
-        self._core = Core(
-            prefix=prefix,
-            ttl=ttl,
-            max_history_turns=max_history_turns,
-            expired_grace=expired_grace,
-            publish_events=publish_events,
-            cluster=_url.check_client(client),
-            wait_replicas=wait_replicas,
-            wait_timeout=wait_timeout,
-            failover_window=failover_window,
-            max_message_bytes=max_message_bytes,
-            max_metadata_bytes=max_metadata_bytes,
-            max_metadata_value_bytes=max_metadata_value_bytes,
-            dedup_window=dedup_window,
-            keep_merged_children=keep_merged_children,
-            passphrase=passphrase,
-            kdf_work=kdf_work,
-            read_cache_bytes=read_cache_bytes,
-        )
+        chosen = StoreOptions.of(options, kwargs)
+        self._core = Core(chosen, cluster=_url.check_client(client))
         self._node_clients: dict[str, Any] = {}
         self._unlocking = threading.Lock()  # one scrypt per store, however many callers wait
         self.set_lifecycle_hook(lifecycle_hook)
@@ -122,16 +76,17 @@ class RedisStore:
         self._scripts = {n: client.register_script(script_source(n)) for n in SCRIPT_NAMES}
 
     @classmethod
-    def from_url(cls, url: str, *, cluster: bool = False, **options: Any) -> RedisStore:
+    def from_url(cls, url: str, *, cluster: bool = False, **given: Any) -> RedisStore:
         """A store over a new client for ``url``: ``redis://``, ``rediss://``, ``unix://``,
         ``memory://`` (in-process, ``memory://NAME`` shared by name), ``redis+sentinel://``,
         and a Redis Cluster with ``redis+cluster://`` / ``rediss+cluster://`` or
-        ``cluster=True``. ``options`` that are this constructor's keywords go to the store, all
-        others to redis-py's client, as its own ``from_url`` takes them (``socket_timeout``,
-        ``max_connections``, ``password``...). The client has a bounded pool and socket
+        ``cluster=True``. Keywords that are this constructor's (the store's options,
+        ``lifecycle_hook``, ``options``) go to the store, all others to redis-py's client, as
+        its own ``from_url`` takes them (``socket_timeout``, ``max_connections``,
+        ``password``...). The client has a bounded pool and socket
         timeouts by default (see ``redis_session._url``).
         """
-        store_options, client_options = _url.split_options(cls, options)
+        store_options, client_options = split_store_options(given)
         store = cls(_url.sync_client(url, cluster=cluster, **client_options), **store_options)
         return store
 
@@ -141,19 +96,24 @@ class RedisStore:
         return self._client
 
     @property
+    def options(self) -> StoreOptions:
+        """The store's options (validated, immutable)."""
+        return self._core.options
+
+    @property
     def prefix(self) -> str:
         """The prefix of every key name this store uses."""
-        return self._core.schema.prefix
+        return self._core.options.prefix
 
     @property
     def ttl(self) -> timedelta | None:
         """The sliding TTL of sessions, or None."""
-        return self._core.ttl
+        return self._core.options.ttl_delta
 
     @property
     def max_history_turns(self) -> int:
         """How many messages a session keeps (the newest); 0 = all."""
-        return self._core.max_history_turns
+        return self._core.options.max_history_turns
 
     @property
     def dedup_window(self) -> int:
@@ -161,29 +121,56 @@ class RedisStore:
         least: a retried or repeated append of one of them stores nothing. It is
         ``max(dedup_window, max_history_turns)``.
         """
-        return self._core.window
+        return self._core.options.window
 
     @property
     def read_cache_bytes(self) -> int:
         """The bound of the store's read cache (bytes of messages as stored; 0 = off): a read
         of a session the store read before sends and decodes only the messages added since.
         """
-        return self._core._reads.max_bytes
+        return self._core.reader.cache.max_bytes
 
     @property
     def keep_merged_children(self) -> int:
         """How many merged children per session stay whole (record and history)."""
-        return self._core.keep_merged_children
+        return self._core.options.keep_merged_children
 
     @property
     def encrypted(self) -> bool:
         """Whether the store seals what it writes (it was given a passphrase)."""
-        return self._core.passphrase is not None
+        return self._core.keyring.passphrase is not None
 
     @property
     def events_channel(self) -> str:
         """The pub/sub channel lifecycle events are published on."""
         return self._core.schema.events_channel
+
+    @property
+    def extension(self) -> Extension:
+        """What integrations may use of this store besides its methods (see
+        :mod:`redis_session.extension`).
+        """
+        return Extension(self._core)
+
+    def register_script(self, name: str, source: str) -> None:
+        """Register Lua script ``source`` under ``name`` for the requests of :meth:`run` (it is
+        sent with the parts of ``lua/_prelude.lua`` it uses, by EVALSHA, reloaded on
+        NOSCRIPT). Registering a name again with the same source changes nothing; a store's
+        own script names and another source under a taken name raise ``InvalidArgument``.
+        """
+        full = with_prelude(source)
+        known = self._scripts.get(name)
+        if known is not None and known.script == full:
+            return
+        if known is not None or name in SCRIPT_NAMES:
+            raise InvalidArgument("name", f"script {name!r} is registered already")
+        self._scripts[name] = self._client.register_script(full)
+
+    def run(self, op: Op[T]) -> T:
+        """Run operation ``op``, a generator of requests (see :mod:`redis_session.extension`),
+        as this store runs its own: on its client, opening its keyring first if it has one.
+        """
+        return self._run(op)
 
     def set_lifecycle_hook(self, hook: LifecycleHook | None) -> None:
         """Replace the in-process lifecycle hook (None: no hook)."""
@@ -202,7 +189,7 @@ class RedisStore:
 
     def _execute(self, request: Request) -> Any:
         if isinstance(request, ScriptCall):
-            if request.write and self._core.wait_replicas:
+            if request.write and self._core.options.wait_replicas:
                 return self._durable(request)
             if request.after:
                 return self._script_then(request)
@@ -269,7 +256,7 @@ class RedisStore:
         reply, a failover or a slot move is safe.
         """
         script = self._scripts[request.name]
-        core = self._core
+        core = self._core.options
         deadline = time.monotonic() + core.failover_window_ms / 1000
         delay = 0.05
         while True:
@@ -300,10 +287,11 @@ class RedisStore:
             _url.sync_refresh(self._client)
 
     def _run(self, op: Op[T]) -> T:
-        if self._core.locked:
+        keyring = self._core.keyring
+        if keyring.locked:
             with self._unlocking:
-                if self._core.locked:  # not opened meanwhile by the caller we waited for
-                    self._drive(self._core.unlock())
+                if keyring.locked:  # not opened meanwhile by the caller we waited for
+                    self._drive(keyring.unlock())
         return self._drive(op)
 
     def _drive(self, op: Op[T]) -> T:
@@ -315,34 +303,34 @@ class RedisStore:
             return done.value  # type: ignore[no-any-return]
 
     def create(self, session: Session) -> Session:
-        return self._run(self._core.create(session))
+        return self._run(self._core.sessions.create(session))
 
     def get(self, key: str, last: int | None = None) -> Session:
-        return self._run(self._core.get(key, last))
+        return self._run(self._core.sessions.get(key, last))
 
     def get_history(self, key: str, last: int | None = None) -> list[Message]:
-        return self._run(self._core.get_history(key, last))
+        return self._run(self._core.sessions.get_history(key, last))
 
     def update(self, session: Session) -> None:
-        return self._run(self._core.update(session))
+        return self._run(self._core.sessions.update(session))
 
     def update_metadata(
         self, key: str, set: Mapping[str, str] | None = None, delete: Iterable[str] = ()
     ) -> None:
-        return self._run(self._core.update_metadata(key, set, delete))
+        return self._run(self._core.sessions.update_metadata(key, set, delete))
 
     def delete(self, key: str) -> bool:
-        return self._run(self._core.delete(key))
+        return self._run(self._core.sessions.delete(key))
 
     def append_message(
         self, key: str, msg: Message, *, metadata: Mapping[str, str] | None = None
     ) -> bool:
-        return self._run(self._core.append_message(key, msg, metadata=metadata))
+        return self._run(self._core.sessions.append_message(key, msg, metadata=metadata))
 
     def append_messages(
         self, key: str, messages: Sequence[Message], *, metadata: Mapping[str, str] | None = None
     ) -> int:
-        return self._run(self._core.append_messages(key, messages, metadata=metadata))
+        return self._run(self._core.sessions.append_messages(key, messages, metadata=metadata))
 
     def pop_message(self, key: str, *, expect_id: str | None = None) -> Message | None:
         """Remove and return the newest message of session ``key`` in one atomic script (None
@@ -353,58 +341,58 @@ class RedisStore:
         and pops nothing more (a per-call token). The popped id stays recorded, so appending
         that message again stores nothing. ``SessionNotFound`` / ``SessionExpired``.
         """
-        return self._run(self._core.pop_message(key, expect_id=expect_id))
+        return self._run(self._core.sessions.pop_message(key, expect_id=expect_id))
 
     def annotate_timeout(self, key: str, partial: str) -> bool:
-        return self._run(self._core.annotate_timeout(key, partial))
+        return self._run(self._core.sessions.annotate_timeout(key, partial))
 
     def compact_messages(
         self, key: str, up_to_index: int, summary: str, *, expect_id: str | None = None
     ) -> int:
         return self._run(
-            self._core.compact_messages(key, up_to_index, summary, expect_id=expect_id)
+            self._core.sessions.compact_messages(key, up_to_index, summary, expect_id=expect_id)
         )
 
     def list_sessions(
         self, limit: int | None = None, offset: int = 0, *, prefix: str | None = None
     ) -> list[SessionSummary]:
-        return self._run(self._core.list_sessions(limit, offset, prefix=prefix))
+        return self._run(self._core.index.list_sessions(limit, offset, prefix=prefix))
 
     def fork_child(
         self, parent_key: str, agent_name: str, config: ChildSessionConfig | None = None
     ) -> ChildSession:
-        return self._run(self._core.fork_child(parent_key, agent_name, config))
+        return self._run(self._core.children.fork_child(parent_key, agent_name, config))
 
     def append_child_message(self, child_key: str, msg: Message) -> bool:
-        return self._run(self._core.append_child_message(child_key, msg))
+        return self._run(self._core.children.append_child_message(child_key, msg))
 
     def append_child_messages(self, child_key: str, messages: Sequence[Message]) -> int:
         """Append several messages to the child in one round trip and one atomic step, as
         ``append_child_message`` does one. Returns how many were new.
         """
-        return self._run(self._core.append_child_messages(child_key, messages))
+        return self._run(self._core.children.append_child_messages(child_key, messages))
 
     def merge_child(self, child_key: str, summary: str) -> int:
-        return self._run(self._core.merge_child(child_key, summary))
+        return self._run(self._core.children.merge_child(child_key, summary))
 
     def merge_child_as_author(self, child_key: str, summary: str, author: str) -> int:
-        return self._run(self._core.merge_child(child_key, summary, author))
+        return self._run(self._core.children.merge_child(child_key, summary, author))
 
     def discard_child(self, child_key: str) -> None:
-        return self._run(self._core.discard_child(child_key))
+        return self._run(self._core.children.discard_child(child_key))
 
     def get_child(self, child_key: str) -> ChildSession:
-        return self._run(self._core.get_child(child_key))
+        return self._run(self._core.children.get_child(child_key))
 
     def children_of(self, parent_key: str) -> list[ChildSession]:
-        return self._run(self._core.children_of(parent_key))
+        return self._run(self._core.children.children_of(parent_key))
 
     def repair_index(self) -> int:
         """On a Redis Cluster, find index shards that ``list_sessions`` does not know of (a
         worker died between creating a session and registering its slot's shard) and register
         them; returns how many. Probes all 16384 slots; a no-op on a single server.
         """
-        return self._run(self._core.repair_index())
+        return self._run(self._core.index.repair_index())
 
     def rekey(
         self,
@@ -427,36 +415,36 @@ class RedisStore:
         is under way). When it returns, the old passphrase opens nothing and this store uses
         the new one.
         """
-        return self._run(self._core.rekey(new_passphrase, batch_size, progress))
+        return self._run(self._core.rotation.rekey(new_passphrase, batch_size, progress))
 
     def get_salt(self, name: str) -> bytes:
-        return self._run(self._core.get_salt(name))
+        return self._run(self._core.secrets.get_salt(name))
 
     def set_salt(self, name: str, salt: bytes) -> None:
-        return self._run(self._core.set_salt(name, salt))
+        return self._run(self._core.secrets.set_salt(name, salt))
 
     def get_checksum(self, name: str) -> bytes:
-        return self._run(self._core.get_checksum(name))
+        return self._run(self._core.secrets.get_checksum(name))
 
     def set_checksum(self, name: str, checksum: bytes) -> None:
-        return self._run(self._core.set_checksum(name, checksum))
+        return self._run(self._core.secrets.set_checksum(name, checksum))
 
     def set_secret(self, name: str, value: bytes) -> None:
-        return self._run(self._core.set_secret(name, value))
+        return self._run(self._core.secrets.set_secret(name, value))
 
     def get_secret(self, name: str) -> bytes:
-        return self._run(self._core.get_secret(name))
+        return self._run(self._core.secrets.get_secret(name))
 
     def delete_secret(self, name: str) -> bool:
-        return self._run(self._core.delete_secret(name))
+        return self._run(self._core.secrets.delete_secret(name))
 
     def list_secrets(self) -> list[str]:
-        return self._run(self._core.list_secrets())
+        return self._run(self._core.secrets.list_secrets())
 
     def migrate_secrets(
         self, reencrypt: Callable[[bytes], bytes], new_salt: bytes, new_checksum: bytes
     ) -> int:
-        return self._run(self._core.migrate_secrets(reencrypt, new_salt, new_checksum))
+        return self._run(self._core.secrets.migrate_secrets(reencrypt, new_salt, new_checksum))
 
     def close(self) -> None:
         for node_client in self._node_clients.values():

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from redis_session import codec
+from redis_session import codec, contracts
 from redis_session._core import Core, ScriptCall
 from redis_session.aio import AsyncRedisStore
 from redis_session.models import Message
@@ -86,7 +86,7 @@ def history_ops(
     store's request sent bare, decoding alone, and a MULTI/EXEC alternative.
     """
     loads = orjson.loads
-    items: list[bytes] = list(bare()[7])  # the get script's elements
+    items: list[bytes] = list(contracts.parsed(contracts.Read, bare()).elements)
 
     def store_op(_: int) -> object:
         return store.get_history(key, last=20)
@@ -153,7 +153,7 @@ def prep_op(core: Core, targets: Sequence[str], messages: Sequence[Message]) -> 
     def op(i: int) -> object:
         # Closed at once: thousands of suspended generators kept alive would make every
         # garbage collection in the loop (of all the ops timed in it) walk their frames.
-        gen = core.append_message(targets[i], messages[i])
+        gen = core.sessions.append_message(targets[i], messages[i])
         request = next(gen)
         gen.close()
         return request

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from redis_session import codec
+from redis_session import codec, contracts
 
 from .cases import history_ops
 from .messages import build_messages
@@ -40,17 +40,18 @@ def measure_reads(bench: Bench) -> None:
     msgs_10k = bench.schema.session(key_10k).msgs
     # A store that read nothing yet sends one read-only script: the meta hash, the list's
     # positions and its elements (through Lua)
-    get_req = first_script(bench.core.get(key_1k))
+    get_req = first_script(bench.core.sessions.get(key_1k))
     script_bare = bare_script(raw, get_req)
     get_reply = script_bare()
-    get_meta: list[bytes] = get_reply[1]
-    items_1k: list[bytes] = list(get_reply[7])
+    get_read = contracts.parsed(contracts.Read, get_reply)
+    get_meta: list[bytes] = get_read.meta
+    items_1k: list[bytes] = list(get_read.elements)
     assert len(store.get(key_1k).history) == 1_000 == len(items_1k)
     # one that read something (it knows the element size): the script for the meta hash and
     # the positions only, with LRANGE and HMGET behind it in one pipeline
     cold = bench.cold
     cold.get(key_1k)
-    cold_req = first_script(cold._core.get(key_1k))
+    cold_req = first_script(cold._core.sessions.get(key_1k))
     assert cold_req.after, "a first read of 1,000 messages takes them by LRANGE"
     get_bare = bare_script(raw, cold_req)
 
@@ -125,7 +126,7 @@ def measure_reads(bench: Bench) -> None:
     hist: dict[int, dict[str, Timings]] = {}
     ops: list[tuple[SyncOp, Timings]] = []
     for size, key, msgs in ((10_000, key_10k, msgs_10k), (1_000, key_1k, msgs_1k)):
-        req = first_script(bench.core.get_history(key, 20))
+        req = first_script(bench.core.sessions.get_history(key, 20))
         meta = bench.core.schema.session(key).meta
         parts = ("store", "floor", "script", "decode", "multi")
         h = {n: Timings(f"{n}@{size}") for n in parts}

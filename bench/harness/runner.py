@@ -27,6 +27,7 @@ from redis_session._url import async_client, sync_client
 from redis_session.aio import AsyncRedisStore
 from redis_session.keys import KeySchema
 from redis_session.models import Message, Session
+from redis_session.options import StoreOptions
 from redis_session.scripts import script_source
 from redis_session.store import RedisStore
 
@@ -87,7 +88,7 @@ class Bench:
             self.store_client, prefix=self.prefix, ttl=TTL, max_history_turns=MAX_TURNS,
             read_cache_bytes=0,
         )  # fmt: skip
-        self.core = Core(prefix=self.prefix, ttl=TTL, max_history_turns=MAX_TURNS)
+        self.core = Core(StoreOptions(prefix=self.prefix, ttl=TTL, max_history_turns=MAX_TURNS))
         self.floor_script = self.client.register_script(FLOOR_LUA)
         self.rng = random.Random(20240501)
         self.rows: list[Row] = []
@@ -165,7 +166,7 @@ class Bench:
         args = [self.floor_args(key, m) for key, m in zip(targets, messages, strict=True)]
         others = build_messages(self.rng, total, start=size)
         raw = [
-            first_script(self.core.append_message(key, m))
+            first_script(self.core.sessions.append_message(key, m))
             for key, m in zip(targets, others, strict=True)
         ]
         return AppendCase(size, pool, targets, fkeys, messages, args, raw)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from redis_session import Message, RedisStore, Session, codec
-from redis_session._base import SMALL_READ
+from redis_session._reads import SMALL_READ
 from redis_session._requests import Commands, ScriptCall
 from tests.conftest import Backend
 from tests.support.stepping import in_steps, run_op, step_names, steps
@@ -33,7 +33,7 @@ def cold_store(backend: Backend, **options: Any) -> RedisStore:
     store = backend.sync_store(read_cache_bytes=0, **options)
     store.create(Session(key="primer", history=[msg("p")]))
     store.get("primer")
-    assert store._core.element_bytes > 0
+    assert store._core.reader.element_bytes > 0
     return store
 
 
@@ -60,13 +60,13 @@ def test_a_first_read_is_one_round_trip_without_the_elements_through_lua(
 ) -> None:
     filled(backend, "s", 60)
     store = cold_store(backend)
-    session = drive(store, store._core.get("s"))
+    session = drive(store, store._core.sessions.get("s"))
     (request,) = drive.requests  # type: ignore[attr-defined]
     assert request.name == "get" and [c[0] for c in request.after] == ["LRANGE", "HMGET"]
     assert request.args[5] == 0  # the script's byte budget: it returns no element
     assert session == backend.sync_store().get("s")
     assert [m.content for m in session.history] == [f"m{i}" for i in range(60)]
-    history = drive(store, store._core.get_history("s", 40))
+    history = drive(store, store._core.sessions.get_history("s", 40))
     (request,) = drive.requests  # type: ignore[attr-defined]
     assert request.after[0][2:] == (-40, -1)
     assert [m.content for m in history] == [f"m{i}" for i in range(20, 60)]
@@ -77,15 +77,15 @@ def test_small_reads_and_a_store_that_read_nothing_use_the_script_alone(
 ) -> None:
     filled(backend, "s", 60)
     store = cold_store(backend)
-    drive(store, store._core.get_history("s", SMALL_READ))
+    drive(store, store._core.sessions.get_history("s", SMALL_READ))
     assert not drive.requests[0].after  # type: ignore[attr-defined]
     new = backend.sync_store(read_cache_bytes=0)
-    assert [m.content for m in drive(new, new._core.get_history("s"))][-1] == "m59"
+    assert [m.content for m in drive(new, new._core.sessions.get_history("s"))][-1] == "m59"
     assert not drive.requests[0].after  # type: ignore[attr-defined]
     # Elements so large that the cap (one read's budget of them) falls to SMALL_READ or
     # below: the byte-bounded script reads them.
-    store._core.element_bytes = store._core.read_budget // SMALL_READ
-    assert store._core._cold_span(-1) is None and store._core._cold_span(100) is None
+    store._core.reader.element_bytes = store._core.limits.read_budget // SMALL_READ
+    assert store._core.reader.cold_span(-1) is None and store._core.reader.cold_span(100) is None
 
 
 def test_a_store_that_holds_the_newest_messages_reads_more_of_them_cold(
@@ -93,21 +93,23 @@ def test_a_store_that_holds_the_newest_messages_reads_more_of_them_cold(
 ) -> None:
     writer = filled(backend, "s", 300)
     store = backend.sync_store()  # with its read cache
-    tail = drive(store, store._core.get_history("s", 20))
+    tail = drive(store, store._core.sessions.get_history("s", 20))
     assert [m.content for m in tail] == [f"m{i}" for i in range(280, 300)]
     writer.append_message("s", msg("m300"))
     # fewer than it holds: the newest only travel (the held version, no LRANGE)
-    assert [m.content for m in drive(store, store._core.get_history("s", 10))][-1] == "m300"
+    assert [m.content for m in drive(store, store._core.sessions.get_history("s", 10))][
+        -1
+    ] == "m300"
     (request,) = drive.requests  # type: ignore[attr-defined]
     assert not request.after and request.args[2]
     # all of it: what it holds does not reach the head, so the elements come by LRANGE, not
     # through Lua, as for a session it never read
-    session = drive(store, store._core.get("s"))
+    session = drive(store, store._core.sessions.get("s"))
     request = drive.requests[0]  # type: ignore[attr-defined]
     assert [c[0] for c in request.after] == ["LRANGE", "HMGET"] and request.args[5] == 0
     assert session == backend.sync_store(read_cache_bytes=0).get("s")
     writer.append_message("s", msg("m301"))
-    again = drive(store, store._core.get("s"))  # it holds all of it now: the hot path
+    again = drive(store, store._core.sessions.get("s"))  # it holds all of it now: the hot path
     (request,) = drive.requests  # type: ignore[attr-defined]
     assert not request.after and request.args[2]
     assert again == backend.sync_store(read_cache_bytes=0).get("s")
@@ -118,18 +120,18 @@ def test_a_long_history_is_read_on_in_steps_after_the_lrange(backend: Backend) -
     filled(backend, "s", 130)
     store = cold_store(backend)
     # A cap of ~30 elements (one read's budget of them), steps of ~10 after it.
-    store._core.read_budget = 30 * store._core.element_bytes
-    span = store._core._cold_span(-1)
+    store._core.limits.read_budget = 30 * store._core.reader.element_bytes
+    span = store._core.reader.cold_span(-1)
     assert span is not None and SMALL_READ < span[1] + 1 < 130
-    history = drive(store, store._core.get_history("s"))
+    history = drive(store, store._core.sessions.get_history("s"))
     requests = drive.requests  # type: ignore[attr-defined]
     assert requests[0].after and len(requests) > 2
     # no element through Lua: LRANGE, then the positions again (two requests on a cluster)
     names = step_names(requests[1:])
     assert names == ["LRANGE", "HMGET", "LLEN"] * (len(names) // 3) and names
     assert [m.content for m in history] == [f"m{i}" for i in range(130)]
-    store._core.read_budget = 10 * store._core.element_bytes
-    assert store._core._cold_span(-1) is None  # the cap would be 10: the script alone
+    store._core.limits.read_budget = 10 * store._core.reader.element_bytes
+    assert store._core.reader.cold_span(-1) is None  # the cap would be 10: the script alone
 
 
 def stepping_store(backend: Backend, kind: str) -> RedisStore:
@@ -145,7 +147,7 @@ def test_a_session_deleted_and_made_again_between_steps_is_read_again(
 ) -> None:
     writer = filled(backend, "s", 130)
     if kind == "tokenless":  # as the earliest layout wrote a session: no token in its meta
-        writer._execute(Commands([("HDEL", writer._core._keys("s")[0].meta, "token")]))
+        writer._execute(Commands([("HDEL", writer._core.trees.keys("s")[0].meta, "token")]))
     store = stepping_store(backend, "plain" if kind == "plain" else "script")
 
     def remade() -> None:  # another session of the same key, of the same generation (0)
@@ -153,7 +155,7 @@ def test_a_session_deleted_and_made_again_between_steps_is_read_again(
         writer.create(Session(key="s"))
         writer.append_messages("s", [msg(f"new{i}") for i in range(130)])
 
-    history, requests = steps(store, store._core.get_history("s"), remade)
+    history, requests = steps(store, store._core.sessions.get_history("s"), remade)
     assert requests[0].name == "get"
     if kind == "plain":
         assert step_names(requests[1:])[:3] == ["LRANGE", "HMGET", "LLEN"]
@@ -194,7 +196,7 @@ def _delete(backend: Backend, writer: RedisStore) -> None:
 
 def _raw_rpush(backend: Backend, writer: RedisStore) -> None:
     # Another writer, behind the store's back: the list no longer matches its positions.
-    sk = writer._core._keys("s")[0]
+    sk = writer._core.trees.keys("s")[0]
     element = codec.encode_message(msg("raw"))
     writer._execute(Commands([("RPUSH", sk.msgs, element)]))
 
@@ -210,7 +212,7 @@ def test_a_change_between_the_script_and_the_lrange_is_seen(
     store = cold_store(backend)
     fresh = backend.sync_store(read_cache_bytes=0)
     try:
-        got: Any = drive(store, store._core.get("s"), lambda: change(backend, writer))
+        got: Any = drive(store, store._core.sessions.get("s"), lambda: change(backend, writer))
     except Exception as exc:  # the read may see the session gone, as a fresh read does
         got = type(exc).__name__
     requests = drive.requests  # type: ignore[attr-defined]
@@ -232,7 +234,7 @@ def test_a_change_between_two_steps_is_seen(
     store = stepping_store(backend, kind)
     fresh = backend.sync_store(read_cache_bytes=0)
     before = fresh.get("s")
-    got, requests = steps(store, store._core.get("s"), lambda: change(backend, writer))
+    got, requests = steps(store, store._core.sessions.get("s"), lambda: change(backend, writer))
     assert requests[0].name == "get" and not requests[0].after and len(requests) >= 2
     try:
         after: Any = fresh.get("s")
@@ -248,7 +250,9 @@ def test_a_change_between_two_steps_is_seen(
 def test_unchanged_between_is_not_read_twice(backend: Backend) -> None:
     writer = filled(backend, "s", 60)
     store = cold_store(backend)
-    got = drive(store, store._core.get("s"), lambda: writer.get("s"))  # a read changes nothing
+    got = drive(
+        store, store._core.sessions.get("s"), lambda: writer.get("s")
+    )  # a read changes nothing
     assert len(drive.requests) == 1 and len(got.history) == 60  # type: ignore[attr-defined]
 
 
@@ -257,7 +261,7 @@ async def test_an_async_store_reads_cold_in_one_pipeline(backend: Backend) -> No
     store = backend.async_store(read_cache_bytes=0)
     try:
         await store.get("s")  # learns the element size
-        assert store._core.element_bytes > 0 and store._core._cold_span(-1) is not None
+        assert store._core.reader.element_bytes > 0 and store._core.reader.cold_span(-1) is not None
         await store._clients.current().script_flush()  # the pipeline reloads on NOSCRIPT
         for last in (None, 40):
             history = await store.get_history("s", last=last)
@@ -272,7 +276,7 @@ def test_the_sync_pipeline_reloads_a_flushed_script(backend: Backend) -> None:
     filled(backend, "s", 60)
     store = cold_store(backend)
     store._client.script_flush()
-    assert len(drive(store, store._core.get_history("s"))) == 60
+    assert len(drive(store, store._core.sessions.get_history("s"))) == 60
     assert drive.requests[0].after  # type: ignore[attr-defined]
 
 
@@ -281,6 +285,6 @@ def test_a_sealed_session_reads_cold_and_opens(backend: Backend) -> None:
     writer.create(Session(key="s", metadata={"m": "1"}, history=[msg(f"m{i}") for i in range(40)]))
     store = backend.sync_store(read_cache_bytes=0, passphrase="cold pw", kdf_work=10)
     store.get("s")  # learns the element size (sealed elements: larger)
-    session = drive(store, store._core.get("s"))
+    session = drive(store, store._core.sessions.get("s"))
     assert drive.requests[0].after and session.metadata == {"m": "1"}  # type: ignore[attr-defined]
     assert [m.content for m in session.history] == [f"m{i}" for i in range(40)]

@@ -257,10 +257,10 @@ async def test_secrets_never_show_in_repr_or_errors(make_store: StoreFactory) ->
     holder: Any = store.sync if hasattr(store, "sync") else store
     core: Any = holder._core
     texts = [
-        repr(store), repr(core.passphrase), str(core.passphrase),
-        repr(core.master), repr(core._session_keys),
+        repr(store), repr(core.keyring.passphrase), str(core.keyring.passphrase),
+        repr(core.keyring.master), repr(core.keyring.session_keys),
     ]  # fmt: skip
-    secrets = [core.master.raw, core._session_keys["r"].raw]
+    secrets = [core.keyring.master.raw, core.keyring.session_keys["r"].raw]
     for text in texts:
         assert OLD not in text
         assert not any(k.hex() in text or repr(k) in text for k in secrets)
@@ -406,7 +406,7 @@ def test_rekey_while_threads_append(backend: Backend) -> None:
     with pytest.raises(WrongPassphrase):
         backend.sync_store(passphrase=OLD).get("rk0")
     assert element_formats(backend) == {crypto.V2}
-    master = fresh._core.master
+    master = fresh._core.keyring.master
     assert master is not None and master_wraps(backend) == {master.wrapped}
 
 

@@ -161,14 +161,14 @@ def test_first_reads_by_lrange_from_loop_after_loop(server_backend: Backend) -> 
     # cache reads incrementally on in each new loop.
     cold, hot = _store(server_backend, read_cache_bytes=0), _store(server_backend)
     taken: list[bool] = []
-    read_cold = cold._core._read_cold
+    read_cold = cold._core.reader._cold
 
     def spied(*args: Any) -> Any:
         got = yield from read_cold(*args)
         taken.append(got is not None)
         return got
 
-    cold._core._read_cold = spied  # type: ignore[method-assign,assignment]
+    cold._core.reader._cold = spied  # type: ignore[method-assign,assignment]
 
     async def turn(n: int) -> tuple[int, int]:
         if n == 0:

@@ -70,7 +70,7 @@ def test_a_second_read_decodes_only_the_new_messages(
     assert [m.content for m in history[-3:]] == ["new one", "two", "three"]
     assert len(reader.get_history("s")) == 53 and len(reader.get_history("s", last=5)) == 5
     assert counts == [50, 3, 0, 0]
-    assert reader.read_cache_bytes > 0 and len(reader._core._reads) == 1
+    assert reader.read_cache_bytes > 0 and len(reader._core.reader.cache) == 1
 
 
 def test_own_appends_are_read_back_without_parsing_as_a_fresh_store_reads_them(
@@ -87,7 +87,7 @@ def test_own_appends_are_read_back_without_parsing_as_a_fresh_store_reads_them(
     store.append_message("s", Message(role="assistant", content="a", tool_calls=[call]))
     store.append_messages("s", [msg("b"), Message(role="user", author="x")])
     own = store.get("s").history
-    assert counts == [] and not store._core._own_appends  # none parsed, none kept after
+    assert counts == [] and not store._core.reader.own_appends  # none parsed, none kept after
     other.append_message("s", msg("theirs"))
     assert [m.content for m in store.get("s").history] == ["a", "b", "", "theirs"]
     assert counts == [1]
@@ -104,14 +104,14 @@ def test_own_appends_kept_at_hand_are_bounded(backend: Backend) -> None:
     store.create(Session(key="s"))
     for i in range(300):
         store.append_message("s", msg(f"m{i}"))
-    assert 0 < len(store._core._own_appends) <= 256
+    assert 0 < len(store._core.reader.own_appends) <= 256
     assert len(store.get("s").history) == 300
     for kept_none in (backend.sync_store(read_cache_bytes=0),
                       backend.sync_store(passphrase="own appends", kdf_work=WORK)):  # fmt: skip
         kept_none.create(Session(key="t"))
         kept_none.append_message("t", msg("x"))
         kept_none.append_messages("t", [msg("y")])
-        assert not kept_none._core._own_appends
+        assert not kept_none._core.reader.own_appends
         kept_none.delete("t")
 
 
@@ -152,12 +152,12 @@ def test_the_cache_is_bounded_and_can_be_off(backend: Backend) -> None:
     small = backend.sync_store(read_cache_bytes=35_000)
     for i in range(6):
         small.get(f"s{i}")
-    reads = small._core._reads
+    reads = small._core.reader.cache
     assert reads.size <= 35_000 and 1 <= len(reads) < 6
     assert reads.get("s5") is not None and reads.get("s0") is None  # least recently read go
     off = backend.sync_store(read_cache_bytes=0)
     off.get("s0")
-    assert len(off._core._reads) == 0 and off.read_cache_bytes == 0
+    assert len(off._core.reader.cache) == 0 and off.read_cache_bytes == 0
     with pytest.raises(ValueError, match="read_cache_bytes"):
         backend.sync_store(read_cache_bytes=-1)
 
@@ -230,8 +230,8 @@ class CachedReads(RuleBasedStateMachine):
         # No cache, but it knows the element size: every read of it is a first read (the
         # get script with an LRANGE behind it), with a cap of ~30 so that longer ones step.
         self.cold = b.sync_store(prefix=b.prefix, read_cache_bytes=0)
-        self.cold._core.element_bytes = 120
-        self.cold._core.read_budget = 30 * 120
+        self.cold._core.reader.element_bytes = 120
+        self.cold._core.limits.read_budget = 30 * 120
         # With a TTL (long: the expire rule ends a tree as its deadline does), so that each
         # tree has an expiry marker and an expired session reads as expired, not as absent.
         self.writers = [

@@ -96,7 +96,7 @@ async def test_two_migrations_cannot_interleave(backend: Backend, store: Any) ->
 
 async def test_many_secrets_migrate_in_steps_all_at_once(backend: Backend, store: Any) -> None:
     core = store._core if hasattr(store, "_core") else store.sync._core
-    core.batch_messages = 3  # secrets staged 3 at a time
+    core.limits.batch_messages = 3  # secrets staged 3 at a time
     for i in range(10):
         await store.set_secret(f"s{i}", f"old{i}".encode())
     n = await store.migrate_secrets(lambda b: b.replace(b"old", b"new"), b"salt2", b"check2")

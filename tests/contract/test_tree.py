@@ -306,7 +306,7 @@ async def test_metadata_limits(make_store: StoreFactory) -> None:
 
 def _small_reads(store: Any, budget: int) -> None:
     core = store._core if hasattr(store, "_core") else store.sync._core
-    core.read_budget = budget
+    core.limits.read_budget = budget
 
 
 async def test_a_long_history_is_read_in_steps_as_one_snapshot(make_store: StoreFactory) -> None:
@@ -324,8 +324,8 @@ async def test_a_long_history_is_read_in_steps_as_one_snapshot(make_store: Store
 def test_a_read_in_steps_that_sees_the_list_change_reads_again(backend: Backend) -> None:
     store = backend.sync_store()
     store.create(Session(key="s", history=[msg(f"m{i} " + "x" * 100) for i in range(40)]))
-    store._core.read_budget = 1_000
-    op = store._core.get_history("s")
+    store._core.limits.read_budget = 1_000
+    op = store._core.sessions.get_history("s")
     request = next(op)
     request = op.send(store._execute(request))  # the first step: a read_range comes next
     assert isinstance(request, ScriptCall) and request.name == "read_range"
@@ -351,7 +351,7 @@ def _core_of(store: Any) -> Any:
 async def test_a_large_merge_goes_in_steps_and_lands_whole(make_store: StoreFactory) -> None:
     store = make_store()
     core = _core_of(store)
-    core.step_messages, core.read_budget = 5, 400  # tiny steps: many of them
+    core.limits.step_messages, core.limits.read_budget = 5, 400  # tiny steps: many of them
     await store.create(Session(key="p", history=[msg(f"p{i}") for i in range(7)]))
     child = await store.fork_child("p", "a", ChildSessionConfig(inherit_history=3))
     work = [msg(f"c{i}", "assistant") for i in range(23)]
@@ -367,11 +367,11 @@ async def test_a_large_merge_goes_in_steps_and_lands_whole(make_store: StoreFact
 
 def test_appends_during_a_merge_in_steps_are_kept(backend: Backend) -> None:
     store = backend.sync_store()
-    store._core.step_messages, store._core.read_budget = 5, 400
+    store._core.limits.step_messages, store._core.limits.read_budget = 5, 400
     store.create(Session(key="p", history=[msg(f"p{i}") for i in range(6)]))
     child = store.fork_child("p", "a")
     store.append_child_messages(child.key, [msg(f"c{i}", "assistant") for i in range(12)])
-    op = store._core.merge_child(child.key, "")
+    op = store._core.children.merge_child(child.key, "")
     request, steps = next(op), 0
     while True:
         reply = store._execute(request)
@@ -396,7 +396,7 @@ def test_appends_during_a_merge_in_steps_are_kept(backend: Backend) -> None:
 async def test_a_large_inheritance_is_copied_in_steps(make_store: StoreFactory) -> None:
     store = make_store(ttl=60)
     core = _core_of(store)
-    core.step_messages, core.read_budget = 4, 300
+    core.limits.step_messages, core.limits.read_budget = 4, 300
     history = [msg(f"p{i}") for i in range(30)]
     await store.create(Session(key="p", history=history))
     child = await store.fork_child("p", "a", ChildSessionConfig(inherit_history=17))
@@ -411,7 +411,7 @@ async def test_a_long_history_is_created_in_steps_and_appears_at_once(
 ) -> None:
     store = make_store(ttl=60)
     core = _core_of(store)
-    core.batch_messages = 7
+    core.limits.batch_messages = 7
     history = [msg(f"h{i}") for i in range(30)]
     created = await store.create(Session(key="s", history=history))
     assert contents(created.history) == contents(history)
@@ -426,7 +426,7 @@ async def test_a_long_history_is_created_in_steps_and_appears_at_once(
 async def test_a_batch_larger_than_one_atomic_append_is_refused(make_store: StoreFactory) -> None:
     store = make_store()
     core = _core_of(store)
-    core.batch_messages = 5
+    core.limits.batch_messages = 5
     await store.create(Session(key="s"))
     child = await store.fork_child("s", "a")
     with pytest.raises(InvalidArgument, match="messages.*batch_messages=5"):

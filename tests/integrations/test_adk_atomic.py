@@ -262,7 +262,7 @@ async def test_an_app_never_listed_keeps_an_index_near_its_live_sessions(
     index = short.keys.index(short.store.prefix, APP)
     client: Any = short.store.client
     assert await client.zcard(index) == 40
-    assert 0 < await client.pttl(index) <= 2 * 500 + short.store._core.grace_ms
+    assert 0 < await client.pttl(index) <= 2 * 500 + short.store._core.options.grace_ms
     last = short.store._core.schema.session(short.keys.session(APP, "u", "old39")).meta
     deadline = time.monotonic() + 10
     while await client.exists(last):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from redis_session import Message, Session
 from redis_session.codec import message_args
+from redis_session.contracts import CONTRACTS, Contract
 from redis_session.scripts import PRELUDE, SCRIPT_NAMES, lua_dir, prelude_for, script_source
 from tests.conftest import Backend
 
@@ -43,11 +46,67 @@ def test_header_declares_keys_argv_and_reply(name: str) -> None:
         assert "ARGV[" in header
 
 
-@pytest.mark.parametrize("name", [*SCRIPT_NAMES, PRELUDE])
+def _script_path(name: str) -> Path:
+    if name == "adk_append_event":
+        return (
+            Path(__file__).resolve().parents[2] / "redis_session/integrations/adk" / f"{name}.lua"
+        )
+    return lua_dir() / f"{name}.lua"
+
+
+def _contracts() -> dict[str, Contract]:
+    found = dict(CONTRACTS)
+    try:
+        from redis_session.integrations.adk._append import CONTRACT
+    except ImportError:  # without the adk extra: its script is not checked
+        return found
+    found[CONTRACT.name] = CONTRACT
+    return found
+
+
+ALL_CONTRACTS = _contracts()
+
+
+def _contract_lines(name: str) -> dict[str, list[str]]:
+    text = _script_path(name).read_text()
+    found = re.findall(r"^-- (KEYS|ARGV|OK): (.*)$", text, re.M)
+    assert [k for k, _ in found] == ["KEYS", "ARGV", "OK"], f"{name}: the three contract lines"
+    return {k: v.split() for k, v in found}
+
+
+@pytest.mark.parametrize("name", sorted(ALL_CONTRACTS))
+def test_the_python_contract_is_the_headers(name: str) -> None:
+    """The names of KEYS, ARGV and the OK reply in the script's header are those of its
+    contract, the builder takes exactly those arguments, and the header's prose numbers every
+    argument before the first variable part."""
+    contract, lines = ALL_CONTRACTS[name], _contract_lines(name)
+    assert lines["KEYS"] == list(contract.keys)
+    assert lines["ARGV"] == list(contract.argv)
+    ok = " | ".join(" ".join(getattr(t, "_fields")) or "-" for t in contract.ok).split()  # noqa: B009
+    assert lines["OK"] == ok
+    params = inspect.signature(contract.build).parameters.values()
+    named = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.name != "after"]
+    assert named == [a.lstrip("#*") for a in contract.argv]
+    fixed = 0
+    for arg in contract.argv:
+        if arg[0] in "#*":
+            break
+        fixed += 4 if arg == "head" else 1
+    header = _script_path(name).read_text()
+    described = set()
+    for first, last in re.findall(r"ARGV\[(\d+)(?:\s*\.\.\s*(\d+))?\]", header):
+        described |= set(range(int(first), int(last or first) + 1))
+    missing = set(range(1, fixed + 1)) - described
+    assert not missing, f"{name}: ARGV {sorted(missing)} not described"
+
+
+def test_every_script_has_a_contract() -> None:
+    assert set(CONTRACTS) == set(SCRIPT_NAMES)
+
+
+@pytest.mark.parametrize("name", [*SCRIPT_NAMES, PRELUDE, "adk_append_event"])
 def test_portable_lua(name: str) -> None:
-    code = "\n".join(
-        line.split("--")[0] for line in (lua_dir() / f"{name}.lua").read_text().splitlines()
-    )
+    code = "\n".join(line.split("--")[0] for line in _script_path(name).read_text().splitlines())
     for word in FORBIDDEN:
         assert word not in code, f"{name} uses {word}"
     # No globals: every assignment at column 0 declares a local or assigns one declared so.

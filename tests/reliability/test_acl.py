@@ -28,6 +28,7 @@ from redis_session import (
     SessionNotFound,
 )
 from redis_session.acl import CLIENT_COMMANDS, acl_rules, commands, setuser_line
+from redis_session.extension import ScriptCall
 from tests.conftest import AwaitableStore
 from tests.support.cluster import Cluster, _cli_for
 from tests.support.servers import Server, redis_binary, start, valkey_binary
@@ -103,6 +104,10 @@ async def _maybe(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
+def _one(request: Any) -> Any:
+    return (yield request)
+
+
 async def exercise(
     make: Callable[..., Any], called: set[str], *, cluster: bool, flush: Callable[[], object]
 ) -> None:
@@ -144,6 +149,10 @@ async def exercise(
 
     assert [s.key for s in await store.list_sessions()] == ["a"]
     assert [s.key for s in await store.list_sessions(limit=1, offset=0, prefix="a")] == ["a"]
+    # An integration's own script, run as the store runs its own (the extension point).
+    await _maybe(store.register_script("peek", "return {OK, redis.call('HGET', KEYS[1], 'v')}"))
+    peek = ScriptCall("peek", [store.extension.root_keys("a")[0]], [], write=False)
+    assert await _maybe(store.run(_one(peek))) == [0, b"1"]
     assert await store.repair_index() == 0
 
     await store.set_salt("default", b"salt")
@@ -160,7 +169,7 @@ async def exercise(
     # The operations that go in steps when large, made large by tiny limits.
     inner = store.store
     core = inner.sync._core if hasattr(inner, "sync") else inner._core
-    core.batch_messages, core.step_messages, core.read_budget = 2, 2, 200
+    core.limits.batch_messages, core.limits.step_messages, core.limits.read_budget = 2, 2, 200
     await store.create(
         Session(key="big", history=[Message(role="user", content=f"b{n}") for n in range(5)])
     )

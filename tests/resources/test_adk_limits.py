@@ -18,7 +18,7 @@ from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
 
 from redis_session import AsyncRedisStore, SessionError
-from redis_session.integrations.adk import BUILT, RedisSessionService
+from redis_session.integrations.adk._service import BUILT, RedisSessionService
 from tests.resources.conftest import PrivateServer
 from tests.resources.test_memory import fill
 from tests.support.servers import wait_until

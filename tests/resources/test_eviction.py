@@ -82,7 +82,7 @@ def test_an_evicted_key_is_reported_never_hidden(
                     assert _outcome(in_steps(stepper, 4, kind, size), key) == outcome, kind
                 compared += 1
             elif isinstance(outcome, list):  # the first whole session: the element size
-                size = store._core.element_bytes
+                size = store._core.reader.element_bytes
             try:
                 got = [m.content for m in store.get(key).history]
             except CorruptData as exc:

@@ -84,7 +84,7 @@ def _interleaved_gets(
     for _ in range(3):
         for size, store in stores.items():
             runs[size].append(timed(raw, lambda: store.get("g")))
-            store._core._reads.clear()  # cold again next round
+            store._core.reader.cache.clear()  # cold again next round
     for size, store in stores.items():
         results[size]["get"] = (min(r[0] for r in runs[size]), max(r[1] for r in runs[size]))
         store.delete("g")
@@ -143,14 +143,14 @@ def test_huge_operations_are_bounded_per_script_and_linear(
         store.create(Session(key="q", history=[msg(BODY)]))
         cold.get("q")  # another session: "p" is new to it
         taken: list[bool] = []
-        read_cold = cold._core._read_cold
+        read_cold = cold._core.reader._cold
 
         def spied(*args: Any) -> Any:
             got = yield from read_cold(*args)
             taken.append(got is not None)
             return got
 
-        cold._core._read_cold = spied  # type: ignore[method-assign,assignment]
+        cold._core.reader._cold = spied  # type: ignore[method-assign,assignment]
         row["first get, by LRANGE"] = timed(raw, lambda: lengths.append(len(cold.get("p").history)))
         assert lengths[-1] == size + 1 and taken == [True]
         cold.close()

@@ -46,7 +46,7 @@ def test_a_read_only_replica_serves_every_read(
     assert len(reader.get_history("s", last=2)) == 2
     cold = RedisStore.from_url(replica.url, prefix="r:", read_cache_bytes=0)
     cold.get("s")  # learns the element size: its next read takes the LRANGE behind the script
-    assert cold._core._cold_span(-1) is not None
+    assert cold._core.reader.cold_span(-1) is not None
     assert cold.get("s").history == reader.get("s").history
     # A list longer than one read's budget: read on in steps of ~10, plain (LRANGE + HMGET)
     # or by the read_range script; read-only commands, so the replica serves them.

@@ -110,7 +110,9 @@ def test_at_maxmemory_writes_are_refused_as_oom_and_reads_work(
     assert len(store.get_history("s", last=5)) == 5
     cold = RedisStore.from_url(server.url, prefix="m:", read_cache_bytes=0)
     cold.get("s")  # learns the element size: its next reads take the LRANGE behind the script
-    assert cold._core._cold_span(-1) is not None and cold._core._cold_span(30) is not None
+    assert (
+        cold._core.reader.cold_span(-1) is not None and cold._core.reader.cold_span(30) is not None
+    )
     lranges = raw.info("commandstats").get("cmdstat_lrange", {}).get("calls", 0)
     assert cold.get("s").history == store.get("s").history
     assert raw.info("commandstats")["cmdstat_lrange"]["calls"] == lranges + 1  # not refused

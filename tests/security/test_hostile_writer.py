@@ -321,8 +321,8 @@ def test_an_evicted_keyring_is_restored_from_the_sessions_not_replaced(
     new = sealed_store(backend)
     seed(new, "after")  # restored from "before"'s key record: the same master key
     assert raw.exists(schema.keyring) == 1
-    assert old._core.master is not None and new._core.master is not None
-    assert new._core.master.raw == old._core.master.raw
+    assert old._core.keyring.master is not None and new._core.keyring.master is not None
+    assert new._core.keyring.master.raw == old._core.keyring.master.raw
     old.append_message("after", Message(role="user", content="old worker"))
     new.append_message("before", Message(role="user", content="new worker"))
     old.create(Session(key="old-made", history=[Message(role="user", content="o")]))
@@ -403,8 +403,8 @@ def test_a_lost_keyring_is_restored_past_forged_records(
     fresh = sealed_store(backend)
     assert [m.content for m in fresh.get_history("real")] == said
     assert 22 not in derived and len(derived) <= 4  # bounded: at most RESTORE_KDF_TRIES
-    assert fresh._core.master is not None and writer._core.master is not None
-    assert fresh._core.master.raw == writer._core.master.raw
+    assert fresh._core.keyring.master is not None and writer._core.keyring.master is not None
+    assert fresh._core.keyring.master.raw == writer._core.keyring.master.raw
 
 
 def test_a_key_check_asking_for_more_work_than_the_store_allows_is_refused(

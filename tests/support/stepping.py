@@ -58,10 +58,10 @@ def in_steps(store: RedisStore, per_step: int, kind: str = "plain", size: int = 
     again: set it before each read).
     """
     core = store._core
-    size = size or core.element_bytes
-    assert size > 0 and not core._reads.max_bytes
-    core.read_budget = per_step * size  # the first request: the script alone
-    core.element_bytes = 0 if kind == "script" else size
+    size = size or core.reader.element_bytes
+    assert size > 0 and not core.reader.cache.max_bytes
+    core.limits.read_budget = per_step * size  # the first request: the script alone
+    core.reader.element_bytes = 0 if kind == "script" else size
     return store
 
 

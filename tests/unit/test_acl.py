@@ -124,12 +124,12 @@ def test_a_script_added_later_is_in_the_recipe(
 # -- the client's own commands, against the package's source ---------------------------------------
 
 NOT_REDIS_CALLS = frozenset(
-    {"append", "close", "command", "copy", "delete", "digest", "echo", "get", "info", "listen",
-     "reset", "set", "sort", "time", "wait"}
+    {"append", "close", "command", "copy", "delete", "digest", "echo", "get", "info", "keys",
+     "listen", "reset", "set", "sort", "time", "wait"}
 )  # fmt: skip
 """Calls whose names a redis-py client also has, made here on other objects: list.append,
 dict.get, click.command, click.echo, store.delete, store.listen, hashlib's digest, time.time,
-threading's wait, contextvars' reset and set, copy.copy, a logger's info."""
+threading's wait, contextvars' reset and set, copy.copy, a logger's info, Trees.keys."""
 
 SEND_NOTHING = frozenset(
     {"execute_command", "from_pool", "from_url", "get_message", "pipeline", "pubsub",

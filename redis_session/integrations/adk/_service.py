@@ -1,83 +1,4 @@
-"""A Google ADK ``BaseSessionService`` backed by :class:`~redis_session.AsyncRedisStore`.
-
-``RedisSessionService(store)`` is a drop-in for ADK's ``InMemorySessionService`` /
-``DatabaseSessionService``: give it to a ``Runner`` (``session_service=...``) and every worker
-sharing the store's Redis (and prefix) sees the same sessions, events and state.
-
-Mapping. Everything lives in ordinary store sessions whose keys :class:`AdkKeys` makes (the one
-place that names them; each part is percent-encoded, so ``/`` and ``:`` in names are safe and
-two names never collide):
-
-- ``adk/session/<app>/<user>/<id>``: the ADK session, one store session: metadata
-  ``adk:app_name``, ``adk:user_id``, ``adk:session_id``, ``adk:last_update_time`` (``repr``
-  of the float), ``adk:layout`` (``2``) and one ``state:<key>`` entry (JSON text) per
-  session-state key; its events are its messages, one each. ``content`` is the event's JSON
-  (``Event.model_dump_json(exclude_defaults=True)``, read back with
-  ``Event.model_validate_json``: lossless), ``id`` the event id (a stable digest of it when
-  it is not a valid message id), ``author`` the event's author, ``timestamp`` the event's,
-  ``role`` ``user`` for the user's events, ``tool`` for function responses, ``assistant``
-  otherwise.
-- ``adk/user/<app>/<user>``: ``user:`` state shared by all sessions of that user, as
-  ``state:<key>`` entries (key without the prefix).
-- ``adk/app/<app>``: ``app:`` state shared by all sessions of the app, likewise.
-
-``temp:`` state is applied to the in-memory session during the invocation and never stored.
-State values are stored as JSON; values JSON cannot hold are stored as their ``repr`` with a
-warning (as ADK's own persistent services do).
-
-Reading. ``get_session`` reads the session with only the events it returns
-(``store.get(key, last=N)``: fields, metadata and the newest N messages in one snapshot), so
-``GetSessionConfig(num_recent_events=N)`` never reads the whole history. With
-``after_timestamp`` it reads the newest 16, 32, 64… events until a page reaches an older
-event: the cost follows the number of events returned (the pages overlap: at most about four
-times the events returned, plus 16), not the history's length.
-
-Consistency. ``append_event`` is one script (``lua/adk_append_event.lua``, one round trip):
-it refuses a stale caller with ADK's ``StaleSessionError`` (the stored ``last_update_time``
-is later than the caller's and the newest stored event is not the caller's newest: the rule
-of ADK's ``DatabaseSessionService`` for sessions without its storage marker), checked before
-the first write, then stores the event, the session-state delta, ``last_update_time =
-event.timestamp`` and the ``app:`` / ``user:`` deltas (making their records when missing).
-Two workers holding the same version of a session: exactly one append lands, the other is
-refused and stores nothing (the caller reloads with ``get_session`` and retries). An event
-whose id is already stored changes nothing and is not taken for a stale write, so retrying a
-failed ``append_event`` is safe.
-
-Cluster. All keys of one script must share a slot, and the ``app:`` / ``user:`` records are
-shared by many sessions, so they cannot share every session's slot. On a Redis Cluster the
-script covers the session only (stale check, event, session state, ``last_update_time``:
-atomic), and the app / user deltas are applied right after, concurrently, each atomically
-and idempotently (state by value): a crash between the two steps leaves the event stored and
-a shared delta missing, and a refused (stale) append writes nothing anywhere. Per-app hash
-tags would put one app's sessions in one slot (one hot slot per app, and every stored key
-renamed); the keys stay as they were, so data written by earlier versions reads unchanged.
-
-Encryption. The script cannot compare or write sealed values, so with a passphrase the store's
-own path is kept (``append_message`` with metadata, then the shared deltas as on a cluster),
-preceded by a stale check in Python: one more round trip, and not atomic with the append (a
-concurrent writer between the check and the append is not refused).
-
-TTL. With a store ``ttl``, the three records expire ``ttl`` after their last write;
-``append_event`` also refreshes the user and app records (in the same script, or the same
-concurrent step on a cluster), so shared state outlives every session that uses it.
-
-Ordering. Events come back as ADK's database service orders them: by timestamp, ties by event
-id. ``num_recent_events=N`` reads the newest N + 1 appended events (more, doubling, while the
-oldest one read ties with the N-th), so a tie at the edge is cut by id.
-
-Listing. ``list_sessions`` reads the app's index (``<prefix><namespace>-index:{<app>}``, a
-sorted set of ``<user>/<session>`` members read by lexical range: one app's or one user's
-sessions only), then each listed session's fields and metadata without its events. A session
-is indexed before it is created (and again once created) and unindexed after it is deleted, so
-the index may name a session that is gone (deleted, expired) but never misses one; such
-entries are dropped when a listing finds them, and each ``create_session`` samples
-``PRUNE_SAMPLE`` (4) members and drops those that are gone, so an app that is never listed
-keeps an index near its live sessions, not one entry per session it ever had; with a store
-``ttl``, an index lives ``2 * ttl`` after its app's last create (a listing after that, of
-sessions kept alive by their appends, rebuilds it as for sessions older than the index). Sessions
-created before the index are found once, the first time their app is listed (by prefix, as
-earlier versions listed), and indexed then (the member ``!`` marks an index that is complete).
-"""
+"""The ADK session service (see the package docstring)."""
 
 from __future__ import annotations
 
@@ -133,21 +54,13 @@ import redis
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
-from .. import codec
-from .._args import token
-from .._requests import Commands, Emit, Op, Request, ScriptCall
-from ..aio import AsyncRedisStore
-from ..errors import (
-    ConcurrentChange,
-    CorruptData,
-    DuplicateSession,
-    PassphraseRequired,
-    SessionNotFound,
-)
-from ..events import new_event
-from ..models import MESSAGE_ID_PATTERN, LifecycleEventType, Message, MessageRole
-from ..models import Session as StoreSession
-from ..status import Ctx, Status, check
+from ... import codec
+from ...aio import AsyncRedisStore
+from ...errors import CorruptData, DuplicateSession, SessionNotFound
+from ...extension import Commands, Op, Request
+from ...models import MESSAGE_ID_PATTERN, Message, MessageRole
+from ...models import Session as StoreSession
+from ._append import SCRIPT, SOURCE, Stale, append_event
 
 __all__ = ["AdkKeys", "RedisSessionService"]
 
@@ -164,7 +77,6 @@ SESSION_ID = "adk:session_id"
 LAST_UPDATE = "adk:last_update_time"
 LAYOUT = "adk:layout"
 """Written on every session record (value ``2``), as it has been since the layout began."""
-"""Present (``2``) on sessions that keep their events as their own messages."""
 _FIRST_PAGE = 16
 _EVENT_ID = re.compile(MESSAGE_ID_PATTERN)
 _STALE = (
@@ -178,7 +90,6 @@ names never hold a bare ``!``)."""
 PRUNE_SAMPLE = 4
 """Index members each ``create_session`` samples (``ZRANDMEMBER``) and drops when their
 session is gone: an app's index stays near its live sessions however rarely it is listed."""
-_ATTEMPTS = 8
 
 
 def _text(value: Any) -> str:
@@ -342,6 +253,7 @@ class RedisSessionService(BaseSessionService):
     def __init__(self, store: AsyncRedisStore, *, namespace: str = "adk") -> None:
         self.store = store
         self.keys = AdkKeys(namespace)
+        store.register_script(SCRIPT, SOURCE)
 
     async def create_session(
         self,
@@ -379,9 +291,9 @@ class RedisSessionService(BaseSessionService):
         # found it not there yet and dropped it meanwhile is undone.
         index, member = self._index(app_name), self.keys.member(user_id, session_id)
         indexing: list[tuple[Any, ...]] = [("ZADD", index, 0, member)]
-        core = self.store._core
-        if core.ttl_ms:  # the index of an app without creates goes (rebuilt if listed again)
-            indexing.append(("PEXPIRE", index, 2 * core.ttl_ms + core.grace_ms))
+        options = self.store.options
+        if options.ttl_ms:  # the index of an app without creates goes (rebuilt if listed again)
+            indexing.append(("PEXPIRE", index, 2 * options.ttl_ms + options.grace_ms))
         *_, sample = await self._send(Commands([*indexing, ("ZRANDMEMBER", index, PRUNE_SAMPLE)]))
         try:
             await self.store.create(StoreSession(key=record, metadata=metadata))
@@ -522,18 +434,23 @@ class RedisSessionService(BaseSessionService):
             (keys.app(session.app_name), _state_entries(app_delta)),
             (keys.user(session.app_name, session.user_id), _state_entries(user_delta)),
         ]
-        one_script = not self.store.encrypted and not self.store._core.schema.cluster
+        one_script = not self.store.encrypted and not self.store.extension.schema.cluster
         try:
             if self.store.encrypted:  # sealed values: the store's own path (module docstring)
                 await self._check_fresh(record, session)
                 await self.store.append_message(record, _to_message(event), metadata=entries)
             else:
-                op = self._append_op(
-                    record, _to_message(event), entries, shared if one_script else [], session
-                )
-                await self.store._run(op)
+                last = _message_id(session.events[-1].id) if session.events else ""
+                op = append_event(
+                    self.store.extension, record, _to_message(event), entries,
+                    shared if one_script else [], codec.METADATA_PREFIX + LAST_UPDATE,
+                    session.last_update_time, last,
+                )  # fmt: skip
+                await self.store.run(op)
         except SessionNotFound:
             raise SessionNotFoundError(f"Session {session.id} not found.") from None
+        except Stale:
+            raise StaleSessionError(_STALE) from None
         if not one_script:  # other slots (a cluster), or sealed: each record in its own step
             steps: list[Awaitable[None]] = []
             for key, put in shared:
@@ -546,62 +463,6 @@ class RedisSessionService(BaseSessionService):
         session.events.append(event)
         session.last_update_time = event.timestamp
         return event
-
-    def _append_op(
-        self,
-        record: str,
-        msg: Message,
-        entries: Mapping[str, str],
-        shared: Sequence[tuple[str, Mapping[str, str]]],
-        session: AdkSession,
-    ) -> Op[None]:
-        """The ``adk_append_event`` script call (``lua/adk_append_event.lua``), sent again when
-        the session tree's members turned out to be other than the store knew.
-        """
-        core = self.store._core
-        root = core._keys(record)[1]
-        element = codec.check_size(
-            codec.encode_message(msg, "event"), core.max_message_bytes, "event"
-        )
-        own = core._metadata_pairs(entries, "state_delta")(None)
-        shared_keys: list[str] = []
-        tail: list[bytes | str | int] = []
-        created = []
-        for key, put in shared:
-            sk = core.schema.session(key)
-            shared_keys += [sk.meta, sk.msgs, sk.ids, sk.mark, sk.kids, sk.done]
-            event, payload = new_event(LifecycleEventType.CREATE, key)
-            base = codec.meta_args(StoreSession(key=key))
-            pairs = core._metadata_pairs(put, "state_delta")(None)
-            tail += [key, payload, token(), len(base), *base, len(pairs), *pairs]
-            created.append(event)
-        last = _message_id(session.events[-1].id) if session.events else ""
-        for _ in range(_ATTEMPTS):
-            generation, members, _ = core._tree(record)
-            script_keys = [*root, *shared_keys, *members]
-            args = [
-                core.ttl_ms, core.grace_ms, generation, core.window, core.max_history_turns,
-                record, core.max_metadata_bytes, codec.SCHEMA_VERSION,
-                codec.METADATA_PREFIX + LAST_UPDATE, repr(session.last_update_time), last,
-                core.channel, codec.message_digest(msg.id), element, len(shared), len(own),
-                *own, *tail,
-            ]  # fmt: skip
-            reply = yield ScriptCall("adk_append_event", script_keys, args)
-            status = reply[0] if type(reply) is list and reply else None
-            if status == Status.TREE_CHANGED:
-                core._learn_tree(record, reply[1], reply[2:])
-                continue
-            if status == Status.STALE:
-                raise StaleSessionError(_STALE)
-            if status == Status.KEY_CHANGED:
-                where = int(reply[3]) if len(reply) > 3 else 1
-                raise PassphraseRequired(record if where == 1 else shared[(where - 8) // 6][0])
-            check(reply, Ctx(record, script_keys, argument="state_delta"))
-            for event, made in zip(created, bytes(reply[2]).decode(), strict=False):
-                if made == "1":
-                    yield Emit(event)
-            return
-        raise ConcurrentChange(record, "its children kept changing")
 
     async def _check_fresh(self, record: str, session: AdkSession) -> None:
         """The stale check of an encrypted store, made before its append (one more round trip,
@@ -622,7 +483,7 @@ class RedisSessionService(BaseSessionService):
 
     async def _send(self, request: Request) -> Any:
         """Send one request through the store (its client of the running event loop)."""
-        return await self.store._run(_one(request))
+        return await self.store.run(_one(request))
 
     def _index(self, app_name: str) -> str:
         return self.keys.index(self.store.prefix, app_name)
@@ -670,7 +531,7 @@ class RedisSessionService(BaseSessionService):
 
     async def _there(self, app_name: str, names: Sequence[str]) -> list[bool]:
         """Whether the session of each index member ``names`` exists (its meta hash)."""
-        head, schema = self.keys.sessions_of(app_name), self.store._core.schema
+        head, schema = self.keys.sessions_of(app_name), self.store.extension.schema
         commands = [("EXISTS", schema.session(head + n).meta) for n in names]
         return [bool(int(r)) for r in await self._send(Commands(commands))]
 

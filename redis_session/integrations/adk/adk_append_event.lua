@@ -2,8 +2,11 @@
 -- whose session is older than the stored one, then append the event, set the session's state
 -- entries and last_update_time, and set the app and user state entries (creating their
 -- records when missing), all in one script.
+-- KEYS: root *shared *members
+-- ARGV: head max_messages session_key max_metadata_bytes schema_version last_update_field last_update_time newest_event_id channel digest element #metadata #shared
+-- OK: stored created
 -- KEYS[1..7] the session tree's root keys (see the prelude)
--- KEYS[8 ..] first six keys per shared state record (r of them, ARGV[15]; none on a cluster,
+-- KEYS[8 ..] first six keys per shared state record (r of them, ARGV[16+m]; none on a cluster,
 --   where they live in other slots): meta hash, msgs list, ids hash, expiry marker, kids zset,
 --   done zset; then the session tree's members
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
@@ -14,9 +17,9 @@
 -- ARGV[11] the message id of the caller's newest event ('' = it holds none)
 -- ARGV[12] events channel ('' = none)
 -- ARGV[13] 8-byte id digest of the event   ARGV[14] the event as stored (message JSON)
--- ARGV[15] r = number of shared records
--- ARGV[16] m = number of the session's metadata arguments (field/value pairs), ARGV[17 .. 16+m]
--- then per shared record: its key (index member), its 'create' event JSON, a call token,
+-- ARGV[15] m = number of the session's metadata arguments (field/value pairs), ARGV[16 .. 15+m]
+-- ARGV[16+m] r = number of shared records, then per shared record: its key (index member),
+--   its 'create' event JSON, a call token,
 --   q = number of base field/value arguments (written only when the record is created), them,
 --   p = number of its metadata arguments (field/value pairs: 'm:' .. name, value), them
 -- Reply: {OK, 1, created} (created: one character per shared record, '1' when this call
@@ -54,12 +57,12 @@ if stored and stored > tonumber(ARGV[10]) then
   if ARGV[11] == '' or id ~= ARGV[11] then return {STALE} end
 end
 
-local m = tonumber(ARGV[16])
+local m = tonumber(ARGV[15])
 local limit = tonumber(ARGV[7])
-local mb = metadata_after(KEYS[1], f[7], 17, 16 + m, 1, 0)
+local mb = metadata_after(KEYS[1], f[7], 16, 15 + m, 1, 0)
 if limit > 0 and mb > limit then return {TOO_LARGE, mb, limit} end
 
-local r = tonumber(ARGV[15])
+local r = tonumber(ARGV[16 + m])
 local shared = {}
 local at = 17 + m
 for j = 1, r do
@@ -104,7 +107,7 @@ if g then
 else
   redis.call('HSET', KEYS[1], 'updated_at', us, 'n', n, 'h', h, 'mb', mb)
 end
-hcall_from('HSET', KEYS[1], 17, 16 + m)
+hcall_from('HSET', KEYS[1], 16, 15 + m)
 if extend_now then
   extend(8 + 6 * r, ttl, grace, now)
 elseif created then

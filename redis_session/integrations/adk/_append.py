@@ -1,0 +1,123 @@
+"""``append_event`` in one script: the contract of ``adk_append_event.lua`` (this package's
+own script, registered on the store) and the operation that runs it through the store's
+extension point (:mod:`redis_session.extension`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import Any, NamedTuple
+
+from ... import codec, contracts
+from ..._args import token
+from ...contracts import Arg, Contract, Head, Key
+from ...errors import PassphraseRequired
+from ...events import new_event
+from ...extension import Emit, Extension, Op, ScriptCall
+from ...models import LifecycleEventType, Message
+from ...models import Session as StoreSession
+from ...status import Ctx, Status, check
+
+SCRIPT = "adk_append_event"
+SOURCE = resources.files(__package__).joinpath(f"{SCRIPT}.lua").read_text(encoding="utf-8")
+"""The script's text (shipped in this package)."""
+SHARED_KEYS = 6
+"""KEYS each shared state record takes: meta, msgs, ids, marker, kids, done."""
+ROOT_KEYS = 7
+
+
+class Stored(NamedTuple):
+    stored: Any
+    """1 when the event was stored, 0 when its id was stored before (nothing changed)."""
+    created: Any
+    """One character per shared record, ``1`` when this call created it."""
+
+
+def adk_append_event(
+    keys: Sequence[Key], *, head: Head, max_messages: int, session_key: str,
+    max_metadata_bytes: int, schema_version: bytes, last_update_field: str,
+    last_update_time: str, newest_event_id: str, channel: str, digest: bytes, element: bytes,
+    metadata: Sequence[bytes], shared: Sequence[Sequence[Arg]],
+) -> ScriptCall:  # fmt: skip
+    """``shared``: per shared record, its key, 'create' event, call token, the count of its
+    base pairs' arguments and them, the count of its metadata arguments and them.
+    """
+    return ScriptCall(SCRIPT, keys, [
+        *head, max_messages, session_key, max_metadata_bytes, schema_version,
+        last_update_field, last_update_time, newest_event_id, channel, digest, element,
+        len(metadata), *metadata, len(shared), *(a for record in shared for a in record),
+    ])  # fmt: skip
+
+
+_ARGV = (
+    "head max_messages session_key max_metadata_bytes schema_version last_update_field "
+    "last_update_time newest_event_id channel digest element #metadata #shared"
+)
+CONTRACT = Contract(
+    SCRIPT, ("root", "*shared", "*members"), tuple(_ARGV.split()), adk_append_event, (Stored,)
+)
+
+
+class Stale(Exception):
+    """The caller's session is older than the stored one (the script answered ``STALE``)."""
+
+
+def append_event(
+    ext: Extension,
+    record: str,
+    msg: Message,
+    entries: Mapping[str, str],
+    shared: Sequence[tuple[str, Mapping[str, str]]],
+    last_update_field: str,
+    last_update_time: float,
+    newest_event_id: str,
+) -> Op[None]:
+    """Append ``msg`` (an event) to session ``record`` with its state ``entries`` and the
+    ``shared`` records' entries, in one script; ``Stale`` for a stale caller,
+    ``PassphraseRequired`` naming the sealed record. Sent again when the session tree's
+    members turned out to be other than the store knew.
+    """
+    options = ext.options
+    element = codec.check_size(
+        codec.encode_message(msg, "event"), options.max_message_bytes, "event"
+    )
+    own = ext.metadata_pairs(entries, "state_delta")
+    shared_keys: list[str] = []
+    records: list[list[Arg]] = []
+    created = []
+    for key, put in shared:
+        sk = ext.schema.session(key)
+        shared_keys += [sk.meta, sk.msgs, sk.ids, sk.mark, sk.kids, sk.done]
+        event, payload = new_event(LifecycleEventType.CREATE, key)
+        base = codec.meta_args(StoreSession(key=key))
+        pairs = ext.metadata_pairs(put, "state_delta")
+        records.append([key, payload, token(), len(base), *base, len(pairs), *pairs])
+        created.append(event)
+    root = ext.root_keys(record)
+
+    def build(_: Any) -> ScriptCall:
+        return adk_append_event(
+            [*root, *shared_keys, *ext.members(record)], head=ext.head(record),
+            max_messages=options.max_history_turns, session_key=record,
+            max_metadata_bytes=options.max_metadata_bytes, schema_version=codec.SCHEMA_VERSION,
+            last_update_field=last_update_field, last_update_time=repr(last_update_time),
+            newest_event_id=newest_event_id, channel=ext.channel,
+            digest=codec.message_digest(msg.id), element=element, metadata=own, shared=records,
+        )  # fmt: skip
+
+    ctx = Ctx(record, [*root, *shared_keys], argument="state_delta")
+    passthrough = (Status.STALE, Status.KEY_CHANGED)
+    reply = yield from ext.write(record, build, ctx, passthrough)
+    status = contracts.status(reply)
+    if status == Status.STALE:
+        raise Stale()
+    if status == Status.KEY_CHANGED:
+        at = contracts.parsed(contracts.KeyChanged, reply).at  # a shared record's KEYS[at]
+        if at is None or int(at) <= ROOT_KEYS:
+            raise PassphraseRequired(record)
+        raise PassphraseRequired(shared[(int(at) - ROOT_KEYS - 1) // SHARED_KEYS][0])
+    stored = contracts.parsed(Stored, check(reply, ctx))
+    for event, made in zip(created, bytes(stored.created).decode(), strict=False):
+        if made == "1":
+            yield Emit(event)

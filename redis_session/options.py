@@ -1,0 +1,144 @@
+"""The options of a store, validated once: :class:`StoreOptions`.
+
+``RedisStore(client, ttl=60, ...)`` and ``RedisStore(client, options=StoreOptions(ttl=60))``
+are the same store; ``from_url(url, **options)`` takes these names for the store and passes
+every other keyword to redis-py's client. A new option is one field here (with its check in
+:meth:`StoreOptions.__post_init__`) and its use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from ._args import duration_ms, non_negative_int
+from ._cache import DEFAULT_READ_CACHE_BYTES
+from .crypto import DEFAULT_WORK, Passphrase, check_work
+from .errors import InvalidArgument
+from .keys import KeySchema
+
+DEFAULT_EXPIRED_GRACE = timedelta(days=1)
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_METADATA_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_METADATA_VALUE_BYTES = 1024 * 1024
+DEFAULT_DEDUP_WINDOW = 1000
+MIN_DEDUP_WINDOW = 64
+DEFAULT_KEEP_MERGED_CHILDREN = 4
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreOptions:
+    """Everything a store can be told, each checked once (``InvalidArgument`` naming it)."""
+
+    prefix: str = "rs:"
+    """The prefix of every key name (no braces: they pick the cluster slot)."""
+    ttl: float | timedelta | None = None
+    """The sliding TTL of every session tree (seconds or a timedelta; None: never expire),
+    refreshed by every write."""
+    max_history_turns: int = 0
+    """How many messages a session keeps, the newest (0: all)."""
+    expired_grace: float | timedelta = DEFAULT_EXPIRED_GRACE
+    """How long after expiry ``get`` still says ``SessionExpired`` rather than
+    ``SessionNotFound``."""
+    publish_events: bool = True
+    """False: publish nothing on the events channel (the in-process hook still runs)."""
+    wait_replicas: int = 0
+    """Follow every write with ``WAIT N wait_timeout`` on its connection (``DurabilityNotReached``
+    when fewer acknowledge); 0: no WAIT."""
+    wait_timeout: float | timedelta = 1.0
+    """How long a WAIT waits."""
+    failover_window: float | timedelta = 15.0
+    """How long writes with ``wait_replicas`` are retried through failovers and slot moves."""
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    """The longest message as stored (0: no limit); longer is refused before anything is sent."""
+    max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES
+    """The most bytes all of a session's metadata takes as stored (0: no limit)."""
+    max_metadata_value_bytes: int = DEFAULT_MAX_METADATA_VALUE_BYTES
+    """The longest metadata value (0: no limit)."""
+    dedup_window: int = DEFAULT_DEDUP_WINDOW
+    """How many of a session's newest message ids its id window holds at least (>= 64)."""
+    keep_merged_children: int = DEFAULT_KEEP_MERGED_CHILDREN
+    """How many merged children per session stay whole (record and history)."""
+    passphrase: str | bytes | None = field(default=None, repr=False)
+    """Seal session content at rest with keys this passphrase opens (see docs/encryption.md)."""
+    kdf_work: int = DEFAULT_WORK
+    """log2 of scrypt's n for the passphrase's key."""
+    read_cache_bytes: int = DEFAULT_READ_CACHE_BYTES
+    """The bound of the read cache, in bytes of messages as stored (0: off)."""
+
+    ttl_ms: int = field(init=False, repr=False)
+    grace_ms: int = field(init=False, repr=False)
+    wait_timeout_ms: int = field(init=False, repr=False)
+    failover_window_ms: int = field(init=False, repr=False)
+    window: int = field(init=False, repr=False)
+    """Digests a session's id window keeps at least: ``max(dedup_window, max_history_turns)``."""
+    pop_keep_ms: int = field(init=False, repr=False)
+    """How long a popped element is kept for a retry of its pop (redis-py's retries and a
+    failover ride-through fit in it)."""
+    secret: Passphrase | None = field(init=False, repr=False)
+    """The passphrase, as a value that never shows itself."""
+
+    def __post_init__(self) -> None:
+        KeySchema(self.prefix)  # checks it
+        set_ = object.__setattr__
+        set_(self, "ttl_ms", 0 if self.ttl is None else duration_ms(self.ttl, "ttl"))
+        set_(self, "grace_ms", duration_ms(self.expired_grace, "expired_grace", allow_zero=True))
+        for name in (
+            "max_history_turns", "wait_replicas", "max_message_bytes", "max_metadata_bytes",
+            "max_metadata_value_bytes", "dedup_window", "keep_merged_children", "read_cache_bytes",
+        ):  # fmt: skip
+            non_negative_int(getattr(self, name), name)
+        if self.dedup_window < MIN_DEDUP_WINDOW:
+            raise InvalidArgument(
+                "dedup_window", f"must be >= {MIN_DEDUP_WINDOW}, got {self.dedup_window}"
+            )
+        if not isinstance(self.publish_events, bool):
+            raise InvalidArgument("publish_events", "must be a bool")
+        set_(self, "wait_timeout_ms", duration_ms(self.wait_timeout, "wait_timeout"))
+        failover = duration_ms(self.failover_window, "failover_window", allow_zero=True)
+        set_(self, "failover_window_ms", failover)
+        set_(self, "window", max(self.dedup_window, self.max_history_turns))
+        set_(self, "pop_keep_ms", max(failover, 60_000))
+        check_work(self.kdf_work)
+        set_(self, "secret", None if self.passphrase is None else Passphrase(self.passphrase))
+
+    @classmethod
+    def names(cls) -> frozenset[str]:
+        """The options a store takes (the fields given to the constructor)."""
+        return frozenset(f.name for f in dataclasses.fields(cls) if f.init)
+
+    @classmethod
+    def of(cls, options: StoreOptions | None, given: dict[str, Any]) -> StoreOptions:
+        """``options`` (default: the defaults) with the keyword options ``given`` over it;
+        ``TypeError`` naming a keyword that is no option.
+        """
+        unknown = sorted(set(given) - cls.names())
+        if unknown:
+            known = ", ".join(sorted(cls.names()))
+            raise TypeError(f"unknown store option {unknown[0]!r} (the options: {known})")
+        if options is None:
+            return cls(**given)
+        if not isinstance(options, StoreOptions):
+            kind = type(options).__name__
+            raise InvalidArgument("options", f"must be a StoreOptions, not {kind}")
+        return dataclasses.replace(options, **given) if given else options
+
+    @property
+    def ttl_delta(self) -> timedelta | None:
+        """The sliding TTL as a timedelta, or None."""
+        return timedelta(milliseconds=self.ttl_ms) if self.ttl_ms else None
+
+
+STORE_KEYWORDS = frozenset({"lifecycle_hook", "options"})
+"""A store constructor's keywords besides the options."""
+
+
+def split_store_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``from_url``'s keywords split into the store's (its options, ``lifecycle_hook``,
+    ``options``) and the client's (the rest: redis-py's).
+    """
+    mine = StoreOptions.names() | STORE_KEYWORDS
+    store = {k: v for k, v in options.items() if k in mine}
+    return store, {k: v for k, v in options.items() if k not in mine}
