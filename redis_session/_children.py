@@ -110,13 +110,21 @@ class Children:
             def make(sealer: Sealer | None) -> ScriptCall:
                 return contracts.fork_child(
                     (*root, ck.meta, ck.msgs, ck.ids, *self.trees.members(parent_key)),
-                    head=self.trees.head(parent_key), parent_key=parent_key,
-                    child_key=child.key, agent=agent_name, config=codec.encode_config(config),
-                    max_messages=config.max_messages, inherit=config.inherit_history,
-                    call_token=call, channel=self.channel, event=payload, kid=self._kid(sealer),
-                    staged=staged, staged_generation=generation,
+                    head=self.trees.head(parent_key),
+                    parent_key=parent_key,
+                    child_key=child.key,
+                    agent=agent_name,
+                    config=codec.encode_config(config),
+                    max_messages=config.max_messages,
+                    inherit=config.inherit_history,
+                    call_token=call,
+                    channel=self.channel,
+                    event=payload,
+                    kid=self._kid(sealer),
+                    staged=staged,
+                    staged_generation=generation,
                     step=self.limits.step_messages,
-                )  # fmt: skip
+                )
 
             return make
 
@@ -165,9 +173,15 @@ class Children:
         keys = (root[0], root[1], target)
         while at < last:
             reply = yield contracts.copy_range(
-                keys, generation=generation, from_=at, to=last, copied=copied,
-                prefix=codec.INHERITED, ttl_ms=STAGE_LEASE_MS, budget=self.limits.read_budget,
-            )  # fmt: skip
+                keys,
+                generation=generation,
+                from_=at,
+                to=last,
+                copied=copied,
+                prefix=codec.INHERITED,
+                ttl_ms=STAGE_LEASE_MS,
+                budget=self.limits.read_budget,
+            )
             if contracts.status(reply) == Status.STALE:
                 yield Commands([("DEL", target)])
                 return -1
@@ -190,9 +204,12 @@ class Children:
             sealed = codec.seal_pairs(pairs, messages, sealer, "messages", limit)
             return contracts.append_child_message(
                 (*root, ck.meta, ck.msgs, ck.ids, *self.trees.members(parent)),
-                head=self.trees.head(parent), parent_key=parent, child_key=child_key,
-                kid=self._kid(sealer), messages=codec.child_elements(sealed),
-            )  # fmt: skip
+                head=self.trees.head(parent),
+                parent_key=parent,
+                child_key=child_key,
+                kid=self._kid(sealer),
+                messages=codec.child_elements(sealed),
+            )
 
         keys = (*root, ck.meta, ck.msgs, ck.ids)
         ctx = Ctx(child_key, keys, child=True, parent=parent)
@@ -226,13 +243,24 @@ class Children:
                 mode = "staged" if staged else ("summary" if summary else "history")
                 return contracts.merge_child(
                     (*root, ck.meta, ck.msgs, ck.ids, ck.stage, *self.trees.members(parent)),
-                    head=self.trees.head(parent), max_messages=self.options.max_history_turns,
-                    parent_key=parent, child_key=child_key, call_token=call, call_digest=digest,
-                    mode=mode, summary_digest=summary_digest, summary=element,
-                    channel=self.channel, event=payload, kid=self._kid(sealer),
-                    keep_merged=self.options.keep_merged_children, staged_generation=generation,
-                    staged_tail=tail, staged_child=child, staged_length=length,
-                )  # fmt: skip
+                    head=self.trees.head(parent),
+                    max_messages=self.options.max_history_turns,
+                    parent_key=parent,
+                    child_key=child_key,
+                    call_token=call,
+                    call_digest=digest,
+                    mode=mode,
+                    summary_digest=summary_digest,
+                    summary=element,
+                    channel=self.channel,
+                    event=payload,
+                    kid=self._kid(sealer),
+                    keep_merged=self.options.keep_merged_children,
+                    staged_generation=generation,
+                    staged_tail=tail,
+                    staged_child=child,
+                    staged_length=length,
+                )
 
             return make
 
@@ -268,11 +296,20 @@ class Children:
             ) -> Callable[[Sealer | None], ScriptCall]:
                 def make(sealer: Sealer | None) -> ScriptCall:
                     return contracts.merge_stage(
-                        keys, head=self.trees.head(parent), parent_key=parent,
-                        child_key=child_key, call_token=call, step=step, from_=from_, to=to,
-                        staged=staged, generation=generation, lease_ms=STAGE_LEASE_MS,
-                        kid=self._kid(sealer), budget=self.limits.read_budget,
-                    )  # fmt: skip
+                        keys,
+                        head=self.trees.head(parent),
+                        parent_key=parent,
+                        child_key=child_key,
+                        call_token=call,
+                        step=step,
+                        from_=from_,
+                        to=to,
+                        staged=staged,
+                        generation=generation,
+                        lease_ms=STAGE_LEASE_MS,
+                        kid=self._kid(sealer),
+                        budget=self.limits.read_budget,
+                    )
 
                 return make
 
@@ -317,9 +354,14 @@ class Children:
 
         def build(sealer: Sealer | None) -> ScriptCall:
             return contracts.discard_child(
-                keys, head=self.trees.head(parent), parent_key=parent, child_key=child_key,
-                call_digest=digest, channel=self.channel, event=payload,
-            )  # fmt: skip
+                keys,
+                head=self.trees.head(parent),
+                parent_key=parent,
+                child_key=child_key,
+                call_digest=digest,
+                channel=self.channel,
+                event=payload,
+            )
 
         reply = yield from self.writer.write(parent, build, Ctx(child_key, keys, child=True))
         discarded = contracts.parsed(contracts.Discarded, reply)
@@ -333,10 +375,14 @@ class Children:
         reader = self.reader
         held = reader.cache.get(child_key)
         first = contracts.get_child(
-            keys, child_key=child_key, generation="" if held is None else held.generation,
-            tail="" if held is None else held.tail, budget=self.limits.read_budget,
-            held_head="" if held is None else held.head, token="" if held is None else held.token,
-        )  # fmt: skip
+            keys,
+            child_key=child_key,
+            generation="" if held is None else held.generation,
+            tail="" if held is None else held.tail,
+            budget=self.limits.read_budget,
+            held_head="" if held is None else held.head,
+            token="" if held is None else held.token,
+        )
         ctx = Ctx(child_key, keys, child=True)
 
         def parse(reply: Any) -> contracts.ChildRead:
@@ -361,9 +407,11 @@ class Children:
         start, h = int(read.from_), int(read.head)
         history = reader.hold(child_key, held, version, h, start, h, new, bodies)
         child: ChildSession = yield from self.keyring.opened(
-            parent, read.kid, read.dk,
+            parent,
+            read.kid,
+            read.dk,
             lambda o: codec.decode_child(child_key, meta, (), o, history=history),
-        )  # fmt: skip
+        )
         return child
 
     def children_of(self, parent_key: str) -> Op[list[ChildSession]]:

@@ -103,17 +103,27 @@ class Reader:
         try:
             if held is not None:  # the hot path: only what was added since travels
                 first = contracts.get(
-                    read_keys, last=last, with_meta=with_meta, token=held.token,
-                    generation=held.generation, tail=held.tail, budget=budget,
+                    read_keys,
+                    last=last,
+                    with_meta=with_meta,
+                    token=held.token,
+                    generation=held.generation,
+                    tail=held.tail,
+                    budget=budget,
                     held_head=held.head,
-                )  # fmt: skip
+                )
                 read = parse((yield first))
                 items = read.elements
                 if int(read.upto) < int(read.tail):  # more than one read's budget: in steps
                     rest = yield from self.rest(
-                        read.generation, int(read.upto), int(read.tail), read_keys[:2], ctx,
-                        read.token, int(read.head),
-                    )  # fmt: skip
+                        read.generation,
+                        int(read.upto),
+                        int(read.tail),
+                        read_keys[:2],
+                        ctx,
+                        read.token,
+                        int(read.head),
+                    )
                     if rest is None:  # changed meanwhile: from the start
                         read, items = yield from self.steps(
                             key, first, parse, read_keys[:2], _token, ctx
@@ -212,9 +222,14 @@ class Reader:
             if upto >= n:
                 return read, items
             rest = yield from self.rest(
-                read.generation, upto, n, range_keys, ctx, token_of(read),
+                read.generation,
+                upto,
+                n,
+                range_keys,
+                ctx,
+                token_of(read),
                 int(read.head),
-            )  # fmt: skip
+            )
             if rest is not None:
                 return read, items + rest
         raise ConcurrentChange(key, "its history kept changing while it was read in steps")
@@ -285,9 +300,13 @@ class Reader:
                 # the script decides (STALE: from the start) and names what is wrong.
                 plain = False
             reply = yield contracts.read_range(
-                range_keys, generation=g, from_=upto, to=n, budget=self.limits.read_budget,
+                range_keys,
+                generation=g,
+                from_=upto,
+                to=n,
+                budget=self.limits.read_budget,
                 token=token or "",
-            )  # fmt: skip
+            )
             if contracts.status(reply) == Status.STALE:
                 return None
             part = contracts.parsed(contracts.Part, check(reply, ctx))

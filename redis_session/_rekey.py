@@ -113,9 +113,13 @@ class Rotation:
             )
             keys = [self.schema.salts, self.schema.checksums, self.schema.keyring]
             reply = yield contracts.begin_rekey(
-                keys, record=NEXT, salt=next_salt, key_check=crypto.key_check(kek_next, work_next),
-                master_field=master_field(NEXT), master_wrap=master_next.wrapped,
-            )  # fmt: skip
+                keys,
+                record=NEXT,
+                salt=next_salt,
+                key_check=crypto.key_check(kek_next, work_next),
+                master_field=master_field(NEXT),
+                master_wrap=master_next.wrapped,
+            )
             if contracts.status(reply) == Status.CONFLICT:
                 raise ConcurrentChange("keyring", "another rotation began first")
             check(reply, Ctx(name="keyring", keys=keys))
@@ -252,9 +256,12 @@ class Rotation:
             at, stale = h, False
             while at < n and not stale:
                 reply = yield contracts.read_range(
-                    (owner_meta, list_key), generation=g, from_=at, to=n,
+                    (owner_meta, list_key),
+                    generation=g,
+                    from_=at,
+                    to=n,
                     budget=self.limits.read_budget,
-                )  # fmt: skip
+                )
                 if contracts.status(reply) == Status.STALE:
                     stale = True
                     break
@@ -269,8 +276,11 @@ class Rotation:
                     run = triples[i : i + 3 * RESEAL_STEP]
                     reply = yield contracts.reseal_session(
                         [self.schema.session(key).meta, owner_meta, list_key],
-                        kid=sealer.kid, generation=g, elements=run, fields=(),
-                    )  # fmt: skip
+                        kid=sealer.kid,
+                        generation=g,
+                        elements=run,
+                        fields=(),
+                    )
                     if contracts.status(reply) in (Status.CONFLICT, Status.NOT_FOUND):
                         stale = True
                         break

@@ -126,10 +126,18 @@ class Sessions:
             messages = pairs[0::2][-o.window :]
         create_keys = (*keys, stage)
         reply = yield contracts.create(
-            create_keys, head=self.trees.head(key), session_key=key, call_token=call,
-            channel=self.channel, event=payload, schema_version=codec.SCHEMA_VERSION, kid=kid,
-            meta=meta, staged=staged, messages=messages,
-        )  # fmt: skip
+            create_keys,
+            head=self.trees.head(key),
+            session_key=key,
+            call_token=call,
+            channel=self.channel,
+            event=payload,
+            schema_version=codec.SCHEMA_VERSION,
+            kid=kid,
+            meta=meta,
+            staged=staged,
+            messages=messages,
+        )
         if contracts.status(reply) != Status.OK:
             self.keyring.session_keys.pop(key, None)  # not this key's: nothing was written
         created = contracts.parsed(contracts.Created, check(reply, Ctx(key, create_keys)))
@@ -152,9 +160,11 @@ class Sessions:
         if self.keyring.passphrase is None:
             return codec.decode_session(key, meta, (), history=history)
         session: Session = yield from self.keyring.opened(
-            key, read.kid, read.dk,
+            key,
+            read.kid,
+            read.dk,
             lambda o: codec.decode_session(key, meta, (), o, history=history),
-        )  # fmt: skip
+        )
         return session
 
     def get_history(self, key: str, last: int | None = None) -> Op[list[Message]]:
@@ -175,9 +185,13 @@ class Sessions:
             meta = metadata(sealer)
             self.metadata.check_total(meta, "session.metadata")
             return contracts.update(
-                (*keys, *self.trees.members(key)), head=self.trees.head(key), session_key=key,
-                kid=b"" if sealer is None else sealer.kid, scalars=scalars, metadata=meta,
-            )  # fmt: skip
+                (*keys, *self.trees.members(key)),
+                head=self.trees.head(key),
+                session_key=key,
+                kid=b"" if sealer is None else sealer.kid,
+                scalars=scalars,
+                metadata=meta,
+            )
 
         yield from self.writer.write(key, build, Ctx(key, keys))
 
@@ -193,11 +207,14 @@ class Sessions:
 
         def build(sealer: Sealer | None) -> ScriptCall:
             return contracts.update_metadata(
-                (*keys, *self.trees.members(key)), head=self.trees.head(key), session_key=key,
+                (*keys, *self.trees.members(key)),
+                head=self.trees.head(key),
+                session_key=key,
                 kid=b"" if sealer is None else sealer.kid,
-                max_metadata_bytes=self.options.max_metadata_bytes, delete=gone,
+                max_metadata_bytes=self.options.max_metadata_bytes,
+                delete=gone,
                 set=pairs(sealer),
-            )  # fmt: skip
+            )
 
         yield from self.writer.write(key, build, Ctx(key, keys, argument="set"))
 
@@ -215,9 +232,12 @@ class Sessions:
                 all_keys += map(codec.wire, (ck.meta, ck.msgs, ck.ids, ck.stage))
                 children.append(raw)
             reply = yield contracts.delete(
-                all_keys, session_key=key, channel=self.channel, event=payload,
+                all_keys,
+                session_key=key,
+                channel=self.channel,
+                event=payload,
                 child_keys=children,
-            )  # fmt: skip
+            )
             if contracts.status(reply) != Status.CONFLICT:
                 deleted = contracts.parsed(contracts.Deleted, check(reply, Ctx(key, all_keys)))
                 existed = bool(deleted.existed)
@@ -265,11 +285,15 @@ class Sessions:
         twin = self.reader.twin(body, msg) if ready else None
         head = contracts.Head(o.ttl_ms, o.grace_ms, "0" if tree is None else tree[0], o.window)
         reply = yield contracts.append_message(
-            keys if tree is None else (*keys, *tree[1]), head=head,
-            max_messages=o.max_history_turns, session_key=key, kid=b"",
-            max_metadata_bytes=o.max_metadata_bytes, metadata=(),
+            keys if tree is None else (*keys, *tree[1]),
+            head=head,
+            max_messages=o.max_history_turns,
+            session_key=key,
+            kid=b"",
+            max_metadata_bytes=o.max_metadata_bytes,
+            metadata=(),
             messages=(codec.message_digest(msg.id), body),
-        )  # fmt: skip
+        )
         status = contracts.status(reply)
         if status == Status.OK:
             if twin is not None:
@@ -300,17 +324,24 @@ class Sessions:
 
         def build(sealer: Sealer | None) -> ScriptCall:
             return contracts.append_message(
-                (*keys, *self.trees.members(key)), head=self.trees.head(key),
-                max_messages=o.max_history_turns, session_key=key,
+                (*keys, *self.trees.members(key)),
+                head=self.trees.head(key),
+                max_messages=o.max_history_turns,
+                session_key=key,
                 kid=b"" if sealer is None else sealer.kid,
-                max_metadata_bytes=o.max_metadata_bytes, metadata=metadata_pairs(sealer),
+                max_metadata_bytes=o.max_metadata_bytes,
+                metadata=metadata_pairs(sealer),
                 messages=codec.seal_pairs(pairs, messages, sealer, argument, o.max_message_bytes),
-            )  # fmt: skip
+            )
 
-        twins = [
-            (body, self.reader.twin(body, msg) if codec.twin_ready(msg) else None)
-            for msg, body in zip(messages, pairs[1::2], strict=True)
-        ] if self.keyring.passphrase is None else []  # fmt: skip
+        twins = (
+            [
+                (body, self.reader.twin(body, msg) if codec.twin_ready(msg) else None)
+                for msg, body in zip(messages, pairs[1::2], strict=True)
+            ]
+            if self.keyring.passphrase is None
+            else []
+        )
         reply = yield from self.writer.write(
             key, build, lambda: Ctx(key, keys, argument="metadata")
         )
@@ -341,10 +372,17 @@ class Sessions:
         def build(sealer: Sealer | None) -> ScriptCall:
             digest, element = codec.seal_pairs(pairs, [msg], sealer, "summary", limit)
             return contracts.compact_messages(
-                (*keys, *self.trees.members(key)), head=self.trees.head(key), session_key=key,
-                up_to=index, digest=digest, element=element, expect=expect,
-                channel=self.channel, event=payload, kid=b"" if sealer is None else sealer.kid,
-            )  # fmt: skip
+                (*keys, *self.trees.members(key)),
+                head=self.trees.head(key),
+                session_key=key,
+                up_to=index,
+                digest=digest,
+                element=element,
+                expect=expect,
+                channel=self.channel,
+                event=payload,
+                kid=b"" if sealer is None else sealer.kid,
+            )
 
         ctx = Ctx(key, keys, index=index, expect_id=expect_id or "")
         reply = yield from self.writer.write(key, build, ctx)
@@ -363,10 +401,15 @@ class Sessions:
 
         def build(sealer: Sealer | None) -> ScriptCall:
             return contracts.pop_message(
-                (*keys, sk.pop, *self.trees.members(key)), head=self.trees.head(key),
-                session_key=key, call_token=call, digest=digest, expect=expect,
-                kid=b"" if sealer is None else sealer.kid, keep_ms=self.options.pop_keep_ms,
-            )  # fmt: skip
+                (*keys, sk.pop, *self.trees.members(key)),
+                head=self.trees.head(key),
+                session_key=key,
+                call_token=call,
+                digest=digest,
+                expect=expect,
+                kid=b"" if sealer is None else sealer.kid,
+                keep_ms=self.options.pop_keep_ms,
+            )
 
         ctx = Ctx(key, keys, index=-1, expect_id=expect_id or "", kind="pop", name=key)
         popped = contracts.parsed(contracts.Popped, (yield from self.writer.write(key, build, ctx)))

@@ -176,20 +176,45 @@ class Created(NamedTuple):
     """1 when this call created the index key (a cluster registers its shard)."""
 
 
-@_contract("root stage", "head session_key call_token channel event schema_version kid "
-           "#meta staged *messages", Created)  # fmt: skip
+@_contract(
+    "root stage",
+    "head session_key call_token channel event schema_version kid #meta staged *messages",
+    Created,
+)
 def create(
-    keys: Sequence[Key], *, head: Head, session_key: str, call_token: str, channel: str,
-    event: bytes, schema_version: bytes, kid: bytes, meta: Sequence[bytes], staged: int,
+    keys: Sequence[Key],
+    *,
+    head: Head,
+    session_key: str,
+    call_token: str,
+    channel: str,
+    event: bytes,
+    schema_version: bytes,
+    kid: bytes,
+    meta: Sequence[bytes],
+    staged: int,
     messages: Sequence[bytes],
-) -> ScriptCall:  # fmt: skip
+) -> ScriptCall:
     """``meta``: field/value pairs (counted in pairs); ``messages``: digest/JSON pairs, or,
     with a history ``staged`` in the stage key, the digests of its newest messages only.
     """
-    return ScriptCall("create", keys, [
-        *head, session_key, call_token, channel, event, schema_version, kid,
-        len(meta) // 2, *meta, staged, *messages,
-    ])  # fmt: skip
+    return ScriptCall(
+        "create",
+        keys,
+        [
+            *head,
+            session_key,
+            call_token,
+            channel,
+            event,
+            schema_version,
+            kid,
+            len(meta) // 2,
+            *meta,
+            staged,
+            *messages,
+        ],
+    )
 
 
 class Read(NamedTuple):
@@ -211,9 +236,17 @@ class Read(NamedTuple):
 
 @_contract("meta msgs ids mark", "last with_meta token generation tail budget held_head", Read)
 def get(
-    keys: Sequence[Key], *, last: int, with_meta: bool, token: Arg, generation: Arg, tail: Arg,
-    budget: int, held_head: Arg, after: Sequence[tuple[Any, ...]] = (),
-) -> ScriptCall:  # fmt: skip
+    keys: Sequence[Key],
+    *,
+    last: int,
+    with_meta: bool,
+    token: Arg,
+    generation: Arg,
+    tail: Arg,
+    budget: int,
+    held_head: Arg,
+    after: Sequence[tuple[Any, ...]] = (),
+) -> ScriptCall:
     """``last`` < 0: every message; ``token``, ``generation``, ``tail``, ``held_head``: the
     version the caller holds (``''``: none); ``after``: plain reads sent behind it.
     """
@@ -228,9 +261,14 @@ class Part(NamedTuple):
 
 @_contract("meta msgs", "generation from_ to budget token", Part)
 def read_range(
-    keys: Sequence[Key], *, generation: Arg, from_: int, to: int, budget: int,
+    keys: Sequence[Key],
+    *,
+    generation: Arg,
+    from_: int,
+    to: int,
+    budget: int,
     token: Arg | None = None,
-) -> ScriptCall:  # fmt: skip
+) -> ScriptCall:
     """``token`` None: not checked (a re-seal reads its own list)."""
     args: list[Arg] = [generation, from_, to, budget]
     if token is not None:
@@ -244,9 +282,14 @@ class Updated(NamedTuple):
 
 @_contract("root *members", "head session_key kid #scalars *metadata", Updated)
 def update(
-    keys: Sequence[Key], *, head: Head, session_key: str, kid: bytes, scalars: Sequence[bytes],
+    keys: Sequence[Key],
+    *,
+    head: Head,
+    session_key: str,
+    kid: bytes,
+    scalars: Sequence[bytes],
     metadata: Sequence[bytes],
-) -> ScriptCall:  # fmt: skip
+) -> ScriptCall:
     """``scalars``, ``metadata``: field/value pairs (scalars counted in pairs)."""
     args: list[Arg] = [*head, session_key, kid, len(scalars) // 2, *scalars, *metadata]
     return ScriptCall("update", keys, args)
@@ -254,9 +297,15 @@ def update(
 
 @_contract("root *members", "head session_key kid max_metadata_bytes #delete *set", Updated)
 def update_metadata(
-    keys: Sequence[Key], *, head: Head, session_key: str, kid: bytes, max_metadata_bytes: int,
-    delete: Sequence[bytes], set: Sequence[bytes],
-) -> ScriptCall:  # fmt: skip
+    keys: Sequence[Key],
+    *,
+    head: Head,
+    session_key: str,
+    kid: bytes,
+    max_metadata_bytes: int,
+    delete: Sequence[bytes],
+    set: Sequence[bytes],
+) -> ScriptCall:
     args: list[Arg] = [*head, session_key, kid, max_metadata_bytes, len(delete), *delete, *set]
     return ScriptCall("update_metadata", keys, args)
 
@@ -267,9 +316,13 @@ class Deleted(NamedTuple):
 
 @_contract("root pop *children", "session_key channel event *child_keys", Deleted)
 def delete(
-    keys: Sequence[Key], *, session_key: str, channel: str, event: bytes,
+    keys: Sequence[Key],
+    *,
+    session_key: str,
+    channel: str,
+    event: bytes,
     child_keys: Sequence[bytes],
-) -> ScriptCall:  # fmt: skip
+) -> ScriptCall:
     """``keys``: the root keys, the pop key, then meta, msgs, ids and staging list per child."""
     return ScriptCall("delete", keys, [session_key, channel, event, *child_keys])
 
@@ -278,31 +331,61 @@ class Appended(NamedTuple):
     appended: Any
 
 
-@_contract("root *members", "head max_messages session_key kid max_metadata_bytes #metadata "
-           "*messages", Appended)  # fmt: skip
+@_contract(
+    "root *members",
+    "head max_messages session_key kid max_metadata_bytes #metadata *messages",
+    Appended,
+)
 def append_message(
-    keys: Sequence[Key], *, head: Head, max_messages: int, session_key: str, kid: bytes,
-    max_metadata_bytes: int, metadata: Sequence[bytes], messages: Sequence[bytes],
-) -> ScriptCall:  # fmt: skip
+    keys: Sequence[Key],
+    *,
+    head: Head,
+    max_messages: int,
+    session_key: str,
+    kid: bytes,
+    max_metadata_bytes: int,
+    metadata: Sequence[bytes],
+    messages: Sequence[bytes],
+) -> ScriptCall:
     """``metadata``: field/value pairs (counted in arguments); ``messages``: digest/element
     pairs.
     """
-    return ScriptCall("append_message", keys, [
-        *head, max_messages, session_key, kid, max_metadata_bytes, len(metadata), *metadata,
-        *messages,
-    ])  # fmt: skip
+    return ScriptCall(
+        "append_message",
+        keys,
+        [
+            *head,
+            max_messages,
+            session_key,
+            kid,
+            max_metadata_bytes,
+            len(metadata),
+            *metadata,
+            *messages,
+        ],
+    )
 
 
 class Compacted(NamedTuple):
     removed: Any
 
 
-@_contract("root *members", "head session_key up_to digest element expect channel event kid",
-           Compacted)  # fmt: skip
+@_contract(
+    "root *members", "head session_key up_to digest element expect channel event kid", Compacted
+)
 def compact_messages(
-    keys: Sequence[Key], *, head: Head, session_key: str, up_to: int, digest: bytes,
-    element: bytes, expect: bytes, channel: str, event: bytes, kid: bytes,
-) -> ScriptCall:  # fmt: skip
+    keys: Sequence[Key],
+    *,
+    head: Head,
+    session_key: str,
+    up_to: int,
+    digest: bytes,
+    element: bytes,
+    expect: bytes,
+    channel: str,
+    event: bytes,
+    kid: bytes,
+) -> ScriptCall:
     args: list[Arg] = [*head, session_key, up_to, digest, element, expect, channel, event, kid]
     return ScriptCall("compact_messages", keys, args)
 
@@ -314,9 +397,16 @@ class Popped(NamedTuple):
 
 @_contract("root pop *members", "head session_key call_token digest expect kid keep_ms", Popped)
 def pop_message(
-    keys: Sequence[Key], *, head: Head, session_key: str, call_token: str, digest: bytes,
-    expect: bytes, kid: bytes, keep_ms: int,
-) -> ScriptCall:  # fmt: skip
+    keys: Sequence[Key],
+    *,
+    head: Head,
+    session_key: str,
+    call_token: str,
+    digest: bytes,
+    expect: bytes,
+    kid: bytes,
+    keep_ms: int,
+) -> ScriptCall:
     args: list[Arg] = [*head, session_key, call_token, digest, expect, kid, keep_ms]
     return ScriptCall("pop_message", keys, args)
 
@@ -353,18 +443,50 @@ class ForkStage(NamedTuple):
     tail: Any
 
 
-@_contract("root child_meta child_msgs child_ids *members",
-           "head parent_key child_key agent config max_messages inherit call_token channel "
-           "event kid staged staged_generation step", Forked)  # fmt: skip
+@_contract(
+    "root child_meta child_msgs child_ids *members",
+    "head parent_key child_key agent config max_messages inherit call_token channel "
+    "event kid staged staged_generation step",
+    Forked,
+)
 def fork_child(
-    keys: Sequence[Key], *, head: Head, parent_key: str, child_key: str, agent: str,
-    config: bytes, max_messages: int, inherit: int, call_token: str, channel: str,
-    event: bytes, kid: bytes, staged: int, staged_generation: Arg, step: int,
-) -> ScriptCall:  # fmt: skip
-    return ScriptCall("fork_child", keys, [
-        *head, parent_key, child_key, agent, config, max_messages, inherit, call_token,
-        channel, event, kid, staged, staged_generation, step,
-    ])  # fmt: skip
+    keys: Sequence[Key],
+    *,
+    head: Head,
+    parent_key: str,
+    child_key: str,
+    agent: str,
+    config: bytes,
+    max_messages: int,
+    inherit: int,
+    call_token: str,
+    channel: str,
+    event: bytes,
+    kid: bytes,
+    staged: int,
+    staged_generation: Arg,
+    step: int,
+) -> ScriptCall:
+    return ScriptCall(
+        "fork_child",
+        keys,
+        [
+            *head,
+            parent_key,
+            child_key,
+            agent,
+            config,
+            max_messages,
+            inherit,
+            call_token,
+            channel,
+            event,
+            kid,
+            staged,
+            staged_generation,
+            step,
+        ],
+    )
 
 
 class Copied(NamedTuple):
@@ -372,22 +494,38 @@ class Copied(NamedTuple):
     length: Any
 
 
-@_contract("source_meta source_msgs target", "generation from_ to copied prefix ttl_ms budget",
-           Copied)  # fmt: skip
+@_contract(
+    "source_meta source_msgs target", "generation from_ to copied prefix ttl_ms budget", Copied
+)
 def copy_range(
-    keys: Sequence[Key], *, generation: Arg, from_: int, to: int, copied: int, prefix: bytes,
-    ttl_ms: int, budget: int,
-) -> ScriptCall:  # fmt: skip
+    keys: Sequence[Key],
+    *,
+    generation: Arg,
+    from_: int,
+    to: int,
+    copied: int,
+    prefix: bytes,
+    ttl_ms: int,
+    budget: int,
+) -> ScriptCall:
     args: list[Arg] = [generation, from_, to, copied, prefix, ttl_ms, budget]
     return ScriptCall("copy_range", keys, args)
 
 
-@_contract("root child_meta child_msgs child_ids *members",
-           "head parent_key child_key kid *messages", Appended)  # fmt: skip
+@_contract(
+    "root child_meta child_msgs child_ids *members",
+    "head parent_key child_key kid *messages",
+    Appended,
+)
 def append_child_message(
-    keys: Sequence[Key], *, head: Head, parent_key: str, child_key: str, kid: bytes,
+    keys: Sequence[Key],
+    *,
+    head: Head,
+    parent_key: str,
+    child_key: str,
+    kid: bytes,
     messages: Sequence[bytes],
-) -> ScriptCall:  # fmt: skip
+) -> ScriptCall:
     """``messages``: digest/element pairs, each element the digest + the stored message."""
     return ScriptCall("append_child_message", keys, [*head, parent_key, child_key, kid, *messages])
 
@@ -405,24 +543,60 @@ class MergeStage(NamedTuple):
     count: Any
 
 
-@_contract("root child_meta child_msgs child_ids stage *members",
-           "head max_messages parent_key child_key call_token call_digest mode summary_digest "
-           "summary channel event kid keep_merged staged_generation staged_tail staged_child "
-           "staged_length", Merged)  # fmt: skip
+@_contract(
+    "root child_meta child_msgs child_ids stage *members",
+    "head max_messages parent_key child_key call_token call_digest mode summary_digest "
+    "summary channel event kid keep_merged staged_generation staged_tail staged_child "
+    "staged_length",
+    Merged,
+)
 def merge_child(
-    keys: Sequence[Key], *, head: Head, max_messages: int, parent_key: str, child_key: str,
-    call_token: str, call_digest: bytes, mode: str, summary_digest: bytes, summary: bytes,
-    channel: str, event: bytes, kid: bytes, keep_merged: int, staged_generation: Arg,
-    staged_tail: int, staged_child: int, staged_length: int,
-) -> ScriptCall:  # fmt: skip
+    keys: Sequence[Key],
+    *,
+    head: Head,
+    max_messages: int,
+    parent_key: str,
+    child_key: str,
+    call_token: str,
+    call_digest: bytes,
+    mode: str,
+    summary_digest: bytes,
+    summary: bytes,
+    channel: str,
+    event: bytes,
+    kid: bytes,
+    keep_merged: int,
+    staged_generation: Arg,
+    staged_tail: int,
+    staged_child: int,
+    staged_length: int,
+) -> ScriptCall:
     """``mode``: ``summary``, ``history`` (``staged_child``: the most child messages one call
     merges) or ``staged`` (the staging list's generation, tail, child count and length).
     """
-    return ScriptCall("merge_child", keys, [
-        *head, max_messages, parent_key, child_key, call_token, call_digest, mode,
-        summary_digest, summary, channel, event, kid, keep_merged, staged_generation,
-        staged_tail, staged_child, staged_length,
-    ])  # fmt: skip
+    return ScriptCall(
+        "merge_child",
+        keys,
+        [
+            *head,
+            max_messages,
+            parent_key,
+            child_key,
+            call_token,
+            call_digest,
+            mode,
+            summary_digest,
+            summary,
+            channel,
+            event,
+            kid,
+            keep_merged,
+            staged_generation,
+            staged_tail,
+            staged_child,
+            staged_length,
+        ],
+    )
 
 
 class MergeBegun(NamedTuple):
@@ -443,19 +617,47 @@ class MergeStep(NamedTuple):
     child_staged: Any
 
 
-@_contract("root child_meta child_msgs child_ids stage",
-           "head parent_key child_key call_token step from_ to staged generation lease_ms kid "
-           "budget", MergeBegun, MergeStep)  # fmt: skip
+@_contract(
+    "root child_meta child_msgs child_ids stage",
+    "head parent_key child_key call_token step from_ to staged generation lease_ms kid budget",
+    MergeBegun,
+    MergeStep,
+)
 def merge_stage(
-    keys: Sequence[Key], *, head: Head, parent_key: str, child_key: str, call_token: str,
-    step: str, from_: int, to: int, staged: int, generation: Arg, lease_ms: int, kid: bytes,
+    keys: Sequence[Key],
+    *,
+    head: Head,
+    parent_key: str,
+    child_key: str,
+    call_token: str,
+    step: str,
+    from_: int,
+    to: int,
+    staged: int,
+    generation: Arg,
+    lease_ms: int,
+    kid: bytes,
     budget: int,
-) -> ScriptCall:  # fmt: skip
+) -> ScriptCall:
     """``step``: ``begin``, ``parent`` or ``child``."""
-    return ScriptCall("merge_stage", keys, [
-        *head, parent_key, child_key, call_token, step, from_, to, staged, generation, lease_ms,
-        kid, budget,
-    ])  # fmt: skip
+    return ScriptCall(
+        "merge_stage",
+        keys,
+        [
+            *head,
+            parent_key,
+            child_key,
+            call_token,
+            step,
+            from_,
+            to,
+            staged,
+            generation,
+            lease_ms,
+            kid,
+            budget,
+        ],
+    )
 
 
 class Discarded(NamedTuple):
@@ -463,12 +665,21 @@ class Discarded(NamedTuple):
     members: tuple[Any, ...]
 
 
-@_contract("root child_meta child_msgs child_ids",
-           "head parent_key child_key call_digest channel event", Discarded)  # fmt: skip
+@_contract(
+    "root child_meta child_msgs child_ids",
+    "head parent_key child_key call_digest channel event",
+    Discarded,
+)
 def discard_child(
-    keys: Sequence[Key], *, head: Head, parent_key: str, child_key: str, call_digest: bytes,
-    channel: str, event: bytes,
-) -> ScriptCall:  # fmt: skip
+    keys: Sequence[Key],
+    *,
+    head: Head,
+    parent_key: str,
+    child_key: str,
+    call_digest: bytes,
+    channel: str,
+    event: bytes,
+) -> ScriptCall:
     args: list[Arg] = [*head, parent_key, child_key, call_digest, channel, event]
     return ScriptCall("discard_child", keys, args)
 
@@ -487,12 +698,21 @@ class ChildRead(NamedTuple):
     dk: Any
 
 
-@_contract("child_meta child_msgs done parent_meta",
-           "child_key generation tail budget held_head token", ChildRead)  # fmt: skip
+@_contract(
+    "child_meta child_msgs done parent_meta",
+    "child_key generation tail budget held_head token",
+    ChildRead,
+)
 def get_child(
-    keys: Sequence[Key], *, child_key: str, generation: Arg, tail: Arg, budget: int,
-    held_head: Arg, token: Arg,
-) -> ScriptCall:  # fmt: skip
+    keys: Sequence[Key],
+    *,
+    child_key: str,
+    generation: Arg,
+    tail: Arg,
+    budget: int,
+    held_head: Arg,
+    token: Arg,
+) -> ScriptCall:
     args: list[Arg] = [child_key, generation, tail, budget, held_head, token]
     return ScriptCall("get_child", keys, args, write=False)
 
@@ -545,9 +765,14 @@ class Migrated(NamedTuple):
 
 @_contract("secrets salts checksums stage", "version salt checksum staged *pairs", Migrated)
 def migrate_secrets(
-    keys: Sequence[Key], *, version: bytes, salt: bytes, checksum: bytes, staged: int,
+    keys: Sequence[Key],
+    *,
+    version: bytes,
+    salt: bytes,
+    checksum: bytes,
+    staged: int,
     pairs: Sequence[bytes],
-) -> ScriptCall:  # fmt: skip
+) -> ScriptCall:
     return ScriptCall("migrate_secrets", keys, [version, salt, checksum, staged, *pairs])
 
 
@@ -560,9 +785,14 @@ def init_keyring(
 
 @_contract("salts checksums keyring", "record salt key_check master_field master_wrap", Nothing)
 def begin_rekey(
-    keys: Sequence[Key], *, record: str, salt: bytes, key_check: bytes, master_field: str,
+    keys: Sequence[Key],
+    *,
+    record: str,
+    salt: bytes,
+    key_check: bytes,
+    master_field: str,
     master_wrap: bytes,
-) -> ScriptCall:  # fmt: skip
+) -> ScriptCall:
     return ScriptCall("begin_rekey", keys, [record, salt, key_check, master_field, master_wrap])
 
 
@@ -587,12 +817,25 @@ class Resealed(NamedTuple):
 
 @_contract("session_meta owner_meta list", "kid generation #elements #fields", Resealed)
 def reseal_session(
-    keys: Sequence[Key], *, kid: bytes, generation: Arg, elements: Sequence[Any],
+    keys: Sequence[Key],
+    *,
+    kid: bytes,
+    generation: Arg,
+    elements: Sequence[Any],
     fields: Sequence[bytes],
-) -> ScriptCall:  # fmt: skip
+) -> ScriptCall:
     """``elements``: position/old/new triples; ``fields``: old field/old value/new field/new
     value quads (each counted as one).
     """
-    return ScriptCall("reseal_session", keys, [
-        kid, generation, len(elements) // 3, *elements, len(fields) // 4, *fields,
-    ])  # fmt: skip
+    return ScriptCall(
+        "reseal_session",
+        keys,
+        [
+            kid,
+            generation,
+            len(elements) // 3,
+            *elements,
+            len(fields) // 4,
+            *fields,
+        ],
+    )

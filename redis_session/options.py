@@ -86,9 +86,15 @@ class StoreOptions:
         set_(self, "ttl_ms", 0 if self.ttl is None else duration_ms(self.ttl, "ttl"))
         set_(self, "grace_ms", duration_ms(self.expired_grace, "expired_grace", allow_zero=True))
         for name in (
-            "max_history_turns", "wait_replicas", "max_message_bytes", "max_metadata_bytes",
-            "max_metadata_value_bytes", "dedup_window", "keep_merged_children", "read_cache_bytes",
-        ):  # fmt: skip
+            "max_history_turns",
+            "wait_replicas",
+            "max_message_bytes",
+            "max_metadata_bytes",
+            "max_metadata_value_bytes",
+            "dedup_window",
+            "keep_merged_children",
+            "read_cache_bytes",
+        ):
             non_negative_int(getattr(self, name), name)
         if self.dedup_window < MIN_DEDUP_WINDOW:
             raise InvalidArgument(

@@ -35,19 +35,46 @@ class Stored(NamedTuple):
 
 
 def adk_append_event(
-    keys: Sequence[Key], *, head: Head, max_messages: int, session_key: str,
-    max_metadata_bytes: int, schema_version: bytes, last_update_field: str,
-    last_update_time: str, newest_event_id: str, channel: str, digest: bytes, element: bytes,
-    metadata: Sequence[bytes], shared: Sequence[Sequence[Arg]],
-) -> ScriptCall:  # fmt: skip
+    keys: Sequence[Key],
+    *,
+    head: Head,
+    max_messages: int,
+    session_key: str,
+    max_metadata_bytes: int,
+    schema_version: bytes,
+    last_update_field: str,
+    last_update_time: str,
+    newest_event_id: str,
+    channel: str,
+    digest: bytes,
+    element: bytes,
+    metadata: Sequence[bytes],
+    shared: Sequence[Sequence[Arg]],
+) -> ScriptCall:
     """``shared``: per shared record, its key, 'create' event, call token, the count of its
     base pairs' arguments and them, the count of its metadata arguments and them.
     """
-    return ScriptCall(SCRIPT, keys, [
-        *head, max_messages, session_key, max_metadata_bytes, schema_version,
-        last_update_field, last_update_time, newest_event_id, channel, digest, element,
-        len(metadata), *metadata, len(shared), *(a for record in shared for a in record),
-    ])  # fmt: skip
+    return ScriptCall(
+        SCRIPT,
+        keys,
+        [
+            *head,
+            max_messages,
+            session_key,
+            max_metadata_bytes,
+            schema_version,
+            last_update_field,
+            last_update_time,
+            newest_event_id,
+            channel,
+            digest,
+            element,
+            len(metadata),
+            *metadata,
+            len(shared),
+            *(a for record in shared for a in record),
+        ],
+    )
 
 
 _ARGV = (
@@ -98,13 +125,21 @@ def append_event(
 
     def build(_: Any) -> ScriptCall:
         return adk_append_event(
-            [*root, *shared_keys, *ext.members(record)], head=ext.head(record),
-            max_messages=options.max_history_turns, session_key=record,
-            max_metadata_bytes=options.max_metadata_bytes, schema_version=codec.SCHEMA_VERSION,
-            last_update_field=last_update_field, last_update_time=repr(last_update_time),
-            newest_event_id=newest_event_id, channel=ext.channel,
-            digest=codec.message_digest(msg.id), element=element, metadata=own, shared=records,
-        )  # fmt: skip
+            [*root, *shared_keys, *ext.members(record)],
+            head=ext.head(record),
+            max_messages=options.max_history_turns,
+            session_key=record,
+            max_metadata_bytes=options.max_metadata_bytes,
+            schema_version=codec.SCHEMA_VERSION,
+            last_update_field=last_update_field,
+            last_update_time=repr(last_update_time),
+            newest_event_id=newest_event_id,
+            channel=ext.channel,
+            digest=codec.message_digest(msg.id),
+            element=element,
+            metadata=own,
+            shared=records,
+        )
 
     ctx = Ctx(record, [*root, *shared_keys], argument="state_delta")
     passthrough = (Status.STALE, Status.KEY_CHANGED)
