@@ -176,16 +176,6 @@ def _stored_as_is(msg: Message) -> bool:
     )
 
 
-def decoded_twin(msg: Message) -> Message | None:
-    """What a read of ``msg``'s stored form (:func:`encode_message`) decodes to, built from
-    ``msg`` without parsing it: a store's own append read back. Equal to the decoded message
-    field by field and type by type (the timestamp's UTC tzinfo is the decoder's), with the
-    fields set that the stored JSON names (``model_fields_set``, the tool calls' too). None
-    for a message that is not stored as it is, or whose timestamp is UTC by another tzinfo.
-    """
-    return twin_of(msg) if twin_ready(msg) else None
-
-
 def twin_ready(msg: Message) -> bool:
     """Whether :func:`twin_of` ``msg`` is what its stored form decodes to: ``msg`` is stored
     as it is, its timestamp in ``datetime.UTC``.
@@ -194,7 +184,12 @@ def twin_ready(msg: Message) -> bool:
 
 
 def twin_of(msg: Message) -> Message:
-    """:func:`decoded_twin` of a message :func:`twin_ready` holds ready (not checked again)."""
+    """What a read of ``msg``'s stored form (:func:`encode_message`) decodes to, built from
+    ``msg`` without parsing it (a store's own append read back), for a message
+    :func:`twin_ready` holds ready (not checked again). Equal to the decoded message field by
+    field and type by type (the timestamp's UTC tzinfo is the decoder's), with the fields set
+    that the stored JSON names (``model_fields_set``, the tool calls' too).
+    """
     values = dict(msg.__dict__)
     values["timestamp"] = values["timestamp"].astimezone(_DECODED_UTC)  # fold 0, as decoded
     named = {"id", "role", "timestamp"}

@@ -12,14 +12,20 @@ from redis_session import CorruptData, InvalidArgument, Message, MessageRole, Se
 from redis_session.codec import (
     decode_messages,
     decode_session,
-    decoded_twin,
     encode_message,
     id_prefix,
     message_digest,
     meta_args,
     to_datetime,
+    twin_of,
+    twin_ready,
 )
 from redis_session.models import MESSAGE_ID_PATTERN
+
+
+def decoded_twin(msg: Message) -> Message | None:
+    """What a store takes instead of parsing its own append read back, or None."""
+    return twin_of(msg) if twin_ready(msg) else None
 
 
 def test_message_json_starts_with_its_id() -> None:
