@@ -16,6 +16,8 @@
 --   15 PRUNED (reply {15, merged_at_us}: the child was merged and its record pruned since)
 --   16 STAGE (reply {16, n}: too large for one script call: the caller does it in steps)
 --   17 VERSION (reply {17, field, version}: a sealed metadata value no newer than the stored one)
+--   18 TURN_LOST (a write through a turn whose lease ran out, or that a later claim took over)
+--   19 TURN_BUSY (reply {19, pttl}: another holder has the session's turn for pttl ms more)
 --
 -- Every script that writes to a session tree takes the tree's root keys first:
 --   KEYS[1] root meta hash   KEYS[2] root msgs list   KEYS[3] root ids hash
@@ -25,8 +27,8 @@
 -- The tree's members (the children in KEYS[6], three keys each: meta, msgs, ids, as the
 -- caller knows them) come last, from a position each script names.
 local OK, NOT_FOUND, EXPIRED, EXISTS, OUT_OF_RANGE, STALE, MERGED, CONFLICT, MISSING, WRONG_TYPE,
-  PARENT_GONE, KEY_CHANGED, TREE_CHANGED, DAMAGED, TOO_LARGE, PRUNED, STAGE, VERSION =
-  0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17
+  PARENT_GONE, KEY_CHANGED, TREE_CHANGED, DAMAGED, TOO_LARGE, PRUNED, STAGE, VERSION, TURN_LOST,
+  TURN_BUSY = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19
 
 -- Writers seal what they add with the session's own data key, whose id is the meta field 'k'
 -- ('' or absent: cleartext). The reply that tells a writer whose key id k is not the
@@ -207,6 +209,32 @@ end
 -- RPUSH the values of list (a Lua table) to key, in chunks under Lua's unpack limit.
 local function push_all(key, list)
   for i = 1, #list, 1000 do redis.call('RPUSH', key, unpack(list, i, math.min(i + 999, #list))) end
+end
+
+-- The reply that stops a write made through a turn (fence: the turn's value, '' = none) whose
+-- turn key KEYS[t] no longer holds it (the lease ran out, or a later claim took over), or nil.
+local function fence_refused(t, fence)
+  if fence == '' then return nil end
+  local held = redis.pcall('GET', KEYS[t])
+  if failed(held) then return refusal(held, t) end
+  if held ~= fence then return {TURN_LOST} end
+  return nil
+end
+
+-- The reply that stops a write whose caller expects the newest element of list KEYS[l] (which
+-- holds n - h elements, each starting after skip bytes) to be one message: expect '' = no
+-- expectation, '.' = the list is empty, else the element's prefix ('{"id":"<id>",'); or nil.
+-- {STALE, the newest message's id ('' when the list is empty)}.
+local function expect_refused(l, n, h, skip, expect)
+  if expect == '' then return nil end
+  local last = false
+  if n > h then last = redis.call('LINDEX', KEYS[l], -1) end
+  if expect == '.' then
+    if not last then return nil end
+  elseif last and string.sub(last, skip + 1, skip + #expect) == expect then
+    return nil
+  end
+  return {STALE, last and string.match(string.sub(last, skip + 1), '^{"id":"([^"]*)"') or ''}
 end
 
 -- Publish a lifecycle event (its JSON built by the caller); '' as channel publishes nothing.

@@ -1,16 +1,19 @@
 -- append_child_message: append messages to a live, unmerged child only; trim to its max.
--- KEYS: root child_meta child_msgs child_ids *members
--- ARGV: head parent_key child_key kid *messages
+-- KEYS: root child_meta child_msgs child_ids turn *members
+-- ARGV: head parent_key child_key kid fence expect_last *messages
 -- OK: appended
 -- KEYS[1..7] the tree's root keys (the parent's; see the prelude)
 -- KEYS[8] child meta hash   KEYS[9] child msgs list   KEYS[10] child ids hash
--- KEYS[11 ..] the tree's members as the caller knows them
+-- KEYS[11] the parent's turn key   KEYS[12 ..] the tree's members as the caller knows them
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
 -- ARGV[5] parent key   ARGV[6] child key
 -- ARGV[7] key id the elements are sealed with ('' = cleartext); it must be the parent's
--- ARGV[8 ..] message pairs: 8-byte id digest, stored element (digest .. JSON or sealed)
+-- ARGV[8] the parent's turn value the write is made through ('' = none)
+-- ARGV[9] the child's newest message expected ('' = none, '.' = empty, else its prefix)
+-- ARGV[10 ..] message pairs: 8-byte id digest, stored element (digest .. JSON or sealed)
 -- Reply: {OK, number appended} | {NOT_FOUND} | {PRUNED, merged_at} | {MERGED}
 --        | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type} | {TREE_CHANGED, ...} | {DAMAGED, ...}
+--        | {TURN_LOST} | {STALE, the child's newest message's id}
 -- Events: none. The parent's messages are untouched; its updated_at and index entry are
 -- refreshed and the tree kept alive, so a sub-agent at work keeps its parent alive. Ids in the
 -- child's id window (at least the id window, or its max messages when larger) are skipped.
@@ -32,11 +35,11 @@ local extend_now = due(f[3], ttl, now)
 if extend_now and (f[4] or '0') ~= ARGV[3] then return tree_changed(f[4]) end
 local g, h, n = positions(c[4], c[5], c[6], 9)
 if not g then return h end
-local win, stop = open_window(10, c[6], 8, #ARGV, 2)
+local win, stop = open_window(10, c[6], 10, #ARGV, 2)
 if not win then return stop end
 
 local digests, elements = {}, {}
-for i = 8, #ARGV, 2 do
+for i = 10, #ARGV, 2 do
   local d = ARGV[i]
   if not has(win, d) then
     digests[#digests + 1] = d
@@ -44,6 +47,8 @@ for i = 8, #ARGV, 2 do
   end
 end
 if #digests == 0 then return {OK, 0} end
+local refused = fence_refused(11, ARGV[8]) or expect_refused(9, n, h, 8, ARGV[9])
+if refused then return refused end
 local new_keys = {}  -- keys this call creates join the tree's deadline
 if n == h then new_keys[#new_keys + 1] = 9 end
 push_all(KEYS[9], elements)
@@ -58,5 +63,5 @@ save_window(win)
 redis.call('HSET', KEYS[8], 'g', g, 'h', h, 'n', n)
 redis.call('HSET', KEYS[1], 'updated_at', us)
 redis.call('ZADD', KEYS[4], now, ARGV[5])
-if extend_now then extend(11, ttl, tonumber(ARGV[2]), now) else join_tree(f[3], new_keys) end
+if extend_now then extend(12, ttl, tonumber(ARGV[2]), now) else join_tree(f[3], new_keys) end
 return {OK, #digests}

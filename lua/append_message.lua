@@ -1,21 +1,27 @@
 -- append_message: append messages, skip ids already appended, trim, keep the tree alive;
 -- set metadata entries along with them when at least one message is new.
--- KEYS: root *members
--- ARGV: head max_messages session_key kid max_metadata_bytes #metadata *messages
+-- KEYS: root turn *members
+-- ARGV: head max_messages session_key kid max_metadata_bytes fence expect_last #metadata *messages
 -- OK: appended
--- KEYS[1..7] the tree's root keys (see the prelude); KEYS[8 ..] the tree's members
+-- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] the session's turn key
+-- KEYS[9 ..] the tree's members
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
 -- ARGV[5] max messages (0 = all)   ARGV[6] session key (index member)
 -- ARGV[7] key id the elements and metadata values are sealed with ('' = cleartext)
 -- ARGV[8] max metadata bytes (0 = no limit)
--- ARGV[9] m = number of metadata arguments that follow (field/value pairs: 'm:' .. name,
---   value or 'e:' .. name, sealed value), ARGV[10 .. 9+m]
--- ARGV[10+m ..] message pairs: 8-byte id digest, stored element (JSON, or id prefix + sealed)
+-- ARGV[9] the turn's value the write is made through ('' = none: not fenced)
+-- ARGV[10] the newest message expected ('' = none, '.' = the session is empty, else the
+--   newest element's prefix '{"id":"<id>",')
+-- ARGV[11] m = number of metadata arguments that follow (field/value pairs: 'm:' .. name,
+--   value or 'e:' .. name, sealed value), ARGV[12 .. 11+m]
+-- ARGV[12+m ..] message pairs: 8-byte id digest, stored element (JSON, or id prefix + sealed)
 -- Reply: {OK, number appended} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type}
 --        | {TREE_CHANGED, ...} | {DAMAGED, ...} | {TOO_LARGE, bytes, limit} | {VERSION, ...}
+--        | {TURN_LOST} | {STALE, the newest message's id}
 -- Events: none.
 -- A message whose id digest is in the session's id window is skipped, so a call retried after
--- a lost reply stores nothing twice and still answers OK; when every message is skipped the
+-- a lost reply stores nothing twice and still answers OK (before the turn and the expectation
+-- are looked at: a retry of an applied write succeeds); when every message is skipped the
 -- metadata is not set either, so a retry cannot undo a later writer's entries. Every key's
 -- type is checked by the first command on it (redis.pcall), and nothing is written before every
 -- check passed; the first write (ZADD) is one that Redis refuses when it is out of memory.
@@ -37,12 +43,12 @@ if extend_now then
 end
 local g, h, n = positions(nil, f[4], f[5], 2, 1)
 if g == nil then return h end
-local m = tonumber(ARGV[9])
+local m = tonumber(ARGV[11])
 local size = tonumber(ARGV[4])
 
-local quick, d, bucket, w, old, count = m == 0 and #ARGV == 11 and f[5] and true
+local quick, d, bucket, w, old, count = m == 0 and #ARGV == 13 and f[5] and true
 if quick then  -- one message: its bucket and the window's state, in one HMGET
-  d = ARGV[10]
+  d = ARGV[12]
   bucket = string.char(128 + string.byte(d, 1) % 128)
   local got = redis.pcall('HMGET', KEYS[3], 'w', bucket)
   if failed(got) then return refusal(got, 3) end
@@ -55,10 +61,10 @@ end
 local win, digests, elements, mb
 if not quick then
   local stop
-  win, stop = open_window(3, f[5], 10 + m, #ARGV, 2)
+  win, stop = open_window(3, f[5], 12 + m, #ARGV, 2)
   if not win then return stop end
   digests, elements = {}, {}
-  for i = 10 + m, #ARGV, 2 do
+  for i = 12 + m, #ARGV, 2 do
     if not has(win, ARGV[i]) then
       digests[#digests + 1] = ARGV[i]
       elements[#elements + 1] = ARGV[i + 1]
@@ -66,20 +72,22 @@ if not quick then
   end
   if #digests == 0 then return {OK, 0} end
   if m > 0 then
-    mb = metadata_after(KEYS[1], redis.call('HGET', KEYS[1], 'mb'), 10, 9 + m, 1, 0)
+    mb = metadata_after(KEYS[1], redis.call('HGET', KEYS[1], 'mb'), 12, 11 + m, 1, 0)
     local limit = tonumber(ARGV[8])
     if limit > 0 and mb > limit then return {TOO_LARGE, mb, limit} end
-    local older = version_refused(KEYS[1], 10, 9 + m)
+    local older = version_refused(KEYS[1], 12, 11 + m)
     if older then return older end
   end
 end
+local refused = fence_refused(8, ARGV[9]) or expect_refused(2, n, h, 0, ARGV[10])
+if refused then return refused end
 
 local z = redis.pcall('ZADD', KEYS[4], now, ARGV[6])
 if failed(z) then return refusal(z, 4) end
 local created = n == h  -- the list is made anew: it joins the tree's deadline
 local added
 if quick then
-  redis.call('RPUSH', KEYS[2], ARGV[11])
+  redis.call('RPUSH', KEYS[2], ARGV[13])
   local c = count_of(old) + 1
   redis.call('HSET', KEYS[3], 'w', count + 1, bucket,
     string.char(math.floor(c / 65536), math.floor(c / 256) % 256, c % 256) .. d .. string.sub(old, 4))
@@ -106,10 +114,10 @@ else
 end
 if mb then
   redis.call('HSET', KEYS[1], 'mb', mb)
-  hcall_from('HSET', KEYS[1], 10, 9 + m)
+  hcall_from('HSET', KEYS[1], 12, 11 + m)
 end
 if extend_now then
-  extend(8, ttl, tonumber(ARGV[2]), now)
+  extend(9, ttl, tonumber(ARGV[2]), now)
 elseif created then
   join_tree(f[3], {2})
 end

@@ -1,9 +1,10 @@
 -- delete: remove a session, its messages, its expiry marker, its index entry and every child.
--- KEYS: root pop *children
+-- KEYS: root pop turn wake *children
 -- ARGV: session_key channel event *child_keys
 -- OK: existed
 -- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] the session's pop key
--- KEYS[9 ..] child meta, child msgs, child ids, child staging list for each child, in the
+-- KEYS[9] its turn key   KEYS[10] its wake list
+-- KEYS[11 ..] child meta, child msgs, child ids, child staging list for each child, in the
 --         order the caller read them from KEYS[6]
 -- ARGV[1] session key (index member)   ARGV[2] events channel ('' = none)
 -- ARGV[3] 'delete' event JSON   ARGV[4 ..] the child keys, as read from KEYS[6]
@@ -13,12 +14,14 @@
 --        value of another type or a hash without a schema version: nothing removed)
 -- Events: 'delete', only when a live session was removed. Idempotent otherwise. Values are
 -- freed by UNLINK (in the background when large), so a huge session does not block Redis.
-local types = {'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'string'}
-for i = 9, #KEYS, 4 do types[i], types[i + 1], types[i + 2], types[i + 3] = 'hash', 'list', 'hash', 'list' end
+local types = {'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'string', 'string', 'list'}
+for i = 11, #KEYS, 4 do types[i], types[i + 1], types[i + 2], types[i + 3] = 'hash', 'list', 'hash', 'list' end
 local bad = wrong_type(types)
 if bad then return bad end
-for i = 1, #KEYS, 4 do  -- KEYS[1] and every child's meta: hashes this store wrote hold 'v'
-  if i ~= 5 and redis.call('EXISTS', KEYS[i]) == 1 and not redis.call('HGET', KEYS[i], 'v') then
+local metas = {1}  -- the session's and every child's: hashes this store wrote hold 'v'
+for i = 11, #KEYS, 4 do metas[#metas + 1] = i end
+for _, i in ipairs(metas) do
+  if redis.call('EXISTS', KEYS[i]) == 1 and not redis.call('HGET', KEYS[i], 'v') then
     return {DAMAGED, i, 'foreign'}
   end
 end

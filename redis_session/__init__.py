@@ -6,7 +6,7 @@ session (and of its child sessions) live in one cluster slot. Start with :class:
 """
 
 from ._rekey import RekeyProgress, RekeyReport
-from .aio import AsyncRedisStore
+from .aio import AsyncRedisStore, AsyncTurn
 from .children import InMemoryChildStore
 from .context import (
     run_context_from_context,
@@ -39,6 +39,8 @@ from .errors import (
     StaleCompaction,
     StaleExpectation,
     TamperDetected,
+    TurnBusy,
+    TurnLost,
     WrongPassphrase,
 )
 from .events import AsyncEventListener, EventListener, LifecycleHook
@@ -56,13 +58,14 @@ from .models import (
 )
 from .options import StoreOptions
 from .protocols import AsyncChildSessionStore, AsyncStore, ChildSessionStore, Store
-from .store import RedisStore
+from .store import RedisStore, Turn
 
 __all__ = [
     "AsyncChildSessionStore",
     "AsyncEventListener",
     "AsyncRedisStore",
     "AsyncStore",
+    "AsyncTurn",
     "ChildAlreadyMerged",
     "ChildNotFound",
     "ChildPruned",
@@ -104,6 +107,9 @@ __all__ = [
     "StoreOptions",
     "TamperDetected",
     "ToolCall",
+    "Turn",
+    "TurnBusy",
+    "TurnLost",
     "WrongPassphrase",
     "run_context_from_context",
     "session_key_from_context",

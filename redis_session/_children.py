@@ -20,6 +20,7 @@ from ._keyring import Keyring
 from ._limits import READ_ATTEMPTS, STAGE_LEASE_MS, Limits
 from ._reads import Reader
 from ._requests import Commands, Emit, Op, ScriptCall
+from ._sessions import NO_FENCE, Fence, expect_last
 from ._trees import Trees
 from ._writes import Writer
 from .crypto import Opener, Sealer
@@ -189,35 +190,57 @@ class Children:
             at, copied = int(step.upto), int(step.length)
         return copied
 
-    def append_child_messages(self, child_key: str, messages: Sequence[Message]) -> Op[int]:
+    def append_child_messages(
+        self,
+        child_key: str,
+        messages: Sequence[Message],
+        *,
+        expect_last_id: str | None = None,
+        fence: Fence = NO_FENCE,
+    ) -> Op[int]:
         child_key, parent, _, ck = self._child_keys(child_key)
         if isinstance(messages, Message) or not isinstance(messages, Sequence):
             raise InvalidArgument("messages", "must be a sequence of Message")
+        expect = expect_last(expect_last_id)
         if not messages:
             return 0
         limit = self.options.max_message_bytes
         pairs = codec.message_args(messages, "messages", limit)
         self.limits.check_batch(pairs[1::2], "messages")
-        _, root = self.trees.keys(parent)
+        sk, root = self.trees.keys(parent)
+        keys = (*root, ck.meta, ck.msgs, ck.ids, sk.turn)
 
         def build(sealer: Sealer | None) -> ScriptCall:
             sealed = codec.seal_pairs(pairs, messages, sealer, "messages", limit)
             return contracts.append_child_message(
-                (*root, ck.meta, ck.msgs, ck.ids, *self.trees.members(parent)),
+                (*keys, *self.trees.members(parent)),
                 head=self.trees.head(parent),
                 parent_key=parent,
                 child_key=child_key,
                 kid=self._kid(sealer),
+                fence=fence.value,
+                expect_last=expect,
                 messages=codec.child_elements(sealed),
             )
 
-        keys = (*root, ck.meta, ck.msgs, ck.ids)
-        ctx = Ctx(child_key, keys, child=True, parent=parent)
+        ctx = Ctx(
+            child_key, keys, child=True, parent=parent, index=-1,
+            expect_id=expect_last_id or "", token=fence.token,
+        )  # fmt: skip
         reply = yield from self.writer.write(parent, build, ctx)
         return int(contracts.parsed(contracts.Appended, reply).appended)
 
-    def append_child_message(self, child_key: str, msg: Message) -> Op[bool]:
-        added = yield from self.append_child_messages(child_key, [message(msg)])
+    def append_child_message(
+        self,
+        child_key: str,
+        msg: Message,
+        *,
+        expect_last_id: str | None = None,
+        fence: Fence = NO_FENCE,
+    ) -> Op[bool]:
+        added = yield from self.append_child_messages(
+            child_key, [message(msg)], expect_last_id=expect_last_id, fence=fence
+        )
         return added == 1
 
     def merge_child(self, child_key: str, summary: str, author: str | None = None) -> Op[int]:

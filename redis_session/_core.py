@@ -13,7 +13,8 @@ so the two cannot drift in behaviour.
 - :class:`~._reads.Reader`: the read path, and the decoded messages held (read cache);
 - :class:`~._writes.Writer`: the loop every tree write goes through;
 - :class:`~._sessions.Sessions`, :class:`~._children.Children`, :class:`~._secrets.Secrets`:
-  the operations; :class:`~._rekey.Rotation`: passphrase rotation.
+  the operations; :class:`~._rekey.Rotation`: passphrase rotation; :class:`~._turns.Turns`:
+  one worker at a time in a session (fenced turns).
 
 Script arguments and replies are built and read by name (:mod:`redis_session.contracts`);
 statuses become exceptions in one table (:mod:`redis_session.status`).
@@ -31,6 +32,7 @@ from ._requests import Commands, Compute, Emit, Op, Request, ScriptCall
 from ._secrets import Secrets
 from ._sessions import Sessions
 from ._trees import Trees
+from ._turns import Turns
 from ._writes import Writer
 from .keys import KeySchema
 from .options import StoreOptions
@@ -66,3 +68,4 @@ class Core:
         self.children = Children(*shared)
         self.secrets = Secrets(schema, limits)
         self.rotation = Rotation(keyring, index, schema, limits)
+        self.turns = Turns(trees)

@@ -5,6 +5,7 @@ append, compact, pop.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from . import codec, contracts
 from ._args import message as message_arg
@@ -27,6 +28,25 @@ from .status import Ctx, Status, check
 
 TIMEOUT_NOTICE = "[This response was interrupted due to a timeout]"
 DELETE_ATTEMPTS = 8
+
+
+class Fence(NamedTuple):
+    """A turn a write is made through: the turn key's ``value`` and its ``token``."""
+
+    value: str
+    token: int
+
+
+NO_FENCE = Fence("", 0)
+"""A write made without a turn (not fenced)."""
+
+
+def expect_last(expect_last_id: str | None) -> bytes:
+    """An append's expectation as its script takes it (see ``contracts.append_message``)."""
+    if expect_last_id is None:
+        return b""
+    optional_str(expect_last_id, "expect_last_id")
+    return b"." if expect_last_id == "" else codec.id_prefix(expect_last_id)
 
 
 class Metadata:
@@ -224,7 +244,7 @@ class Sessions:
         event, payload = new_event(LifecycleEventType.DELETE, key)
         for _ in range(DELETE_ATTEMPTS):
             (members,) = yield from self.index.reads([("ZRANGE", sk.kids, 0, -1)], key)
-            all_keys: list[str | bytes] = [*keys, sk.pop]
+            all_keys: list[str | bytes] = [*keys, sk.pop, sk.turn, sk.wake]
             children: list[bytes] = []
             for raw in members:
                 raw = bytes(raw)
@@ -252,10 +272,13 @@ class Sessions:
         key: str,
         messages: Sequence[Message],
         *,
+        expect_last_id: str | None = None,
         metadata: Mapping[str, str] | None = None,
+        fence: Fence = NO_FENCE,
     ) -> Op[int]:
         if isinstance(messages, Message) or not isinstance(messages, Sequence):
             raise InvalidArgument("messages", "must be a sequence of Message")
+        expect = expect_last(expect_last_id)
         if not messages:
             check_key(key)
             if metadata is not None:
@@ -263,22 +286,37 @@ class Sessions:
             return 0
         pairs = codec.message_args(messages, "messages", self.options.max_message_bytes)
         self.limits.check_batch(pairs[1::2], "messages")
-        return (yield from self._append(key, messages, pairs, "messages", metadata))
+        return (
+            yield from self._append(
+                key, messages, pairs, "messages", metadata, expect, expect_last_id, fence
+            )
+        )
 
     def append_message(
-        self, key: str, msg: Message, *, metadata: Mapping[str, str] | None = None
+        self,
+        key: str,
+        msg: Message,
+        *,
+        expect_last_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        fence: Fence = NO_FENCE,
     ) -> Op[bool]:
         # The hot path, written out: one generator, nothing built twice.
         if type(msg) is not Message:
             msg = message_arg(msg)
         key = check_key(key)
         o = self.options
+        expect = b"" if expect_last_id is None else expect_last(expect_last_id)
         if self.keyring.passphrase is not None or metadata:
             pairs = codec.message_args([msg], "msg", o.max_message_bytes)
-            return (yield from self._append(key, [msg], pairs, "msg", metadata)) == 1
+            appended = yield from self._append(
+                key, [msg], pairs, "msg", metadata, expect, expect_last_id, fence
+            )
+            return appended == 1
         if metadata is not None:  # an empty mapping: nothing to set, but still a mapping
             codec.metadata_args(metadata, "metadata")
-        keys = self.trees.keys(key)[1]
+        sk, root = self.trees.keys(key)
+        keys = (*root, sk.turn)
         tree = self.trees.get(key)
         body, ready = codec.stored_form(msg)
         codec.check_size(body, o.max_message_bytes, "msg")
@@ -291,6 +329,8 @@ class Sessions:
             session_key=key,
             kid=b"",
             max_metadata_bytes=o.max_metadata_bytes,
+            fence=fence.value,
+            expect_last=expect,
             metadata=(),
             messages=(codec.message_digest(msg.id), body),
         )
@@ -305,9 +345,29 @@ class Sessions:
             tree_now = contracts.parsed(contracts.TreeChanged, reply)
             self.trees.learn(key, tree_now.tree_generation, tree_now.members)
             pairs = codec.message_args([msg], "msg", o.max_message_bytes)
-            return (yield from self._append(key, [msg], pairs, "msg", metadata)) == 1
-        check(reply, lambda: Ctx(key, keys))
+            appended = yield from self._append(
+                key, [msg], pairs, "msg", metadata, expect, expect_last_id, fence
+            )
+            return appended == 1
+        check(reply, lambda: self._ctx(key, keys, expect_last_id, fence))
         raise AssertionError("unreachable")  # pragma: no cover: check raised
+
+    def _ctx(
+        self,
+        key: str,
+        keys: Sequence[str],
+        expect_last_id: str | None,
+        fence: Fence,
+        argument: str = "",
+    ) -> Ctx:
+        return Ctx(
+            key,
+            keys,
+            index=-1,
+            expect_id=expect_last_id or "",
+            token=fence.token,
+            argument=argument,
+        )
 
     def _append(
         self,
@@ -315,11 +375,15 @@ class Sessions:
         messages: Sequence[Message],
         pairs: list[bytes],
         argument: str,
-        metadata: Mapping[str, str] | None = None,
+        metadata: Mapping[str, str] | None,
+        expect: bytes,
+        expect_last_id: str | None,
+        fence: Fence,
     ) -> Op[int]:
         key = check_key(key)
         o = self.options
-        keys = self.trees.keys(key)[1]
+        sk, root = self.trees.keys(key)
+        keys = (*root, sk.turn)
         metadata_pairs = self.metadata.pairs({} if metadata is None else metadata, "metadata")
 
         def build(sealer: Sealer | None) -> ScriptCall:
@@ -330,6 +394,8 @@ class Sessions:
                 session_key=key,
                 kid=b"" if sealer is None else sealer.kid,
                 max_metadata_bytes=o.max_metadata_bytes,
+                fence=fence.value,
+                expect_last=expect,
                 metadata=metadata_pairs(sealer),
                 messages=codec.seal_pairs(pairs, messages, sealer, argument, o.max_message_bytes),
             )
@@ -343,7 +409,7 @@ class Sessions:
             else []
         )
         reply = yield from self.writer.write(
-            key, build, lambda: Ctx(key, keys, argument="metadata")
+            key, build, lambda: self._ctx(key, keys, expect_last_id, fence, "metadata")
         )
         for body, twin in twins:
             if twin is not None:
@@ -356,7 +422,13 @@ class Sessions:
         return (yield from self.append_message(key, msg))
 
     def compact_messages(
-        self, key: str, up_to_index: int, summary: str, *, expect_id: str | None = None
+        self,
+        key: str,
+        up_to_index: int,
+        summary: str,
+        *,
+        expect_id: str | None = None,
+        fence: Fence = NO_FENCE,
     ) -> Op[int]:
         key = check_key(key)
         index = non_negative_int(up_to_index, "up_to_index")
@@ -365,7 +437,8 @@ class Sessions:
         limit = self.options.max_message_bytes
         msg = Message(role=MessageRole.SYSTEM, content="[Compacted Summary]\n" + summary)
         expect = codec.id_prefix(expect_id) if expect_id else b""
-        _, keys = self.trees.keys(key)
+        sk, root = self.trees.keys(key)
+        keys = (*root, sk.turn)
         event, payload = new_event(LifecycleEventType.COMPACT, key)
         pairs = codec.message_args([msg], "summary", limit)
 
@@ -382,9 +455,10 @@ class Sessions:
                 channel=self.channel,
                 event=payload,
                 kid=b"" if sealer is None else sealer.kid,
+                fence=fence.value,
             )
 
-        ctx = Ctx(key, keys, index=index, expect_id=expect_id or "")
+        ctx = Ctx(key, keys, index=index, expect_id=expect_id or "", token=fence.token)
         reply = yield from self.writer.write(key, build, ctx)
         removed = int(contracts.parsed(contracts.Compacted, reply).removed)
         if removed:

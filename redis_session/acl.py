@@ -65,6 +65,7 @@ CLIENT_COMMANDS: Mapping[str, Sent] = MappingProxyType(
         "zrem": Sent("the ADK adapter's session index: delete_session, list_sessions, its prune"),
         "zrandmember": Sent("the ADK adapter's session index: create_session samples it"),
         "wait": Sent("writes with wait_replicas"),
+        "blpop": Sent("turn(..., wait=...): waiting for a session's turn to be released"),
         "ping": Sent("the OpenAI Agents session's ping()"),
         # events
         "subscribe": Sent("listen()"),

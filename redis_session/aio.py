@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, TypeVar
@@ -14,6 +15,8 @@ import redis.asyncio
 from . import _url, events
 from ._core import Compute, Core, Emit, Op, RekeyProgress, RekeyReport, Request, ScriptCall
 from ._loops import LoopClients  # async only
+from ._sessions import Fence
+from .context import with_turn_id
 from .errors import DurabilityNotReached, InvalidArgument
 from .events import AsyncEventListener, LifecycleHook
 from .extension import Extension
@@ -329,16 +332,65 @@ class AsyncRedisStore:
         return await self._run(self._core.sessions.delete(key))
 
     async def append_message(
-        self, key: str, msg: Message, *, metadata: Mapping[str, str] | None = None
+        self,
+        key: str,
+        msg: Message,
+        *,
+        expect_last_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> bool:
-        return await self._run(self._core.sessions.append_message(key, msg, metadata=metadata))
+        op = self._core.sessions.append_message(
+            key, msg, expect_last_id=expect_last_id, metadata=metadata
+        )
+        return await self._run(op)
 
     async def append_messages(
-        self, key: str, messages: Sequence[Message], *, metadata: Mapping[str, str] | None = None
+        self,
+        key: str,
+        messages: Sequence[Message],
+        *,
+        expect_last_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> int:
-        return await self._run(
-            self._core.sessions.append_messages(key, messages, metadata=metadata)
+        op = self._core.sessions.append_messages(
+            key, messages, expect_last_id=expect_last_id, metadata=metadata
         )
+        return await self._run(op)
+
+    @contextlib.asynccontextmanager
+    async def turn(
+        self, key: str, *, lease: float = 30.0, wait: float = 0.0
+    ) -> AsyncIterator[AsyncTurn]:
+        """Hold session ``key``'s turn for the block (``async with store.turn(key) as turn``):
+        one worker at a time writes through it, with a fencing token.
+
+        The claim is one script: it takes the turn when nobody holds it, for ``lease``
+        seconds, with a token that grows with every claim of the session. When another worker
+        holds it, the claim waits up to ``wait`` seconds, woken as soon as the holder releases
+        it (not by a poll; each wait is bounded and never past the holder's lease), then
+        raises ``TurnBusy``. Writes made through the :class:`AsyncTurn` carry its token and are
+        refused inside their script with ``TurnLost`` (a ``StaleExpectation``; nothing is
+        written) once the lease ran out or a later claim exists: a worker paused past its lease
+        cannot write after the next one took over (``turn.renew`` extends the lease). Writes
+        made without a turn are not affected. Inside the block ``with_turn_id`` is the turn's
+        id. The turn is released on exit (a released turn wakes one waiting claimer); it lives
+        in the session's slot, expires with its lease and goes with the session.
+
+        Raises:
+            TurnBusy: the turn was held for all of ``wait`` seconds.
+            SessionNotFound, SessionExpired: no live session under ``key``.
+            InvalidArgument: ``lease`` <= 0 or ``wait`` < 0.
+        """
+        fence = await self._run(self._core.turns.claim(key, lease, wait))
+        held = AsyncTurn(self, key, fence, lease)
+        try:
+            with with_turn_id(held.id):
+                yield held
+        except BaseException:
+            with contextlib.suppress(Exception):  # the block's error, not the release's
+                await self._run(self._core.turns.release(key, fence))
+            raise
+        await self._run(self._core.turns.release(key, fence))
 
     async def pop_message(self, key: str, *, expect_id: str | None = None) -> Message | None:
         """Remove and return the newest message of session ``key`` in one atomic script (None
@@ -371,14 +423,23 @@ class AsyncRedisStore:
     ) -> ChildSession:
         return await self._run(self._core.children.fork_child(parent_key, agent_name, config))
 
-    async def append_child_message(self, child_key: str, msg: Message) -> bool:
-        return await self._run(self._core.children.append_child_message(child_key, msg))
+    async def append_child_message(
+        self, child_key: str, msg: Message, *, expect_last_id: str | None = None
+    ) -> bool:
+        op = self._core.children.append_child_message(child_key, msg, expect_last_id=expect_last_id)
+        return await self._run(op)
 
-    async def append_child_messages(self, child_key: str, messages: Sequence[Message]) -> int:
+    async def append_child_messages(
+        self, child_key: str, messages: Sequence[Message], *, expect_last_id: str | None = None
+    ) -> int:
         """Append several messages to the child in one round trip and one atomic step, as
-        ``append_child_message`` does one. Returns how many were new.
+        ``append_child_message`` does one. Returns how many were new. ``expect_last_id``: as
+        ``append_message``'s, about the child's newest message.
         """
-        return await self._run(self._core.children.append_child_messages(child_key, messages))
+        op = self._core.children.append_child_messages(
+            child_key, messages, expect_last_id=expect_last_id
+        )
+        return await self._run(op)
 
     async def merge_child(self, child_key: str, summary: str) -> int:
         return await self._run(self._core.children.merge_child(child_key, summary))
@@ -471,3 +532,82 @@ class AsyncRedisStore:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+class AsyncTurn:
+    """A session's turn while a worker holds it (see :meth:`AsyncRedisStore.turn`): its writes
+    are fenced with the turn's token, refused with ``TurnLost`` once the turn is not theirs.
+    """
+
+    def __init__(self, store: AsyncRedisStore, key: str, fence: Fence, lease: float) -> None:
+        self._store = store
+        self._lease = lease
+        self._core = store._core
+        self._fence = fence
+        self.key = key
+        """The session."""
+
+    @property
+    def token(self) -> int:
+        """The fencing token: it grows with every claim of the session."""
+        return self._fence.token
+
+    @property
+    def id(self) -> str:
+        """The turn's id (what ``with_turn_id`` is set to inside the block)."""
+        return self._fence.value
+
+    async def append_message(
+        self,
+        msg: Message,
+        *,
+        expect_last_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> bool:
+        """``store.append_message`` fenced by this turn (``TurnLost`` once it is not ours)."""
+        op = self._core.sessions.append_message(
+            self.key, msg, expect_last_id=expect_last_id, metadata=metadata, fence=self._fence
+        )
+        return await self._store._run(op)
+
+    async def append_messages(
+        self,
+        messages: Sequence[Message],
+        *,
+        expect_last_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> int:
+        """``store.append_messages`` fenced by this turn (``TurnLost`` once it is not ours)."""
+        op = self._core.sessions.append_messages(
+            self.key, messages, expect_last_id=expect_last_id, metadata=metadata,
+            fence=self._fence,
+        )  # fmt: skip
+        return await self._store._run(op)
+
+    async def compact_messages(
+        self, up_to_index: int, summary: str, *, expect_id: str | None = None
+    ) -> int:
+        """``store.compact_messages`` fenced by this turn: a background compactor holds the
+        turn while it summarises, so the next worker's ``turn(key, wait=...)`` waits for the
+        compaction instead of reading a history about to change.
+        """
+        op = self._core.sessions.compact_messages(
+            self.key, up_to_index, summary, expect_id=expect_id, fence=self._fence
+        )
+        return await self._store._run(op)
+
+    async def append_child_message(
+        self, child_key: str, msg: Message, *, expect_last_id: str | None = None
+    ) -> bool:
+        """``store.append_child_message`` to a child of this session, fenced by this turn."""
+        op = self._core.children.append_child_message(
+            child_key, msg, expect_last_id=expect_last_id, fence=self._fence
+        )
+        return await self._store._run(op)
+
+    async def renew(self, lease: float | None = None) -> None:
+        """Extend the lease to ``lease`` seconds from now (default: the lease it was claimed
+        with); ``TurnLost`` when the turn is not this one's any more.
+        """
+        seconds = self._lease if lease is None else lease
+        await self._store._run(self._core.turns.renew(self.key, self._fence, seconds))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 
-from .errors import ChildAlreadyMerged, ChildNotFound, InvalidArgument
+from .errors import ChildAlreadyMerged, ChildNotFound, InvalidArgument, StaleExpectation
 from .events import LifecycleHook, call_hook, finish_hook_sync, new_event
 from .keys import check_key
 from .models import (
@@ -69,15 +69,22 @@ class InMemoryChildStore:
         self._emit(LifecycleEventType.FORK, child)
         return child.model_copy(deep=True)
 
-    def append_child_message(self, child_key: str, msg: Message) -> bool:
+    def append_child_message(
+        self, child_key: str, msg: Message, *, expect_last_id: str | None = None
+    ) -> bool:
         if not isinstance(msg, Message):
             raise InvalidArgument("msg", f"must be a Message, not {type(msg).__name__}")
+        if expect_last_id is not None and not isinstance(expect_last_id, str):
+            raise InvalidArgument("expect_last_id", "must be a str or None")
         with self._lock:
             child = self._live(child_key)
             if child.is_merged():
                 raise ChildAlreadyMerged(child_key)
             if any(m.id == msg.id for m in child.history):
                 return False
+            newest = child.history[-1].id if child.history else ""
+            if expect_last_id is not None and newest != expect_last_id:
+                raise StaleExpectation(child_key, -1, expect_last_id, newest)
             child.append_message(msg.model_copy(deep=True))
             return True
 

@@ -132,6 +132,20 @@ class OutOfRange(NamedTuple):
     length: int
 
 
+class Stale(NamedTuple):
+    """``STALE``: an expectation failed; ``newest``: the newest message's id where the script
+    names it (an append's ``expect_last``), else None.
+    """
+
+    newest: Any
+
+
+class TurnHeld(NamedTuple):
+    """``TURN_BUSY``: another claim holds the session's turn for ``pttl`` ms more."""
+
+    pttl: Any
+
+
 class Nothing(NamedTuple):
     """A reply with nothing after its status."""
 
@@ -314,7 +328,7 @@ class Deleted(NamedTuple):
     existed: Any
 
 
-@_contract("root pop *children", "session_key channel event *child_keys", Deleted)
+@_contract("root pop turn wake *children", "session_key channel event *child_keys", Deleted)
 def delete(
     keys: Sequence[Key],
     *,
@@ -323,7 +337,9 @@ def delete(
     event: bytes,
     child_keys: Sequence[bytes],
 ) -> ScriptCall:
-    """``keys``: the root keys, the pop key, then meta, msgs, ids and staging list per child."""
+    """``keys``: the root keys, the pop, turn and wake keys, then meta, msgs, ids and staging
+    list per child.
+    """
     return ScriptCall("delete", keys, [session_key, channel, event, *child_keys])
 
 
@@ -332,8 +348,8 @@ class Appended(NamedTuple):
 
 
 @_contract(
-    "root *members",
-    "head max_messages session_key kid max_metadata_bytes #metadata *messages",
+    "root turn *members",
+    "head max_messages session_key kid max_metadata_bytes fence expect_last #metadata *messages",
     Appended,
 )
 def append_message(
@@ -344,11 +360,15 @@ def append_message(
     session_key: str,
     kid: bytes,
     max_metadata_bytes: int,
+    fence: str,
+    expect_last: bytes,
     metadata: Sequence[bytes],
     messages: Sequence[bytes],
 ) -> ScriptCall:
-    """``metadata``: field/value pairs (counted in arguments); ``messages``: digest/element
-    pairs.
+    """``fence``: the turn's value the write is made through (``''``: none); ``expect_last``:
+    ``b''`` (no expectation), ``b'.'`` (the session is empty) or the newest element's id
+    prefix; ``metadata``: field/value pairs (counted in arguments); ``messages``:
+    digest/element pairs.
     """
     return ScriptCall(
         "append_message",
@@ -359,6 +379,8 @@ def append_message(
             session_key,
             kid,
             max_metadata_bytes,
+            fence,
+            expect_last,
             len(metadata),
             *metadata,
             *messages,
@@ -371,7 +393,9 @@ class Compacted(NamedTuple):
 
 
 @_contract(
-    "root *members", "head session_key up_to digest element expect channel event kid", Compacted
+    "root turn *members",
+    "head session_key up_to digest element expect channel event kid fence",
+    Compacted,
 )
 def compact_messages(
     keys: Sequence[Key],
@@ -385,8 +409,20 @@ def compact_messages(
     channel: str,
     event: bytes,
     kid: bytes,
+    fence: str = "",
 ) -> ScriptCall:
-    args: list[Arg] = [*head, session_key, up_to, digest, element, expect, channel, event, kid]
+    args: list[Arg] = [
+        *head,
+        session_key,
+        up_to,
+        digest,
+        element,
+        expect,
+        channel,
+        event,
+        kid,
+        fence,
+    ]
     return ScriptCall("compact_messages", keys, args)
 
 
@@ -513,8 +549,8 @@ def copy_range(
 
 
 @_contract(
-    "root child_meta child_msgs child_ids *members",
-    "head parent_key child_key kid *messages",
+    "root child_meta child_msgs child_ids turn *members",
+    "head parent_key child_key kid fence expect_last *messages",
     Appended,
 )
 def append_child_message(
@@ -524,10 +560,16 @@ def append_child_message(
     parent_key: str,
     child_key: str,
     kid: bytes,
+    fence: str,
+    expect_last: bytes,
     messages: Sequence[bytes],
 ) -> ScriptCall:
-    """``messages``: digest/element pairs, each element the digest + the stored message."""
-    return ScriptCall("append_child_message", keys, [*head, parent_key, child_key, kid, *messages])
+    """``fence``, ``expect_last``: as :func:`append_message`'s (the parent's turn, the
+    child's newest message); ``messages``: digest/element pairs, each element the digest +
+    the stored message.
+    """
+    args: list[Arg] = [*head, parent_key, child_key, kid, fence, expect_last, *messages]
+    return ScriptCall("append_child_message", keys, args)
 
 
 class Merged(NamedTuple):
@@ -839,3 +881,30 @@ def reseal_session(
             *fields,
         ],
     )
+
+
+# Turns ---------------------------------------------------------------------------------------
+
+
+class Claimed(NamedTuple):
+    token: Any
+    """The turn's token: it grows with every claim of the session."""
+
+
+@_contract("root turn", "lease_ms call_token", Claimed)
+def claim_turn(keys: Sequence[Key], *, lease_ms: int, call_token: str) -> ScriptCall:
+    return ScriptCall("claim_turn", keys, [lease_ms, call_token])
+
+
+@_contract("turn", "fence lease_ms", Nothing)
+def renew_turn(keys: Sequence[Key], *, fence: str, lease_ms: int) -> ScriptCall:
+    return ScriptCall("renew_turn", keys, [fence, lease_ms])
+
+
+class Released(NamedTuple):
+    released: Any
+
+
+@_contract("turn wake", "fence wake_ms", Released)
+def release_turn(keys: Sequence[Key], *, fence: str, wake_ms: int) -> ScriptCall:
+    return ScriptCall("release_turn", keys, [fence, wake_ms])

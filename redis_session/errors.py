@@ -11,7 +11,9 @@ Subclasses also inherit the builtin a caller would reach for::
     ├── ItemNotFound (LookupError)           kind, name    (salts, checksums, secrets)
     ├── DuplicateSession                     key
     ├── ChildAlreadyMerged                   key
-    ├── StaleExpectation (StaleCompaction)   key           (an expect_id guard failed)
+    ├── StaleExpectation (StaleCompaction)   key           (an expect_id / expect_last_id guard)
+    │   └── TurnLost                         key, token    (a fenced write after its turn ended)
+    ├── TurnBusy                             key, waited   (the turn was not free in time)
     ├── MigrationConflict                    (another secret migration or write interleaved)
     ├── ConcurrentChange                     key           (gave up after repeated interference)
     ├── DurabilityNotReached                 redis_key, acked, wanted  (wait_replicas not met)
@@ -94,19 +96,59 @@ class ChildAlreadyMerged(SessionError):
 
 
 class StaleExpectation(SessionError):
-    """An ``expect_id`` guard failed: ``compact_messages`` was asked to cut at a message that
-    is no longer at that index (or the history is now shorter than the index), or
-    ``pop_message`` to pop one that is no longer the newest (index -1). The history changed
-    since it was read; read it again. ``StaleCompaction`` is the same class (its old name).
+    """An expectation about the history failed: ``compact_messages`` was asked to cut at a
+    message that is no longer at that index (or the history is now shorter than the index),
+    ``pop_message`` to pop one that is no longer the newest (index -1), or an append's
+    ``expect_last_id`` is not the newest message's id (``newest_id``: what is, ``""`` for an
+    empty session). The history changed since it was read; read it again. Nothing was written.
+    ``StaleCompaction`` is the same class (its old name).
     """
 
-    def __init__(self, key: str, index: int, expected_id: str) -> None:
+    def __init__(
+        self, key: str, index: int, expected_id: str, newest_id: str | None = None
+    ) -> None:
         self.key = key
         self.index = index
         self.expected_id = expected_id
+        self.newest_id = newest_id
+        if newest_id is not None:
+            wanted = repr(expected_id) if expected_id else "none (an empty session)"
+            now = repr(newest_id) if newest_id else "none (the session is empty)"
+            message = (
+                f"session {key!r}: the newest message is {now}, not {wanted}; "
+                "the history changed since it was read"
+            )
+        else:
+            message = (
+                f"session {key!r}: message {index} is no longer {expected_id!r}; "
+                "the history changed since it was read"
+            )
+        super().__init__(message)
+
+
+class TurnLost(StaleExpectation):
+    """A write made through a turn (``store.turn``) was refused: its lease ran out, or a later
+    claim of the session's turn took over. Nothing of the write was stored.
+    """
+
+    def __init__(self, key: str, token: int) -> None:
+        self.token = token
+        SessionError.__init__(
+            self,
+            f"session {key!r}: turn {token} was lost (its lease ran out, or another worker "
+            "claimed the turn); nothing was written",
+        )
+        self.key, self.index, self.expected_id, self.newest_id = key, -1, "", None
+
+
+class TurnBusy(SessionError):
+    """Another worker held the session's turn for all of ``wait`` seconds."""
+
+    def __init__(self, key: str, waited: float) -> None:
+        self.key = key
+        self.waited = waited
         super().__init__(
-            f"session {key!r}: message {index} is no longer {expected_id!r}; "
-            "the history changed since it was read"
+            f"session {key!r}: its turn is held by another worker (waited {waited:.3f} s)"
         )
 
 

@@ -13,6 +13,9 @@ A session key is any non-empty string. Its keys in Redis look like::
     <prefix>mark:{<root>}<rest>     string: the expiry marker (outlives the tree by a grace
                                     period, so that an expired session is told from none)
     <prefix>pop:{<root>}<rest>      string: the last popped element, kept briefly for a retry
+    <prefix>turn:{<root>}<rest>     string: the session's turn while a worker holds it
+                                    ('<token>:<call token>', expiring with its lease)
+    <prefix>wake:{<root>}<rest>     list: wakes a worker waiting for the turn (briefly)
 
 and a child session (its key made by ``ChildSession.new``) has its own namespace::
 
@@ -47,7 +50,8 @@ from .errors import InvalidArgument
 CHILD_MARKER = ":child:"
 _SESSION_TYPES = {
     "meta": "hash", "msgs": "list", "ids": "hash", "kids": "zset", "done": "zset",
-    "mark": "string", "pop": "string", "stage": "list", "child": "hash", "cmsgs": "list",
+    "mark": "string", "pop": "string", "turn": "string", "wake": "list", "stage": "list",
+    "child": "hash", "cmsgs": "list",
     "cids": "hash", "index": "zset",
 }  # fmt: skip
 """The type of each kind of key named ``<prefix><kind>:{<tag>}...`` (see the module docstring)."""
@@ -127,6 +131,8 @@ class SessionKeys:
     done: str
     mark: str
     pop: str
+    turn: str
+    wake: str
     stage: str
     """The prefix of the session's staging lists (``stage + "#" + token``: one per call)."""
 
@@ -169,7 +175,8 @@ class KeySchema:
         return SessionKeys(
             meta=f"{p}meta:{body}", msgs=f"{p}msgs:{body}", ids=f"{p}ids:{body}",
             kids=f"{p}kids:{body}", done=f"{p}done:{body}", mark=f"{p}mark:{body}",
-            pop=f"{p}pop:{body}", stage=f"{p}stage:{body}",
+            pop=f"{p}pop:{body}", turn=f"{p}turn:{body}", wake=f"{p}wake:{body}",
+            stage=f"{p}stage:{body}",
         )  # fmt: skip
 
     @lru_cache(maxsize=4096)  # noqa: B019

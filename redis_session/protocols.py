@@ -113,7 +113,12 @@ class Store(Protocol):
         ...
 
     def append_message(
-        self, key: str, msg: Message, *, metadata: Mapping[str, str] | None = None
+        self,
+        key: str,
+        msg: Message,
+        *,
+        expect_last_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> bool:
         """Append one message in one round trip: one script that also trims to the newest
         ``max_history_turns`` (when > 0), refreshes the TTL of every key of the session and
@@ -123,25 +128,39 @@ class Store(Protocol):
         one redis-py retried after a lost reply) is not stored again. Returns True when the
         message was stored, False when its id was already there.
 
+        ``expect_last_id``: the message is stored only if the session's newest message has
+        that id (``""``: the session must be empty), checked in the same script (one round
+        trip, nothing written on refusal): two workers that read the same history and answer
+        it cannot both append. A retried call whose first attempt was stored still answers as
+        a repeated append does (the id is looked at first).
+
         ``metadata`` entries are set in the same atomic step, and only when the message is
         stored: a repeated or retried append sets nothing, so it cannot undo entries another
         writer set meanwhile (entries not named are left alone, as in :meth:`update_metadata`).
 
         Raises:
             SessionNotFound, SessionExpired: no live session under ``key``.
+            StaleExpectation: the newest message is not ``expect_last_id`` (its
+                ``newest_id`` says which is).
             InvalidArgument: ``metadata`` is not a mapping of str to str.
         """
         ...
 
     def append_messages(
-        self, key: str, messages: Sequence[Message], *, metadata: Mapping[str, str] | None = None
+        self,
+        key: str,
+        messages: Sequence[Message],
+        *,
+        expect_last_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> int:
         """Append several messages in one round trip and one atomic step, as
         :meth:`append_message` does one. Returns how many were new; ``metadata`` is set with
-        them when at least one is.
+        them when at least one is; ``expect_last_id`` as for :meth:`append_message`.
 
         Raises:
             SessionNotFound, SessionExpired: no live session under ``key``.
+            StaleExpectation: the newest message is not ``expect_last_id``.
             InvalidArgument: the list repeats an id; ``metadata`` is not a mapping of str to
                 str.
         """
@@ -250,10 +269,20 @@ class AsyncStore(Protocol):
     ) -> None: ...
     async def delete(self, key: str) -> bool: ...
     async def append_message(
-        self, key: str, msg: Message, *, metadata: Mapping[str, str] | None = None
+        self,
+        key: str,
+        msg: Message,
+        *,
+        expect_last_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> bool: ...
     async def append_messages(
-        self, key: str, messages: Sequence[Message], *, metadata: Mapping[str, str] | None = None
+        self,
+        key: str,
+        messages: Sequence[Message],
+        *,
+        expect_last_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> int: ...
     async def annotate_timeout(self, key: str, partial: str) -> bool: ...
     async def compact_messages(
@@ -297,14 +326,18 @@ class ChildSessionStore(Protocol):
         """
         ...
 
-    def append_child_message(self, child_key: str, msg: Message) -> bool:
+    def append_child_message(
+        self, child_key: str, msg: Message, *, expect_last_id: str | None = None
+    ) -> bool:
         """Append to the child only, keeping its newest ``config.max_messages`` (when > 0).
 
         Idempotent by ``msg.id`` like ``append_message``; returns False when the id was there.
+        ``expect_last_id``: as ``append_message``'s, about the child's newest message.
 
         Raises:
             ChildNotFound: no such child (never forked, discarded, expired).
             ChildAlreadyMerged: the child was merged; it takes no more messages.
+            StaleExpectation: the child's newest message is not ``expect_last_id``.
         """
         ...
 
@@ -357,7 +390,9 @@ class AsyncChildSessionStore(Protocol):
     async def fork_child(
         self, parent_key: str, agent_name: str, config: ChildSessionConfig | None = None
     ) -> ChildSession: ...
-    async def append_child_message(self, child_key: str, msg: Message) -> bool: ...
+    async def append_child_message(
+        self, child_key: str, msg: Message, *, expect_last_id: str | None = None
+    ) -> bool: ...
     async def merge_child(self, child_key: str, summary: str) -> int: ...
     async def merge_child_as_author(self, child_key: str, summary: str, author: str) -> int: ...
     async def discard_child(self, child_key: str) -> None: ...

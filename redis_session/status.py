@@ -12,6 +12,7 @@ from .contracts import (
     OutOfRange,
     ParentGone,
     Pruned,
+    Stale,
     TooLarge,
     WrongType,
     parsed,
@@ -32,6 +33,7 @@ from .errors import (
     SessionExpired,
     SessionNotFound,
     StaleExpectation,
+    TurnLost,
 )
 
 
@@ -56,6 +58,8 @@ class Status(IntEnum):
     PRUNED = 15
     STAGE = 16
     VERSION = 17
+    TURN_LOST = 18
+    TURN_BUSY = 19
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,8 @@ class Ctx:
     expect_id: str = ""
     parent: str = ""
     argument: str = ""
+    token: int = 0
+    """The turn a write was fenced with."""
 
 
 def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
@@ -89,7 +95,12 @@ def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
                 "up_to_index", f"{ctx.index} is out of range: the history has {length} messages"
             )
         case Status.STALE:
-            raise StaleExpectation(ctx.key, ctx.index, ctx.expect_id)
+            newest = parsed(Stale, reply).newest
+            raise StaleExpectation(
+                ctx.key, ctx.index, ctx.expect_id, None if newest is None else _key_name(newest)
+            )
+        case Status.TURN_LOST:
+            raise TurnLost(ctx.key, ctx.token)
         case Status.MERGED:
             raise ChildAlreadyMerged(ctx.key)
         case Status.CONFLICT:

@@ -28,6 +28,9 @@ RULES: list[tuple[str, str]] = [
     (r"\bAsyncEventListener\b", "EventListener"),
     (r"\bAsyncChildSessionStore\b", "ChildSessionStore"),
     (r"\bAsyncRedisStore\b", "RedisStore"),
+    (r"\bAsyncTurn\b", "Turn"),
+    (r"\bAsyncIterator\b", "Iterator"),
+    (r"\bcontextlib\.asynccontextmanager\b", "contextlib.contextmanager"),
     (r"\bAsyncStore\b", "Store"),
     (r"\basync def\b", "def"),
     (r"\bawait ", ""),
@@ -56,18 +59,24 @@ def generate(text: str) -> str:
 
 
 def _formatted(text: str) -> str:
-    """``ruff format`` the generated text (lines that got shorter may now fit on one)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "ruff", "format", "--stdin-filename", str(TARGET), "-"],
-        input=text.encode(),
-        capture_output=True,
-        check=False,
-        timeout=60,
-    )
-    if done.returncode != 0:  # say why (e.g. "No module named ruff"), not only the status
-        why = done.stderr.decode().strip()
-        raise SystemExit(f"tools/unasync.py: ruff format failed ({done.returncode}): {why}")
-    return done.stdout.decode()
+    """The generated text with its imports sorted (renamed imports may move) and ``ruff
+    format``-ed (lines that got shorter may now fit on one).
+    """
+    sort = ["check", "--select", "I", "--fix", "--quiet", "--exit-zero"]
+    for command in (sort, ["format"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "ruff", *command, "--stdin-filename", str(TARGET), "-"],
+            input=text.encode(),
+            capture_output=True,
+            check=False,
+            timeout=60,
+        )
+        if done.returncode != 0:  # say why (e.g. "No module named ruff"), not only the status
+            why = done.stderr.decode().strip()
+            status = done.returncode
+            raise SystemExit(f"tools/unasync.py: ruff {command[0]} failed ({status}): {why}")
+        text = done.stdout.decode()
+    return text
 
 
 def main(argv: list[str]) -> int:

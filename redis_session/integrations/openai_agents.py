@@ -53,8 +53,10 @@ SDK's private atomic-replacement hook.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import json
-from collections.abc import Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 try:
@@ -69,7 +71,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 if TYPE_CHECKING:
     from agents.memory.session_settings import SessionSettings
 
-from ..aio import AsyncRedisStore
+from ..aio import AsyncRedisStore, AsyncTurn
 from ..errors import DuplicateSession, SessionNotFound
 from ..models import Message, MessageRole, Session
 
@@ -159,6 +161,13 @@ def _item(msg: Message) -> TResponseInputItem:
     return foreign  # type: ignore[no-any-return]
 
 
+_TURNS: contextvars.ContextVar[dict[int, AsyncTurn] | None] = contextvars.ContextVar(
+    "redis_session_openai_turns", default=None
+)
+"""The turns this task's ``add_items`` go through, by session object (see
+``RedisAgentSession.turn``); a new dict for each change, never changed in place."""
+
+
 class RedisAgentSession:
     """An OpenAI Agents SDK session kept in a Redis session store.
 
@@ -246,6 +255,10 @@ class RedisAgentSession:
             Message(role=_role_of(item), content=json.dumps(item), author=ITEM_AUTHOR)
             for item in items
         ]
+        held = (_TURNS.get() or {}).get(id(self))
+        if held is not None:  # fenced: the session exists
+            await held.append_messages(messages)
+            return
         try:
             await self.store.append_messages(self._key, messages)
         except SessionNotFound:
@@ -254,6 +267,26 @@ class RedisAgentSession:
                 await self.store.create(session)
             except DuplicateSession:  # another worker created it first
                 await self.store.append_messages(self._key, messages)
+
+    @contextlib.asynccontextmanager
+    async def turn(self, *, lease: float = 30.0, wait: float = 0.0) -> AsyncIterator[AsyncTurn]:
+        """Hold the session's turn for the block (the store's ``turn``; the session is created
+        empty first if it does not exist): within it, this task's :meth:`add_items` are fenced,
+        so a worker paused past its lease cannot add items after another one took over; run
+        the ``Runner`` inside the block.
+
+        Raises:
+            TurnBusy: another worker held the turn for all of ``wait`` seconds.
+        """
+        self._check_open()
+        with contextlib.suppress(DuplicateSession):
+            await self.store.create(Session(key=self._key))
+        async with self.store.turn(self._key, lease=lease, wait=wait) as held:
+            token = _TURNS.set({**(_TURNS.get() or {}), id(self): held})
+            try:
+                yield held
+            finally:
+                _TURNS.reset(token)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item, or None when there is none (also when the

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from redis_session import Message, Session
+from redis_session import Message, Session, contracts
 from redis_session.codec import message_args
-from redis_session.contracts import CONTRACTS, Contract
+from redis_session.contracts import CONTRACTS, Contract, Head
+from redis_session.extension import ScriptCall
 from redis_session.scripts import PRELUDE, SCRIPT_NAMES, lua_dir, prelude_for, script_source
 from tests.conftest import Backend
 
@@ -100,6 +101,31 @@ def test_the_python_contract_is_the_headers(name: str) -> None:
     assert not missing, f"{name}: ARGV {sorted(missing)} not described"
 
 
+@pytest.mark.parametrize("name", sorted(ALL_CONTRACTS))
+def test_a_builder_sends_every_argument_in_the_headers_order(name: str) -> None:
+    """Each builder argument, given a marker, reaches ARGV, in the contract's order."""
+    contract = ALL_CONTRACTS[name]
+    given: dict[str, Any] = {}
+    for p in inspect.signature(contract.build).parameters.values():
+        if p.kind is not p.KEYWORD_ONLY or p.name == "after":
+            continue
+        if p.name == "head":
+            given[p.name] = Head(*(f"<head{i}>" for i in range(4)))  # type: ignore[arg-type]
+        elif p.name in ("shared",):
+            given[p.name] = [[f"<{p.name}>"]]
+        elif "Sequence" in str(p.annotation):
+            given[p.name] = [f"<{p.name}>"] * 12  # divisible by 2, 3 and 4
+        else:
+            given[p.name] = f"<{p.name}>"
+    args = [a for a in contract.build([], **given).args if isinstance(a, str) and a[:1] == "<"]
+    flags = {
+        n for n, p in inspect.signature(contract.build).parameters.items() if p.annotation == "bool"
+    }
+    wanted = [a.lstrip("#*") for a in contract.argv if a not in flags]  # a bool goes as "1"/"0"
+    seen = list(dict.fromkeys(a.strip("<>").rstrip("0123") for a in args))
+    assert seen == wanted
+
+
 def test_every_script_has_a_contract() -> None:
     assert set(CONTRACTS) == set(SCRIPT_NAMES)
 
@@ -146,26 +172,38 @@ def _root_keys(backend: Backend, key: str) -> list[str]:
     return [k.meta, k.msgs, k.ids, backend.schema.index_of(key), k.mark, k.kids, k.done]
 
 
+def _send(backend: Backend, call: ScriptCall) -> Any:
+    """A script call built by its contract, sent as it is (no store: a retry by hand)."""
+    return _script(backend, call.name)(keys=list(call.keys), args=list(call.args))
+
+
+HEAD = Head(ttl_ms=0, grace_ms=0, tree_generation="0", id_window=1000)
+
+
 def test_a_retried_append_script_stores_nothing_twice(backend: Backend) -> None:
     store = backend.sync_store()
     store.create(Session(key="r"))
-    keys = _root_keys(backend, "r")
-    pairs = message_args([Message(role="user", content="x")], "m")
-    args = [0, 0, "0", 1000, 0, "r", b"", 0, 0, *pairs]
-    append = _script(backend, "append_message")
-    assert append(keys=keys, args=args) == [0, 1]
-    assert append(keys=keys, args=args) == [0, 0]
+    keys = [*_root_keys(backend, "r"), backend.schema.session("r").turn]
+    call = contracts.append_message(
+        keys, head=HEAD, max_messages=0, session_key="r", kid=b"", max_metadata_bytes=0,
+        fence="", expect_last=b"", metadata=(),
+        messages=message_args([Message(role="user", content="x")], "m"),
+    )  # fmt: skip
+    assert _send(backend, call) == [0, 1]
+    assert _send(backend, call) == [0, 0]
 
 
 def test_a_retried_compaction_script_changes_nothing(backend: Backend) -> None:
     store = backend.sync_store()
     store.create(Session(key="c", history=[Message(role="user", content=str(i)) for i in range(4)]))
-    keys = _root_keys(backend, "c")
-    summary = message_args([Message(role="system", content="S")], "s")
-    args = [0, 0, "0", 1000, "c", 1, *summary, b"", "", "", b""]
-    compact = _script(backend, "compact_messages")
-    assert compact(keys=keys, args=args) == [0, 2]
-    assert compact(keys=keys, args=args) == [0, 0]
+    keys = [*_root_keys(backend, "c"), backend.schema.session("c").turn]
+    digest, element = message_args([Message(role="system", content="S")], "s")
+    call = contracts.compact_messages(
+        keys, head=HEAD, session_key="c", up_to=1, digest=digest, element=element, expect=b"",
+        channel="", event=b"", kid=b"",
+    )  # fmt: skip
+    assert _send(backend, call) == [0, 2]
+    assert _send(backend, call) == [0, 0]
     assert [m.content for m in store.get_history("c")] == ["S", "2", "3"]
 
 

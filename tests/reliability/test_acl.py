@@ -26,6 +26,7 @@ from redis_session import (
     RedisStore,
     Session,
     SessionNotFound,
+    TurnBusy,
 )
 from redis_session.acl import CLIENT_COMMANDS, acl_rules, commands, setuser_line
 from redis_session.extension import ScriptCall
@@ -149,6 +150,23 @@ async def exercise(
 
     assert [s.key for s in await store.list_sessions()] == ["a"]
     assert [s.key for s in await store.list_sessions(limit=1, offset=0, prefix="a")] == ["a"]
+    # A fenced turn, a conditional append, and a claim that waits for a release.
+    called.add("turn")
+    inner_store = store.store.sync if hasattr(store.store, "sync") else store.store
+    last = (await store.get_history("a"))[-1].id
+    if hasattr(store.store, "sync"):
+        with inner_store.turn("a", lease=5) as held:
+            held.append_message(Message(role="user", content="fenced"), expect_last_id=last)
+            held.renew()
+            with pytest.raises(TurnBusy), inner_store.turn("a", wait=0.05):  # BLPOP: waits
+                pass
+    else:
+        async with inner_store.turn("a", lease=5) as held:
+            await held.append_message(Message(role="user", content="fenced"), expect_last_id=last)
+            await held.renew()
+            with pytest.raises(TurnBusy):
+                async with inner_store.turn("a", wait=0.05):
+                    pass
     # An integration's own script, run as the store runs its own (the extension point).
     await _maybe(store.register_script("peek", "return {OK, redis.call('HGET', KEYS[1], 'v')}"))
     peek = ScriptCall("peek", [store.extension.root_keys("a")[0]], [], write=False)

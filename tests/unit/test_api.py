@@ -70,7 +70,7 @@ def test_sync_and_async_stores_do_not_drift() -> None:
         assert str(inspect.signature(sync[name])) == unasync(str(inspect.signature(aio[name])))
         assert sync[name].__doc__ == unasync(aio[name].__doc__), name
         assert sync[name].__doc__, name
-        if name not in ("from_url", "set_lifecycle_hook", "register_script"):
+        if name not in ("from_url", "set_lifecycle_hook", "register_script", "turn"):
             assert inspect.iscoroutinefunction(aio[name]), name
             assert not inspect.iscoroutinefunction(sync[name]), name
 

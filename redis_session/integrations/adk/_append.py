@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 from ... import codec, contracts
 from ..._args import token
+from ...aio import AsyncTurn
 from ...contracts import Arg, Contract, Head, Key
 from ...errors import PassphraseRequired
 from ...events import new_event
@@ -24,7 +25,8 @@ SOURCE = resources.files(__package__).joinpath(f"{SCRIPT}.lua").read_text(encodi
 """The script's text (shipped in this package)."""
 SHARED_KEYS = 6
 """KEYS each shared state record takes: meta, msgs, ids, marker, kids, done."""
-ROOT_KEYS = 7
+ROOT_KEYS = 8
+"""The session's tree root keys and its turn key."""
 
 
 class Stored(NamedTuple):
@@ -48,6 +50,7 @@ def adk_append_event(
     channel: str,
     digest: bytes,
     element: bytes,
+    fence: str,
     metadata: Sequence[bytes],
     shared: Sequence[Sequence[Arg]],
 ) -> ScriptCall:
@@ -69,6 +72,7 @@ def adk_append_event(
             channel,
             digest,
             element,
+            fence,
             len(metadata),
             *metadata,
             len(shared),
@@ -79,10 +83,14 @@ def adk_append_event(
 
 _ARGV = (
     "head max_messages session_key max_metadata_bytes schema_version last_update_field "
-    "last_update_time newest_event_id channel digest element #metadata #shared"
+    "last_update_time newest_event_id channel digest element fence #metadata #shared"
 )
 CONTRACT = Contract(
-    SCRIPT, ("root", "*shared", "*members"), tuple(_ARGV.split()), adk_append_event, (Stored,)
+    SCRIPT,
+    ("root", "turn", "*shared", "*members"),
+    tuple(_ARGV.split()),
+    adk_append_event,
+    (Stored,),
 )
 
 
@@ -99,11 +107,13 @@ def append_event(
     last_update_field: str,
     last_update_time: float,
     newest_event_id: str,
+    turn: AsyncTurn | None = None,
 ) -> Op[None]:
     """Append ``msg`` (an event) to session ``record`` with its state ``entries`` and the
     ``shared`` records' entries, in one script; ``Stale`` for a stale caller,
-    ``PassphraseRequired`` naming the sealed record. Sent again when the session tree's
-    members turned out to be other than the store knew.
+    ``PassphraseRequired`` naming the sealed record, ``TurnLost`` when made through a ``turn``
+    that is not the caller's any more. Sent again when the session tree's members turned out
+    to be other than the store knew.
     """
     options = ext.options
     element = codec.check_size(
@@ -121,7 +131,7 @@ def append_event(
         pairs = ext.metadata_pairs(put, "state_delta")
         records.append([key, payload, token(), len(base), *base, len(pairs), *pairs])
         created.append(event)
-    root = ext.root_keys(record)
+    root = (*ext.root_keys(record), ext.schema.session(record).turn)
 
     def build(_: Any) -> ScriptCall:
         return adk_append_event(
@@ -137,11 +147,13 @@ def append_event(
             channel=ext.channel,
             digest=codec.message_digest(msg.id),
             element=element,
+            fence="" if turn is None else turn.id,
             metadata=own,
             shared=records,
         )
 
-    ctx = Ctx(record, [*root, *shared_keys], argument="state_delta")
+    fenced = 0 if turn is None else turn.token
+    ctx = Ctx(record, [*root, *shared_keys], argument="state_delta", token=fenced)
     passthrough = (Status.STALE, Status.KEY_CHANGED)
     reply = yield from ext.write(record, build, ctx, passthrough)
     status = contracts.status(reply)

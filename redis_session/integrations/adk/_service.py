@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hashlib
 import json
 import logging
@@ -11,7 +12,7 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -55,7 +56,7 @@ from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
 from ... import codec
-from ...aio import AsyncRedisStore
+from ...aio import AsyncRedisStore, AsyncTurn
 from ...errors import CorruptData, DuplicateSession, SessionNotFound
 from ...extension import Commands, Op, Request
 from ...models import MESSAGE_ID_PATTERN, Message, MessageRole
@@ -77,6 +78,11 @@ SESSION_ID = "adk:session_id"
 LAST_UPDATE = "adk:last_update_time"
 LAYOUT = "adk:layout"
 """Written on every session record (value ``2``), as it has been since the layout began."""
+_TURNS: contextvars.ContextVar[dict[tuple[int, str], AsyncTurn] | None] = contextvars.ContextVar(
+    "redis_session_adk_turns", default=None
+)
+"""The turns this task's appends go through, by service object and session record (see
+``RedisSessionService.turn``); a new dict for each change, never changed in place."""
 _FIRST_PAGE = 16
 _EVENT_ID = re.compile(MESSAGE_ID_PATTERN)
 _STALE = (
@@ -399,6 +405,41 @@ class RedisSessionService(BaseSessionService):
             Commands([("ZREM", self._index(app_name), self.keys.member(user_id, session_id))])
         )
 
+    @contextlib.asynccontextmanager
+    async def turn(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        lease: float = 30.0,
+        wait: float = 0.0,
+    ) -> AsyncIterator[AsyncTurn]:
+        """Hold the session's turn for the block (the store's ``turn``): within it, this
+        task's ``append_event`` calls on the session are fenced, so a runner paused past its
+        lease cannot append after another worker took the session over.
+
+        For example::
+
+            async with service.turn(app_name="a", user_id="u", session_id=sid, wait=5):
+                async for event in runner.run_async(user_id="u", session_id=sid, ...):
+                    ...
+
+        Raises:
+            TurnBusy: another worker held the turn for all of ``wait`` seconds.
+            SessionNotFoundError: the session does not exist.
+        """
+        record = self.keys.session(app_name, user_id, session_id.strip())
+        try:
+            async with self.store.turn(record, lease=lease, wait=wait) as held:
+                token = _TURNS.set({**(_TURNS.get() or {}), (id(self), record): held})
+                try:
+                    yield held
+                finally:
+                    _TURNS.reset(token)
+        except SessionNotFound:
+            raise SessionNotFoundError(f"Session {session_id} not found.") from None
+
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The ``user:`` state of this app and user, keys without the prefix (``{}`` if none)."""
         return await self._shared_state(self.keys.user(app_name, user_id))
@@ -413,11 +454,16 @@ class RedisSessionService(BaseSessionService):
         cluster and for encrypted stores. Idempotent by event id: an event already stored
         changes nothing.
 
+        Inside ``async with service.turn(app_name, user_id, session_id)``, the append is made
+        through that turn: refused (``TurnLost``) once the turn's lease ran out or another
+        worker claimed it (see :meth:`turn`).
+
         Raises:
             StaleSessionError: the stored session was changed since ``session`` was read
                 (its ``last_update_time`` is later than the caller's and its newest event is
                 not the caller's newest); nothing was stored.
             SessionNotFoundError: the session does not exist (deleted, expired, never made).
+            TurnLost: made through a turn that is not the caller's any more.
         """
         if event.partial:
             return event
@@ -435,16 +481,20 @@ class RedisSessionService(BaseSessionService):
             (keys.user(session.app_name, session.user_id), _state_entries(user_delta)),
         ]
         one_script = not self.store.encrypted and not self.store.extension.schema.cluster
+        held = (_TURNS.get() or {}).get((id(self), record))
         try:
             if self.store.encrypted:  # sealed values: the store's own path (module docstring)
                 await self._check_fresh(record, session)
-                await self.store.append_message(record, _to_message(event), metadata=entries)
+                if held is not None:
+                    await held.append_message(_to_message(event), metadata=entries)
+                else:
+                    await self.store.append_message(record, _to_message(event), metadata=entries)
             else:
                 last = _message_id(session.events[-1].id) if session.events else ""
                 op = append_event(
                     self.store.extension, record, _to_message(event), entries,
                     shared if one_script else [], codec.METADATA_PREFIX + LAST_UPDATE,
-                    session.last_update_time, last,
+                    session.last_update_time, last, held,
                 )  # fmt: skip
                 await self.store.run(op)
         except SessionNotFound:

@@ -2,11 +2,11 @@
 -- whose session is older than the stored one, then append the event, set the session's state
 -- entries and last_update_time, and set the app and user state entries (creating their
 -- records when missing), all in one script.
--- KEYS: root *shared *members
--- ARGV: head max_messages session_key max_metadata_bytes schema_version last_update_field last_update_time newest_event_id channel digest element #metadata #shared
+-- KEYS: root turn *shared *members
+-- ARGV: head max_messages session_key max_metadata_bytes schema_version last_update_field last_update_time newest_event_id channel digest element fence #metadata #shared
 -- OK: stored created
--- KEYS[1..7] the session tree's root keys (see the prelude)
--- KEYS[8 ..] first six keys per shared state record (r of them, ARGV[16+m]; none on a cluster,
+-- KEYS[1..7] the session tree's root keys (see the prelude)   KEYS[8] the session's turn key
+-- KEYS[9 ..] first six keys per shared state record (r of them, ARGV[17+m]; none on a cluster,
 --   where they live in other slots): meta hash, msgs list, ids hash, expiry marker, kids zset,
 --   done zset; then the session tree's members
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
@@ -17,15 +17,16 @@
 -- ARGV[11] the message id of the caller's newest event ('' = it holds none)
 -- ARGV[12] events channel ('' = none)
 -- ARGV[13] 8-byte id digest of the event   ARGV[14] the event as stored (message JSON)
--- ARGV[15] m = number of the session's metadata arguments (field/value pairs), ARGV[16 .. 15+m]
--- ARGV[16+m] r = number of shared records, then per shared record: its key (index member),
+-- ARGV[15] the turn's value the append is made through ('' = none: not fenced)
+-- ARGV[16] m = number of the session's metadata arguments (field/value pairs), ARGV[17 .. 16+m]
+-- ARGV[17+m] r = number of shared records, then per shared record: its key (index member),
 --   its 'create' event JSON, a call token,
 --   q = number of base field/value arguments (written only when the record is created), them,
 --   p = number of its metadata arguments (field/value pairs: 'm:' .. name, value), them
 -- Reply: {OK, 1, created} (created: one character per shared record, '1' when this call
 --        created it) | {OK, 0, ''} (the event id was stored before: nothing changed)
 --        | {STALE} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk[, i]} | {WRONG_TYPE, i, type}
---        | {TREE_CHANGED, ...} | {DAMAGED, ...} | {TOO_LARGE, bytes, limit}
+--        | {TREE_CHANGED, ...} | {DAMAGED, ...} | {TOO_LARGE, bytes, limit} | {TURN_LOST}
 -- Events: 'create' on ARGV[12] for each shared record this call created.
 -- Stale: the stored last_update_time is later than the caller's and the newest stored event
 -- is not the caller's newest (ADK's DatabaseSessionService check for sessions without a
@@ -49,6 +50,8 @@ if g == nil then return h end
 local win, stop = open_window(3, f[5], 13, 13, 2)
 if not win then return stop end
 if has(win, ARGV[13]) then return {OK, 0, ''} end
+local fenced = fence_refused(8, ARGV[15])  -- a lost turn before a stale session: it says why
+if fenced then return fenced end
 
 local stored = tonumber(redis.call('HGET', KEYS[1], ARGV[9]) or '')
 if stored and stored > tonumber(ARGV[10]) then
@@ -57,16 +60,16 @@ if stored and stored > tonumber(ARGV[10]) then
   if ARGV[11] == '' or id ~= ARGV[11] then return {STALE} end
 end
 
-local m = tonumber(ARGV[15])
+local m = tonumber(ARGV[16])
 local limit = tonumber(ARGV[7])
-local mb = metadata_after(KEYS[1], f[7], 16, 15 + m, 1, 0)
+local mb = metadata_after(KEYS[1], f[7], 17, 16 + m, 1, 0)
 if limit > 0 and mb > limit then return {TOO_LARGE, mb, limit} end
 
-local r = tonumber(ARGV[16 + m])
+local r = tonumber(ARGV[17 + m])
 local shared = {}
-local at = 17 + m
+local at = 18 + m
 for j = 1, r do
-  local b = 7 + 6 * (j - 1)
+  local b = 8 + 6 * (j - 1)
   local rec = {meta = b + 1, msgs = b + 2, ids = b + 3, mark = b + 4, kids = b + 5, done = b + 6,
     member = at, payload = at + 1, token = at + 2}
   local q = tonumber(ARGV[at + 3])
@@ -107,9 +110,9 @@ if g then
 else
   redis.call('HSET', KEYS[1], 'updated_at', us, 'n', n, 'h', h, 'mb', mb)
 end
-hcall_from('HSET', KEYS[1], 16, 15 + m)
+hcall_from('HSET', KEYS[1], 17, 16 + m)
 if extend_now then
-  extend(8 + 6 * r, ttl, grace, now)
+  extend(9 + 6 * r, ttl, grace, now)
 elseif created then
   join_tree(f[3], {2})
 end
