@@ -321,10 +321,9 @@ class Sessions:
         body, ready = codec.stored_form(msg)
         codec.check_size(body, o.max_message_bytes, "msg")
         twin = self.reader.twin(body, msg) if ready else None
-        head = contracts.Head(o.ttl_ms, o.grace_ms, "0" if tree is None else tree[0], o.window)
         reply = yield contracts.append_message(
             keys if tree is None else (*keys, *tree[1]),
-            head=head,
+            head=self.trees.head(key),
             max_messages=o.max_history_turns,
             session_key=key,
             kid=b"",
@@ -334,7 +333,7 @@ class Sessions:
             metadata=(),
             messages=(codec.message_digest(msg.id), body),
         )
-        status = contracts.status(reply)
+        status = reply[0] if type(reply) is list and reply else None
         if status == Status.OK:
             if twin is not None:
                 self.reader.wrote(body, twin)

@@ -37,6 +37,8 @@ class Trees:
         self.options = options
         self._names: dict[str, tuple[SessionKeys, tuple[str, ...]]] = {}
         self._trees: dict[str, Tree] = {}
+        self.new_head = Head(options.ttl_ms, options.grace_ms, NO_TREE[0], options.window)
+        """The head of a script writing a tree this store knows nothing of (built once)."""
 
     def keys(self, key: str) -> tuple[SessionKeys, tuple[str, ...]]:
         """The key names of session ``key`` and the root KEYS of its tree's scripts (meta,
@@ -70,8 +72,11 @@ class Trees:
 
     def head(self, root: str) -> Head:
         """The ARGV every tree-writing script begins with."""
+        tree = self._trees.get(root)
+        if tree is None:
+            return self.new_head
         o = self.options
-        return Head(o.ttl_ms, o.grace_ms, self.tree(root)[0], o.window)
+        return Head(o.ttl_ms, o.grace_ms, tree[0], o.window)
 
     def learn(self, root: str, tg: Any, members: Sequence[Any]) -> None:
         """Remember ``root``'s tree as a script reported it (``tg`` and the raw kids members)."""

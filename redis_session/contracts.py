@@ -48,14 +48,24 @@ def parsed(cls: type[R], reply: Sequence[Any]) -> R:
     """What follows a reply's status, as ``cls``; a last field named in :data:`REST` takes
     every remaining element (a tuple), a field the reply does not reach is None.
     """
-    fields = cls._fields  # type: ignore[attr-defined]
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        fields = cls._fields  # type: ignore[attr-defined]
+        shape = _SHAPES[cls] = (len(fields), bool(fields) and fields[-1] in REST)
+    count, rest = shape
+    if not rest and len(reply) == count + 1:  # the common case: one value per field
+        return tuple.__new__(cls, reply[1:])  # type: ignore[type-var]
     values = list(reply[1:])
-    if fields and fields[-1] in REST:
-        fixed = len(fields) - 1
+    if rest:
+        fixed = count - 1
         values = [*values[:fixed], *([None] * (fixed - len(values))), tuple(values[fixed:])]
-    elif len(values) < len(fields):
-        values += [None] * (len(fields) - len(values))
+    else:
+        values += [None] * (count - len(values))
     return cls(*values)
+
+
+_SHAPES: dict[type[Any], tuple[int, bool]] = {}
+"""Per reply type: its number of fields, and whether the last takes the rest of a reply."""
 
 
 REST = frozenset({"members", "children"})
