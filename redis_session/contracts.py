@@ -54,7 +54,7 @@ def parsed(cls: type[R], reply: Sequence[Any]) -> R:
         shape = _SHAPES[cls] = (len(fields), bool(fields) and fields[-1] in REST)
     count, rest = shape
     if not rest and len(reply) == count + 1:  # the common case: one value per field
-        return tuple.__new__(cls, reply[1:])  # type: ignore[type-var]
+        return tuple.__new__(cls, reply[1:])
     values = list(reply[1:])
     if rest:
         fixed = count - 1
