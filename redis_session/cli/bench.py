@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 HARNESS = ("bench", "bench.harness")  # the modules a wheel's install does not have
 HARNESS_MISSING = (
     "redis-session bench runs from a source checkout (its harness, bench/harness/, is not in "
-    "the wheel): in a clone of https://github.com/redis-session/redis-session run "
-    "pip install -e '.[cli]', then redis-session bench"
+    "the wheel): in a clone of the repository run pip install -e '.[cli]', then "
+    "redis-session bench"
 )
 
 
