@@ -2,6 +2,10 @@
 bash (``set -euo pipefail``), every ``python`` block with this interpreter, against the real
 Redis in ``REDIS_URL``; a ``text`` block right after one is its exact output. ``console``
 blocks are illustrations (a terminal session, other hosts) and are not run.
+
+The page's command table is the CLI's: one row per command of ``redis_session.cli.cli``, each
+option a row names is one of its command's; the README's list of commands is the same; and
+the output goes where the page's *Output* section says.
 """
 
 from __future__ import annotations
@@ -13,14 +17,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import redis
 
+from redis_session.cli import cli
 from tests.support.servers import Server
 
-from .conftest import SUBPROCESS_TIMEOUT
+from .conftest import SUBPROCESS_TIMEOUT, invoke
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
 PAGES = ("cli.md", "acl.md")
 PREFIXES = ("docs-cli:", "docs-sealed:", "docs-acl:", "docs-py:")
 USERS = ("docs-worker", "docs-py-worker")
@@ -90,3 +97,57 @@ def test_every_example_runs_as_written(page: str, docs_env: Any, tmp_path: Path)
         if expected is not None:
             got = [line.rstrip() for line in done.stdout.rstrip("\n").splitlines()]
             assert got == [line.rstrip() for line in expected.rstrip("\n").splitlines()], code
+
+
+def section(text: str, heading: str) -> str:
+    """The body of the ``## heading`` section of a Markdown page."""
+    return text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def command_rows() -> dict[str, str]:
+    """The page's ``## Commands`` table: each row's command name and the rest of the row."""
+    table = section((DOCS / "cli.md").read_text(encoding="utf-8"), "Commands")
+    rows = (re.match(r"\| `([a-z-]+)[^`]*` \|(.*)", line) for line in table.splitlines())
+    return {m.group(1): m.group(2) for m in rows if m}
+
+
+def test_the_command_table_is_the_clis() -> None:
+    rows = command_rows()
+    assert sorted(rows) == sorted(cli.commands)
+    for name, row in rows.items():
+        options = {opt for param in cli.commands[name].params for opt in param.opts}
+        named = set(re.findall(r"`(--[a-z-]+)", row))
+        assert named <= options, f"{name}: the page names {sorted(named - options)}"
+
+
+def test_every_command_is_shown_in_detail() -> None:
+    """Below the table, each command has a paragraph of its own (``acl``: its page)."""
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    details = section(text, "Commands in detail")
+    bold = " ".join(re.findall(r"\*\*([^*]+)\*\*", details))
+    missing = [n for n in cli.commands if n != "acl" and not re.search(rf"\b{n}\b", bold)]
+    assert not missing
+    assert "(acl.md)" in text
+
+
+def test_the_readme_names_every_command() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    operators = re.search(r"the operator commands \(([^)]*)\)", section(text, "Command line"))
+    assert operators is not None
+    assert sorted(["demo", *re.findall(r"`([a-z-]+)`", operators.group(1))]) == sorted(cli.commands)
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_progress_goes_where_the_page_says(as_json: bool) -> None:
+    """The progress bar and the event lines are stdout's, except under ``--json``, where
+    stdout holds the JSON alone and they go to stderr."""
+    args = ["demo", "--workers", "1", "--sessions", "1", "--turns", "2"]
+    result = invoke(*args, *(["--json"] if as_json else []))
+    assert result.exit_code == 0, result.output
+    progress, quiet = (result.stderr, result.stdout) if as_json else (result.stdout, result.stderr)
+    assert "agents at work" in progress and "event create" in progress
+    assert "agents at work" not in quiet
+    if as_json:
+        assert orjson.loads(result.stdout)["workers"] == 1
+    else:
+        assert result.stderr == ""
