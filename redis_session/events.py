@@ -111,7 +111,9 @@ class EventListener:
     def __init__(self, client: redis.Redis | redis.RedisCluster, channel: str) -> None:
         self._client = client
         self.channel = channel
+        """The events channel listened on."""
         self.reconnects = 0
+        """How many times a dropped connection was resubscribed."""
         self._closed = False
         self._pubsub = self._subscribe()
 
@@ -189,7 +191,9 @@ class AsyncEventListener:
     ) -> None:
         self._client = client
         self.channel = channel
+        """The events channel listened on."""
         self.reconnects = 0
+        """How many times a dropped connection was resubscribed."""
         self._closed = False
         self._pubsub: Any = None
 
