@@ -1,7 +1,10 @@
-"""Generate the blocking ``redis_session/store.py`` from the asyncio ``redis_session/aio.py``.
+"""Generate the blocking twin of each asyncio source module (:data:`PAIRS`).
 
-The async store is the one source; this script rewrites it token by token. ``--check`` exits 1
-when ``store.py`` is not what the async source generates (the test suite runs it).
+Each async module is the one source; this script rewrites it with its pair's regex rules, in
+order, then sorts the imports and ``ruff format``-s the result. Every rule must match in its
+pair's source: a rule that matched nothing (the source changed under it) is an error, in both
+modes, naming the rule. ``--check`` exits 1 when a generated file is not what its source
+generates (the test suite runs it); without it the generated files are written.
 """
 
 from __future__ import annotations
@@ -10,12 +13,27 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "redis_session" / "aio.py"
-TARGET = ROOT / "redis_session" / "store.py"
+PACKAGE = ROOT / "redis_session"
 
-RULES: list[tuple[str, str]] = [
+Rules = list[tuple[str, str]]
+
+
+class Pair(NamedTuple):
+    """An async ``source`` module, its generated blocking ``target`` and the rules between."""
+
+    source: Path
+    target: Path
+    rules: Rules
+
+
+class DeadRule(Exception):
+    """A rule of a pair matched nothing in that pair's source."""
+
+
+RULES: Rules = [
     (r"\bawait self\._clients\.aclose\(_url\.async_close\)", "_url.sync_close(self._client)"),
     (r"\bself\._clients\.current\(\)", "self._client"),
     (r"\bself\._clients\.nodes\(\)", "self._node_clients"),
@@ -48,24 +66,38 @@ RULES: list[tuple[str, str]] = [
         "a plain function; an async one\n    is logged, never run)",
     ),
 ]
+"""``aio.py`` → ``store.py`` (``tests/unit/test_api.py`` applies them to signatures too)."""
+
+PAIRS: list[Pair] = [
+    Pair(PACKAGE / "aio.py", PACKAGE / "store.py", RULES),
+]
 
 
-def generate(text: str) -> str:
-    """The blocking twin of the async source ``text``."""
-    for pattern, replacement in RULES:
-        text = re.sub(pattern, replacement, text, flags=re.MULTILINE)
-    header = "# Generated from redis_session/aio.py by tools/unasync.py: edit that one.\n"
-    return _formatted(header + text)
+def shown(path: Path) -> str:
+    """``path`` as the header and messages name it: from the repository's root when inside."""
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
 
 
-def _formatted(text: str) -> str:
+def generate(pair: Pair, text: str) -> str:
+    """The blocking twin of ``text``, the async source of ``pair``; :class:`DeadRule` when one
+    of its rules matched nothing.
+    """
+    for pattern, replacement in pair.rules:
+        text, count = re.subn(pattern, replacement, text, flags=re.MULTILINE)
+        if count == 0:
+            raise DeadRule(f"rule {pattern!r} matched nothing in {shown(pair.source)}")
+    header = f"# Generated from {shown(pair.source)} by tools/unasync.py: edit that one.\n"
+    return _formatted(header + text, pair.target)
+
+
+def _formatted(text: str, target: Path) -> str:
     """The generated text with its imports sorted (renamed imports may move) and ``ruff
     format``-ed (lines that got shorter may now fit on one).
     """
     sort = ["check", "--select", "I", "--fix", "--quiet", "--exit-zero"]
     for command in (sort, ["format"]):
         done = subprocess.run(
-            [sys.executable, "-m", "ruff", *command, "--stdin-filename", str(TARGET), "-"],
+            [sys.executable, "-m", "ruff", *command, "--stdin-filename", str(target), "-"],
             input=text.encode(),
             capture_output=True,
             check=False,
@@ -79,16 +111,24 @@ def _formatted(text: str) -> str:
     return text
 
 
-def main(argv: list[str]) -> int:
-    """Write ``store.py``, or with ``--check`` only compare it."""
-    wanted = generate(SOURCE.read_text(encoding="utf-8"))
-    if "--check" in argv:
-        if TARGET.read_text(encoding="utf-8") != wanted:
-            print(f"{TARGET} is stale: run python tools/unasync.py", file=sys.stderr)
-            return 1
+def main(argv: list[str], pairs: list[Pair] | None = None) -> int:
+    """Write every pair's target, or with ``--check`` only compare them; nothing is written
+    when a rule is dead.
+    """
+    pairs = PAIRS if pairs is None else pairs
+    try:
+        wanted = [(p.target, generate(p, p.source.read_text(encoding="utf-8"))) for p in pairs]
+    except DeadRule as exc:
+        print(f"tools/unasync.py: {exc}: remove or fix the rule", file=sys.stderr)
+        return 1
+    if "--check" not in argv:
+        for target, text in wanted:
+            target.write_text(text, encoding="utf-8")
         return 0
-    TARGET.write_text(wanted, encoding="utf-8")
-    return 0
+    stale = [t for t, text in wanted if not t.exists() or t.read_text(encoding="utf-8") != text]
+    for target in stale:
+        print(f"{shown(target)} is stale: run python tools/unasync.py", file=sys.stderr)
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":
