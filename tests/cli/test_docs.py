@@ -29,7 +29,7 @@ from .conftest import SUBPROCESS_TIMEOUT, invoke
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PAGES = ("cli.md", "acl.md")
-PREFIXES = ("docs-cli:", "docs-sealed:", "docs-acl:", "docs-py:")
+PREFIXES = ("docs-cli:", "docs-sealed:", "docs-acl:", "docs-py:", "docs-foreign:")
 USERS = ("docs-worker", "docs-py-worker")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.M | re.S)
 
