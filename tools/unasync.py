@@ -68,8 +68,22 @@ RULES: Rules = [
 ]
 """``aio.py`` → ``store.py`` (``tests/unit/test_api.py`` applies them to signatures too)."""
 
+CONNECT_RULES: Rules = [
+    (r"\bAsync(NoticingRetry|HiredisSentinelPool|ConnectedFirstPool)\b", r"\1"),
+    (r"\bASYNC_CLUSTER_POOL\b", "CLUSTER_POOL"),
+    (r"\bFakeAsyncRedis\b", "FakeRedis"),
+    (r"^import redis\.asyncio$", "import redis"),
+    (r"\bredis\.asyncio\.", "redis."),
+    (r"\basync_(client|refresh|close)\b", r"sync_\1"),
+    (r"\basync def\b", "def"),
+    (r"\bawait ", ""),
+    (r"\baclose\(\)", "close()"),
+]
+"""``_connect_async.py`` → ``_connect_sync.py``: clients from a URL, refresh and close."""
+
 PAIRS: list[Pair] = [
     Pair(PACKAGE / "aio.py", PACKAGE / "store.py", RULES),
+    Pair(PACKAGE / "_connect_async.py", PACKAGE / "_connect_sync.py", CONNECT_RULES),
 ]
 
 

@@ -1,0 +1,125 @@
+"""Clients from a URL, and what a store does to them (re-read a topology, close), written once
+for asyncio; ``tools/unasync.py`` generates the blocking ``_connect_sync.py`` from this module.
+The policy (retries, pools, timeouts) is told in ``redis_session._url``.
+
+Hand-written elsewhere, because the two flavours of redis-py differ there in more than
+``await``: the connected-first pools (``_pools``: a queue under a mutex or a list), the client
+of one cluster node (``_url.sync_node_client``: a blocking node carries redis-py's client of
+it, an asyncio node has none) and making a client again for another event loop
+(``_url.async_remake``, asyncio only).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio
+import redis.asyncio.retry
+import redis.asyncio.sentinel
+from redis.backoff import ExponentialBackoff, ExponentialWithJitterBackoff
+
+from ._endpoint import (
+    DEFAULT_RETRY_ATTEMPTS,
+    DEFAULT_RETRY_SECONDS,
+    MEMORY_SCHEME,
+    SENTINEL_RETRY_ATTEMPTS,
+    SENTINEL_RETRY_SECONDS,
+    SENTINEL_SCHEME,
+    Outage,
+    client_options,
+    fakeredis_module,
+    memory_server,
+    parse,
+    sentinel_target,
+    where,
+)
+from ._pools import ASYNC_CLUSTER_POOL, AsyncConnectedFirstPool, PacksWithHiredis
+
+
+class AsyncNoticingRetry(redis.asyncio.retry.Retry):
+    """redis-py's retry policy, telling an :class:`Outage` of each failure and success. The
+    copies redis-py makes for each connection share the outage.
+    """
+
+    def __init__(self, backoff: Any, retries: int, outage: Outage) -> None:
+        super().__init__(backoff, retries)
+        self.outage = outage
+
+    async def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
+        """As redis-py's, telling the outage of every failure and of the success."""
+        outage = self.outage
+
+        async def noticed(error: Exception, *count: Any) -> Any:
+            outage.failed(error)
+            return await fail(error, *count)
+
+        result = await super().call_with_retry(do, noticed, *args, **kwargs)
+        outage.recovered()
+        return result
+
+
+class AsyncHiredisSentinelPool(PacksWithHiredis, redis.asyncio.sentinel.SentinelConnectionPool):
+    """redis-py's pool of a Sentinel-found primary, its connections packing through hiredis."""
+
+
+def _default_retry(url: str) -> AsyncNoticingRetry:
+    outage = Outage(where(url), DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_SECONDS)
+    backoff = ExponentialWithJitterBackoff(base=0.01, cap=1.0)
+    return AsyncNoticingRetry(backoff, DEFAULT_RETRY_ATTEMPTS, outage)
+
+
+def _sentinel_retry(url: str) -> AsyncNoticingRetry:
+    outage = Outage(where(url), SENTINEL_RETRY_ATTEMPTS, SENTINEL_RETRY_SECONDS)
+    backoff = ExponentialBackoff(cap=1.0, base=0.05)
+    return AsyncNoticingRetry(backoff, SENTINEL_RETRY_ATTEMPTS, outage)
+
+
+def async_client(
+    url: str, *, cluster: bool = False, **kwargs: Any
+) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:
+    """A client for ``url``; ``kwargs`` go to redis-py (over the defaults of ``_url``)."""
+    scheme, url, cluster = parse(url, cluster)
+    if scheme == MEMORY_SCHEME:
+        client_options(kwargs, pool=False)
+        return fakeredis_module().FakeAsyncRedis(server=memory_server(url))  # type: ignore[no-any-return]
+    if scheme == SENTINEL_SCHEME:
+        hosts, service, db = sentinel_target(url)
+        factory: Any = redis.asyncio.sentinel.Sentinel
+        sentinel = factory(hosts, sentinel_kwargs={"socket_timeout": 1.0})
+        options = {
+            "retry": _sentinel_retry(url),
+            "connection_pool_class": AsyncHiredisSentinelPool,
+            **client_options(kwargs, pool=False),
+        }
+        client: redis.asyncio.Redis = sentinel.master_for(service, db=db, **options)
+        return client
+    if cluster:
+        options = {**ASYNC_CLUSTER_POOL, **client_options(kwargs, pool=False)}
+        return redis.asyncio.RedisCluster.from_url(url, **options)
+    pool = AsyncConnectedFirstPool.from_url(
+        url, **{"retry": _default_retry(url), **client_options(kwargs, pool=True)}
+    )
+    return redis.asyncio.Redis.from_pool(pool)
+
+
+def _sentinel_pool(client: Any) -> Any:
+    pool = getattr(client, "connection_pool", None)
+    return pool if hasattr(pool, "sentinel_manager") else None
+
+
+async def async_refresh(client: Any) -> None:
+    """Re-read the topology: a cluster's slots, or (Sentinel) drop the pooled connections so
+    the next one asks the sentinels for the primary again; a no-op for other clients.
+    """
+    if isinstance(client, redis.asyncio.RedisCluster):
+        await client.nodes_manager.initialize()
+    elif (pool := _sentinel_pool(client)) is not None:
+        await pool.disconnect()
+
+
+async def async_close(client: Any) -> None:
+    """Close ``client`` and, for a Sentinel-managed client, its connections to the sentinels."""
+    await client.aclose()
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    for sentinel in getattr(manager, "sentinels", ()):
+        await sentinel.aclose()

@@ -1,0 +1,126 @@
+# Generated from redis_session/_connect_async.py by tools/unasync.py: edit that one.
+"""Clients from a URL, and what a store does to them (re-read a topology, close), written once
+for asyncio; ``tools/unasync.py`` generates the blocking ``_connect_sync.py`` from this module.
+The policy (retries, pools, timeouts) is told in ``redis_session._url``.
+
+Hand-written elsewhere, because the two flavours of redis-py differ there in more than
+``await``: the connected-first pools (``_pools``: a queue under a mutex or a list), the client
+of one cluster node (``_url.sync_node_client``: a blocking node carries redis-py's client of
+it, an asyncio node has none) and making a client again for another event loop
+(``_url.async_remake``, asyncio only).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+import redis.retry
+import redis.sentinel
+from redis.backoff import ExponentialBackoff, ExponentialWithJitterBackoff
+
+from ._endpoint import (
+    DEFAULT_RETRY_ATTEMPTS,
+    DEFAULT_RETRY_SECONDS,
+    MEMORY_SCHEME,
+    SENTINEL_RETRY_ATTEMPTS,
+    SENTINEL_RETRY_SECONDS,
+    SENTINEL_SCHEME,
+    Outage,
+    client_options,
+    fakeredis_module,
+    memory_server,
+    parse,
+    sentinel_target,
+    where,
+)
+from ._pools import CLUSTER_POOL, ConnectedFirstPool, PacksWithHiredis
+
+
+class NoticingRetry(redis.retry.Retry):
+    """redis-py's retry policy, telling an :class:`Outage` of each failure and success. The
+    copies redis-py makes for each connection share the outage.
+    """
+
+    def __init__(self, backoff: Any, retries: int, outage: Outage) -> None:
+        super().__init__(backoff, retries)
+        self.outage = outage
+
+    def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
+        """As redis-py's, telling the outage of every failure and of the success."""
+        outage = self.outage
+
+        def noticed(error: Exception, *count: Any) -> Any:
+            outage.failed(error)
+            return fail(error, *count)
+
+        result = super().call_with_retry(do, noticed, *args, **kwargs)
+        outage.recovered()
+        return result
+
+
+class HiredisSentinelPool(PacksWithHiredis, redis.sentinel.SentinelConnectionPool):
+    """redis-py's pool of a Sentinel-found primary, its connections packing through hiredis."""
+
+
+def _default_retry(url: str) -> NoticingRetry:
+    outage = Outage(where(url), DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_SECONDS)
+    backoff = ExponentialWithJitterBackoff(base=0.01, cap=1.0)
+    return NoticingRetry(backoff, DEFAULT_RETRY_ATTEMPTS, outage)
+
+
+def _sentinel_retry(url: str) -> NoticingRetry:
+    outage = Outage(where(url), SENTINEL_RETRY_ATTEMPTS, SENTINEL_RETRY_SECONDS)
+    backoff = ExponentialBackoff(cap=1.0, base=0.05)
+    return NoticingRetry(backoff, SENTINEL_RETRY_ATTEMPTS, outage)
+
+
+def sync_client(
+    url: str, *, cluster: bool = False, **kwargs: Any
+) -> redis.Redis | redis.RedisCluster:
+    """A client for ``url``; ``kwargs`` go to redis-py (over the defaults of ``_url``)."""
+    scheme, url, cluster = parse(url, cluster)
+    if scheme == MEMORY_SCHEME:
+        client_options(kwargs, pool=False)
+        return fakeredis_module().FakeRedis(server=memory_server(url))  # type: ignore[no-any-return]
+    if scheme == SENTINEL_SCHEME:
+        hosts, service, db = sentinel_target(url)
+        factory: Any = redis.sentinel.Sentinel
+        sentinel = factory(hosts, sentinel_kwargs={"socket_timeout": 1.0})
+        options = {
+            "retry": _sentinel_retry(url),
+            "connection_pool_class": HiredisSentinelPool,
+            **client_options(kwargs, pool=False),
+        }
+        client: redis.Redis = sentinel.master_for(service, db=db, **options)
+        return client
+    if cluster:
+        options = {**CLUSTER_POOL, **client_options(kwargs, pool=False)}
+        return redis.RedisCluster.from_url(url, **options)
+    pool = ConnectedFirstPool.from_url(
+        url, **{"retry": _default_retry(url), **client_options(kwargs, pool=True)}
+    )
+    return redis.Redis.from_pool(pool)
+
+
+def _sentinel_pool(client: Any) -> Any:
+    pool = getattr(client, "connection_pool", None)
+    return pool if hasattr(pool, "sentinel_manager") else None
+
+
+def sync_refresh(client: Any) -> None:
+    """Re-read the topology: a cluster's slots, or (Sentinel) drop the pooled connections so
+    the next one asks the sentinels for the primary again; a no-op for other clients.
+    """
+    if isinstance(client, redis.RedisCluster):
+        client.nodes_manager.initialize()
+    elif (pool := _sentinel_pool(client)) is not None:
+        pool.disconnect()
+
+
+def sync_close(client: Any) -> None:
+    """Close ``client`` and, for a Sentinel-managed client, its connections to the sentinels."""
+    client.close()
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    for sentinel in getattr(manager, "sentinels", ()):
+        sentinel.close()

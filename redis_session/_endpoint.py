@@ -1,0 +1,141 @@
+"""What a URL names and how its client is set up, for both flavours (see
+``redis_session._url`` for the policy): the scheme, the sentinels of a ``redis+sentinel://``
+URL, the embedded server of ``memory://NAME``, the keywords every client gets, and the
+:class:`Outage` its retries report to. No client is made here (``_connect_async``,
+``_connect_sync``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from .errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from fakeredis import FakeServer
+
+log = logging.getLogger("redis_session")
+
+MEMORY_SCHEME = "memory"
+SENTINEL_SCHEME = "redis+sentinel"
+DEFAULT_RETRY_ATTEMPTS = 10
+DEFAULT_RETRY_SECONDS = 4.3
+"""About how long the 10 jittered retries (base 10 ms, cap 1 s) last at most."""
+SENTINEL_RETRY_ATTEMPTS = 24
+SENTINEL_RETRY_SECONDS = 12.0
+"""About how long the 24 retries (base 50 ms, cap 1 s) of a Sentinel client last."""
+
+DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {"socket_timeout": 10.0, "socket_connect_timeout": 5.0}
+"""Socket timeouts every client from a URL gets unless the caller says otherwise."""
+DEFAULT_POOL_OPTIONS: dict[str, Any] = {"max_connections": 32, "timeout": 10.0}
+"""The bounded pool of a plain client: its size, and how long a caller waits for a connection."""
+
+
+def client_options(given: dict[str, Any], *, pool: bool) -> dict[str, Any]:
+    """The caller's keywords over the defaults (a plain client's pool's too when ``pool``)."""
+    options = {**DEFAULT_CLIENT_OPTIONS, **(DEFAULT_POOL_OPTIONS if pool else {}), **given}
+    if options.get("decode_responses"):
+        raise InvalidArgument("decode_responses", "must be False (stored values are bytes)")
+    return options
+
+
+def parse(url: object, cluster: bool) -> tuple[str, str, bool]:
+    """``(scheme, url for redis-py, cluster)``; ``+cluster`` in the scheme means a cluster."""
+    if not isinstance(url, str) or "://" not in url:
+        raise InvalidArgument("url", f"must be a URL such as redis://host:6379/0, got {url!r}")
+    scheme, rest = url.split("://", 1)
+    scheme = scheme.lower()
+    if scheme == SENTINEL_SCHEME:
+        return scheme, url, False
+    if scheme.endswith("+cluster"):
+        scheme, cluster = scheme.removesuffix("+cluster"), True
+    if scheme == MEMORY_SCHEME and cluster:
+        raise InvalidArgument("url", "memory:// is a single in-process server, not a cluster")
+    if scheme not in (MEMORY_SCHEME, "redis", "rediss", "unix", SENTINEL_SCHEME):
+        raise InvalidArgument("url", f"unknown scheme {scheme!r} in {url!r}")
+    return scheme, f"{scheme}://{rest}", cluster
+
+
+def where(url: str) -> str:
+    """A URL as logs name it: scheme, host, port and path, never a password."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}{parts.path}"
+
+
+def sentinel_target(url: str) -> tuple[list[tuple[str, int]], str, int]:
+    """``([(host, port), …], service, db)`` of a ``redis+sentinel://`` URL."""
+    parts = urlsplit(url)
+    path = [p for p in parts.path.split("/") if p]
+    if not parts.netloc or not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+        raise InvalidArgument(
+            "url", f"must be redis+sentinel://host:port[,…]/service[/db]: {url!r}"
+        )
+    hosts = []
+    for item in parts.netloc.rsplit("@", 1)[-1].split(","):
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise InvalidArgument("url", f"sentinel address {item!r} needs host:port")
+        hosts.append((host, int(port)))
+    return hosts, path[0], int(path[1]) if len(path) == 2 else 0
+
+
+_servers: dict[str, FakeServer] = {}
+_lock = threading.Lock()
+
+
+def fakeredis_module() -> Any:
+    """The fakeredis module (the ``memory`` extra), or an ImportError that says how to get it."""
+    try:
+        import fakeredis
+    except ImportError as exc:
+        raise ImportError(
+            "memory:// needs fakeredis with Lua: pip install 'redis-session[memory]'"
+        ) from exc
+    return fakeredis
+
+
+def memory_server(url: str) -> FakeServer:
+    """The embedded server of a ``memory://`` URL: a new one, or the one of its name."""
+    fakeredis = fakeredis_module()
+    name = urlsplit(url).netloc + urlsplit(url).path
+    if not name:
+        return fakeredis.FakeServer()  # type: ignore[no-any-return]
+    with _lock:
+        return _servers.setdefault(name, fakeredis.FakeServer())
+
+
+class Outage:
+    """Whether the server behind a client is failing, shared by the retry policies of all of the
+    client's connections: the first retried failure of an outage is logged at warning (where,
+    what, how long the retries last), the first success after it at info; nothing in between.
+    Copies of a retry policy (redis-py deep-copies one per connection) share it.
+    """
+
+    def __init__(self, where: str, retries: int, seconds: float) -> None:
+        self.where, self.retries, self.seconds = where, retries, seconds
+        self.down = False
+        self._lock = threading.Lock()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Outage:
+        return self
+
+    def failed(self, error: Exception) -> None:
+        """A call failed and will be retried (or has run out of retries)."""
+        with self._lock:
+            if self.down:
+                return
+            self.down = True
+        log.warning(
+            "redis_session: %s failed (%s: %s); retrying up to %d times over about %.0f s",
+            self.where, type(error).__name__, error, self.retries, self.seconds,
+        )  # fmt: skip
+
+    def recovered(self) -> None:
+        """A call succeeded."""
+        if self.down:
+            with self._lock:
+                self.down = False
+            log.info("redis_session: %s answers again", self.where)

@@ -1,0 +1,137 @@
+"""The connection pools of clients from a URL (see ``redis_session._url``): connections that
+pack a command in one ``hiredis.pack_command`` call, and a bounded pool that hands out a
+connected connection before one it would have to connect.
+
+Hand-written in both flavours, not generated: redis-py's blocking pool keeps its idle
+connections in a LIFO queue under a mutex, its asyncio pool in a list, and only a blocking
+cluster node has a pool (an asyncio one holds its connections itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, MutableSequence
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis._parsers.encoders import Encoder
+from redis.connection import HiredisRespSerializer, PythonRespSerializer
+
+_hiredis_pack: Any
+try:
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pragma: no cover - hiredis is a dependency; redis-py works without it
+    _hiredis_pack = None
+
+_PLAIN = frozenset({str, bytes, int, float})
+"""The argument types (exactly these, no subclass) that hiredis packs as redis-py does: UTF-8,
+as they are, decimal, ``repr``."""
+
+_ASYNC_PACK_COMMAND = redis.asyncio.connection.AbstractConnection.pack_command
+
+
+class HiredisPacker:
+    """A connection's command packer that hands the arguments to ``hiredis.pack_command`` as
+    they are when every one is a plain ``str``, ``bytes``, ``int`` or ``float`` (not a
+    subclass) and the command name a plain word, and leaves anything else to the
+    connection's own packing (``own``): a ``bool``, ``None``, a subclass, a ``memoryview``
+    (which redis-py sends by its Python packer), a lone surrogate, a name with whitespace
+    (redis-py splits ``"SCRIPT LOAD"`` into two) get redis-py's packing and its errors. Same
+    bytes on the wire, so the same commands, errors and retries. Installed only on a
+    connection with redis-py's own packer and encoder, UTF-8 with strict errors.
+    """
+
+    __slots__ = ("own",)
+
+    def __init__(self, own: Callable[..., list[bytes]]) -> None:
+        self.own = own
+
+    def pack(self, *args: Any) -> list[bytes]:
+        """``args`` as one RESP command."""
+        first = args[0]
+        if type(first) is str and first.isalnum() and _PLAIN.issuperset(map(type, args)):
+            try:
+                return [_hiredis_pack(args)]
+            except (TypeError, UnicodeEncodeError):
+                pass
+        return self.own(*args)
+
+
+def pack_with_hiredis(connection: Any) -> Any:
+    """``connection``, now packing through :class:`HiredisPacker` when it can: a connection
+    with a UTF-8, strict encoder, not a client-side-cache proxy; its packer replaced (a
+    blocking connection, an asyncio one of redis-py 8.2), or else its ``pack_command`` (an
+    asyncio connection of redis-py 8.1, which has no packer object).
+    """
+    encoder = getattr(connection, "encoder", None)
+    if (
+        _hiredis_pack is None
+        or type(encoder) is not Encoder
+        or str(encoder.encoding).lower().replace("_", "-") not in ("utf-8", "utf8")
+        or encoder.encoding_errors != "strict"
+    ):
+        return connection
+    own = vars(connection).get("_command_packer")
+    if own is not None:
+        if type(own) in (HiredisRespSerializer, PythonRespSerializer):  # not a caller's own
+            connection._command_packer = HiredisPacker(own.pack)
+    elif (
+        isinstance(connection, redis.asyncio.connection.AbstractConnection)
+        and type(connection).pack_command is _ASYNC_PACK_COMMAND
+        and "pack_command" not in vars(connection)
+    ):
+        connection.pack_command = HiredisPacker(connection.pack_command).pack  # type: ignore[method-assign]
+    return connection
+
+
+class PacksWithHiredis:
+    """A pool mixin: every connection it makes packs through :class:`HiredisPacker`."""
+
+    def make_connection(self) -> Any:
+        """A new connection of the pool, packing commands through hiredis."""
+        return pack_with_hiredis(super().make_connection())  # type: ignore[misc]
+
+
+class HiredisPool(PacksWithHiredis, redis.ConnectionPool):
+    """redis-py's pool of a cluster node, its connections packing through hiredis."""
+
+
+CLUSTER_POOL: dict[str, Any] = {"connection_pool_class": HiredisPool}
+"""What a blocking cluster client is given for the pools of its nodes."""
+ASYNC_CLUSTER_POOL: dict[str, Any] = {}
+"""The same for an asyncio cluster client: nothing (its nodes have no pool)."""
+
+
+def _connected_last(connections: MutableSequence[Any]) -> None:
+    """Move the newest connected one of a pool's idle ``connections`` to their end, where the
+    pool takes its next one (``None``: a place for a connection not made yet).
+    """
+    for i in range(len(connections) - 1, -1, -1):
+        connection = connections[i]
+        if connection is not None and connection.is_connected:
+            del connections[i]
+            connections.append(connection)
+            return
+
+
+class ConnectedFirstPool(PacksWithHiredis, redis.BlockingConnectionPool):
+    """A bounded blocking pool that hands out a connected connection before an unconnected one
+    (see ``redis_session._url``). Not a client subclass: the client is redis-py's own.
+    """
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        """A connection from the pool, a connected one first when there is one."""
+        queue: Any = getattr(self.pool, "queue", None)  # None: a caller's own queue_class
+        if queue is not None:
+            with self.pool.mutex:
+                _connected_last(queue)
+        return super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+
+class AsyncConnectedFirstPool(PacksWithHiredis, redis.asyncio.BlockingConnectionPool):
+    """The asyncio flavour of :class:`ConnectedFirstPool`."""
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        """A connection from the pool, a connected one first when there is one."""
+        _connected_last(self._available_connections)
+        return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
