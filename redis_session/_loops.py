@@ -32,14 +32,12 @@ from typing import Any
 
 import redis.asyncio
 
-_PLAIN_POOLS = (redis.asyncio.ConnectionPool,)
-
 
 def _cloneable(client: Any) -> bool:
     if type(client) is not redis.asyncio.Redis:
         return False
     pool = getattr(client, "connection_pool", None)
-    if not isinstance(pool, _PLAIN_POOLS) or hasattr(pool, "sentinel_manager"):
+    if not isinstance(pool, redis.asyncio.ConnectionPool) or hasattr(pool, "sentinel_manager"):
         return False  # a Sentinel pool needs its manager, whose sentinels are of one loop too
     return type(pool).__module__.startswith(("redis.asyncio", "redis_session"))
 
