@@ -237,9 +237,40 @@ local function expect_refused(l, n, h, skip, expect)
   return {STALE, last and string.match(string.sub(last, skip + 1), '^{"id":"([^"]*)"') or ''}
 end
 
--- Publish a lifecycle event (its JSON built by the caller); '' as channel publishes nothing.
-local function emit(channel, payload)
-  if channel ~= '' then redis.call('PUBLISH', channel, payload) end
+-- Lifecycle events. A script that makes a change logs its event in the same step: the tree's
+-- event log stream KEYS[l] (one per prefix, or per slot on a cluster) and, live, pub/sub.
+-- ARGV[e .. e+3] is the events group every such script takes: the channel, the publishing
+-- command ('PUBLISH', 'SPUBLISH' or '' = none), the log's length limit (0 = no log) and its
+-- age limit in ms (0 = none). The log's type is checked before the script's first write:
+-- {WRONG_TYPE, l, type} when KEYS[l] is neither a stream nor absent, else nil.
+local function log_refused(l)
+  local t = redis.call('TYPE', KEYS[l])['ok']
+  if t ~= 'none' and t ~= 'stream' then return {WRONG_TYPE, l, t} end
+  return nil
+end
+
+-- Log and publish event type t, whose other fields are the JSON members fields (no braces,
+-- from the caller), at time now (ms); returns its id in the log ('' with no log). An entry
+-- holds t, the fields and p, the id of the entry before it ('0-0': the stream begins here),
+-- so that a reader can tell a gap (entries trimmed or the stream lost) from no events. The
+-- published JSON carries the id. The log keeps about its limit (XADD's MAXLEN ~ trims whole
+-- blocks only, in O(1)) and nothing older than its age limit (XTRIM MINID ~).
+local function log_event(l, e, t, fields, now)
+  local id = ''
+  local max, age = tonumber(ARGV[e + 2]), tonumber(ARGV[e + 3])
+  if max > 0 then
+    local last = redis.call('XREVRANGE', KEYS[l], '+', '-', 'COUNT', 1)[1]
+    id = redis.call('XADD', KEYS[l], 'MAXLEN', '~', max, '*',
+      't', t, 'p', last and last[1] or '0-0', 'e', fields)
+    if age > 0 then redis.call('XTRIM', KEYS[l], 'MINID', '~', now - age) end
+  end
+  local publish = ARGV[e + 1]
+  if publish ~= '' then
+    local json = '{"type":"' .. t .. '","id":"' .. id .. '",' .. fields .. '}'
+    if publish == 'SPUBLISH' then redis.call('SPUBLISH', ARGV[e], json)
+    else redis.call('PUBLISH', ARGV[e], json) end
+  end
+  return id
 end
 
 -- Metadata size accounting (meta field 'mb': the bytes of every 'm:'/'e:' field name and value

@@ -1,27 +1,27 @@
 -- compact_messages: replace messages 0..up_to (inclusive) with one summary message, first.
--- KEYS: root turn *members
--- ARGV: head session_key up_to digest element expect channel event kid fence
--- OK: removed
+-- KEYS: root turn log *members
+-- ARGV: head session_key up_to digest element expect events event kid fence
+-- OK: removed event_id
 -- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] the session's turn key
--- KEYS[9 ..] the tree's members
+-- KEYS[9] the tree's event log stream   KEYS[10 ..] the tree's members
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
 -- ARGV[5] session key   ARGV[6] up_to (0-based, inclusive)   ARGV[7] summary id digest
 -- ARGV[8] summary element   ARGV[9] expected prefix of message up_to ('{"id":"<id>",'), or ''
--- ARGV[10] events channel ('' = none)   ARGV[11] 'compact' event JSON
--- ARGV[12] key id the summary is sealed with ('' = cleartext)
--- ARGV[13] the turn's value the compaction is made through ('' = none: not fenced)
--- Reply: {OK, messages removed} | {OUT_OF_RANGE, length} | {STALE} | {NOT_FOUND} | {EXPIRED}
+-- ARGV[10 .. 13] the events group (see log_event)   ARGV[14] the event's fields (JSON members)
+-- ARGV[15] key id the summary is sealed with ('' = cleartext)
+-- ARGV[16] the turn's value the compaction is made through ('' = none: not fenced)
+-- Reply: {OK, messages removed, the event's id ('' if none)} | {OUT_OF_RANGE, length} | {STALE} | {NOT_FOUND} | {EXPIRED}
 --        | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type} | {TREE_CHANGED, ...} | {DAMAGED, ...}
 --        | {TURN_LOST}
 -- Events: 'compact', only when this call compacted.
 -- Messages appended after the caller read the history stay after the summary. A retried call
--- (the summary's digest in the window) changes nothing and answers {OK, 0}. With an expected
+-- (the summary's digest in the window) changes nothing and answers {OK, 0, ''}. With an expected
 -- id, a history that no longer reaches up_to is STALE (it changed since it was read), not out
 -- of range. The list begins a new generation.
 local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'g', 'h', 'n')
 local refused = root_refused(f)
 if refused then return refused end
-if (f[2] or '') ~= ARGV[12] then return key_changed(f[2]) end
+if (f[2] or '') ~= ARGV[15] then return key_changed(f[2]) end
 local us, now = clock()
 local ttl = tonumber(ARGV[1])
 local extend_now = due(f[3], ttl, now)
@@ -30,8 +30,8 @@ local g, h, n = positions(f[5], f[6], f[7], 2)
 if not g then return h end
 local win, stop = open_window(3, f[7], 7, 7, 1)
 if not win then return stop end
-if has(win, ARGV[7]) then return {OK, 0} end
-local fenced = fence_refused(8, ARGV[13])
+if has(win, ARGV[7]) then return {OK, 0, ''} end
+local fenced = fence_refused(8, ARGV[16]) or log_refused(9)
 if fenced then return fenced end
 local up_to, len, expect = tonumber(ARGV[6]), n - h, ARGV[9]
 if up_to >= len and expect ~= '' then return {STALE} end
@@ -47,6 +47,5 @@ redis.call('LPUSH', KEYS[2], ARGV[8])
 add(win, {ARGV[7]}, tonumber(ARGV[4]))
 save_window(win)
 redis.call('ZADD', KEYS[4], now, ARGV[5])
-if extend_now then extend(9, ttl, tonumber(ARGV[2]), now) else join_tree(f[3], {2}) end
-emit(ARGV[10], ARGV[11])
-return {OK, up_to + 1}
+if extend_now then extend(10, ttl, tonumber(ARGV[2]), now) else join_tree(f[3], {2}) end
+return {OK, up_to + 1, log_event(9, 10, 'compact', ARGV[14], now)}

@@ -1,50 +1,56 @@
 -- create: store a new session with its history, atomically; two creators -> one wins.
--- KEYS: root stage
--- ARGV: head session_key call_token channel event schema_version kid #meta staged *messages
--- OK: created_at index_created
--- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] a staging list (see ARGV[12])
+-- KEYS: root stage log
+-- ARGV: head session_key call_token events event schema_version kid #meta staged *messages
+-- OK: created_at index_created event_id due expired
+-- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] a staging list (see ARGV[15+2n])
+-- KEYS[9] the tree's event log stream
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] (unused: a new tree has no members)
 -- ARGV[4] id window   ARGV[5] session key (index member)
 -- ARGV[6] call token (a retry of this very call finds it and answers OK again)
--- ARGV[7] events channel ('' = none)   ARGV[8] 'create' event JSON
--- ARGV[9] schema version   ARGV[10] key id the session is sealed with ('' = cleartext)
--- ARGV[11] n = number of meta field/value pairs that follow, ARGV[12 .. 11+2n]
--- ARGV[12+2n] s = the history's length when it is staged in KEYS[8] (stage_push), else 0
--- ARGV[13+2n ..] message pairs: 8-byte id digest, message JSON (distinct digests); with a
+-- ARGV[7 .. 10] the events group (see log_event)   ARGV[11] the event's fields (JSON members)
+-- ARGV[12] schema version   ARGV[13] key id the session is sealed with ('' = cleartext)
+-- ARGV[14] n = number of meta field/value pairs that follow, ARGV[15 .. 14+2n]
+-- ARGV[15+2n] s = the history's length when it is staged in KEYS[8] (stage_push), else 0
+-- ARGV[16+2n ..] message pairs: 8-byte id digest, message JSON (distinct digests); with a
 --   staged history, only the digests of its newest messages (the id window's), no JSON
--- Reply: {OK, created_at_us, 1 if the index key was created by this call else 0} | {EXISTS}
---        | {WRONG_TYPE, i, type} | {STALE} (the staging list is not what the caller staged)
---        | {DAMAGED, 1, 'foreign'} (KEYS[1] is a hash without a schema version: another program's)
--- Events: 'create' on ARGV[7], only when the session was created by this call.
--- Index entries of sessions that expired are pruned from KEYS[4] here. Leftovers of an earlier
--- session under the key (its expiry marker, keys that outlived an eviction) are removed first:
--- the new session is fresh. The fields every write reads come first in the meta hash (Redis
--- finds a field of a small hash by a linear scan).
-local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset'})
+-- Reply: {OK, created_at_us, 1 if the index key was created by this call else 0, the create
+--        event's id ('' with no log, or for a retry of this call), the number of index
+--        entries whose tree is due to have expired (the store reaps them: reap_expired), the
+--        'expire' event's id of an earlier tree under the key (see Events; false: none)}
+--        | {EXISTS} | {WRONG_TYPE, i, type} | {STALE} (the staging list is not what the caller
+--        staged) | {DAMAGED, 1, 'foreign'} (KEYS[1] is a hash without a schema version: another
+--        program's)
+-- Events: 'create', only when the session was created by this call; before it 'expire' when
+-- the index still lists an earlier tree under the key that ended unseen (expired or evicted:
+-- its meta hash is gone, and no reaper logged it yet).
+-- Leftovers of an earlier session under the key (its expiry marker, keys that outlived an
+-- eviction) are removed first: the new session is fresh. The fields every write reads come
+-- first in the meta hash (Redis finds a field of a small hash by a linear scan).
+local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset'}) or log_refused(9)
 if bad then return bad end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local f = redis.call('HMGET', KEYS[1], 'token', 'v', 'created_at')
-  if f[1] == ARGV[6] then return {OK, f[3], 0} end
+  if f[1] == ARGV[6] then return {OK, f[3], 0, '', 0, false} end
   if not f[2] then return {DAMAGED, 1, 'foreign'} end  -- not a session: never taken over
   return {EXISTS}
 end
 
 local us, now = clock()
-local n = tonumber(ARGV[11])
-local staged = tonumber(ARGV[12 + 2 * n])
-local count = (#ARGV - 12 - 2 * n) / 2
+local n = tonumber(ARGV[14])
+local staged = tonumber(ARGV[15 + 2 * n])
+local count = (#ARGV - 15 - 2 * n) / 2
 if staged > 0 then
   if redis.call('LLEN', KEYS[8]) ~= staged then return {STALE} end
   count = staged
 end
 local mb = 0
-for i = 12, 11 + 2 * n, 2 do
+for i = 15, 14 + 2 * n, 2 do
   local p = string.sub(ARGV[i], 1, 2)
   if p == 'm:' or p == 'e:' then mb = mb + #ARGV[i] + #ARGV[i + 1] end
 end
 local ttl = tonumber(ARGV[1])
-local head = {'v', ARGV[9]}
-if ARGV[10] ~= '' then head[3], head[4] = 'k', ARGV[10] end
+local head = {'v', ARGV[12]}
+if ARGV[13] ~= '' then head[3], head[4] = 'k', ARGV[13] end
 local x
 if ttl > 0 then
   x = now + ttl + math.floor(ttl / 16)
@@ -54,15 +60,15 @@ for _, v in ipairs({'h', 0, 'n', count, 'g', 0, 'updated_at', us}) do head[#head
 redis.call('HSET', KEYS[1], unpack(head))
 redis.call('HSET', KEYS[1], 'created_at', us, 'token', ARGV[6], 'tg', 0, 'mb', mb)
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[5], KEYS[6], KEYS[7])
-hcall_from('HSET', KEYS[1], 12, 11 + 2 * n)
+hcall_from('HSET', KEYS[1], 15, 14 + 2 * n)
 local win = {key = 3, count = 0, dirty = {}}
 local digests, elements = {}, {}
 if staged > 0 then
-  for i = 13 + 2 * n, #ARGV do digests[#digests + 1] = ARGV[i] end
+  for i = 16 + 2 * n, #ARGV do digests[#digests + 1] = ARGV[i] end
   redis.call('RENAME', KEYS[8], KEYS[2])
   redis.call('PERSIST', KEYS[2])  -- the staging list's TTL: the tree's deadline follows
 else
-  for i = 13 + 2 * n, #ARGV, 2 do
+  for i = 16 + 2 * n, #ARGV, 2 do
     digests[#digests + 1] = ARGV[i]
     elements[#elements + 1] = ARGV[i + 1]
   end
@@ -70,11 +76,13 @@ else
 end
 add(win, digests, tonumber(ARGV[4]))
 save_window(win)
-if x then expire_tree(8, x, tonumber(ARGV[2])) end
+if x then expire_tree(#KEYS + 1, x, tonumber(ARGV[2])) end
 local fresh_index = 1 - redis.call('EXISTS', KEYS[4])
+local expired = false
+if redis.call('ZSCORE', KEYS[4], ARGV[5]) then expired = log_event(9, 7, 'expire', ARGV[11], now) end
 redis.call('ZADD', KEYS[4], now, ARGV[5])
-if ttl > 0 then  -- entries older than any live session's deadline belong to expired ones
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. (now - ttl - math.floor(ttl / 16)))
+local due = 0
+if ttl > 0 then  -- entries older than any live tree's deadline: trees the reaper is due to log
+  due = redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. (now - ttl - math.floor(ttl / 16)))
 end
-emit(ARGV[7], ARGV[8])
-return {OK, us, fresh_index}
+return {OK, us, fresh_index, log_event(9, 7, 'create', ARGV[11], now), due, expired}

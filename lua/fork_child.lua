@@ -1,29 +1,29 @@
 -- fork_child: create a child session of a live parent, inheriting its last N messages.
--- KEYS: root child_meta child_msgs child_ids *members
--- ARGV: head parent_key child_key agent config max_messages inherit call_token channel event kid staged staged_generation step
--- OK: created_at tree_generation elements members
+-- KEYS: root child_meta child_msgs child_ids log *members
+-- ARGV: head parent_key child_key agent config max_messages inherit call_token events event kid staged staged_generation step
+-- OK: created_at tree_generation elements event_id members
 -- KEYS[1..7] the tree's root keys (the parent's; see the prelude)
 -- KEYS[8] child meta hash   KEYS[9] child msgs list   KEYS[10] child ids hash
--- KEYS[11 ..] the tree's members as the caller knows them
+-- KEYS[11] the tree's event log stream   KEYS[12 ..] the tree's members as the caller knows them
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
 -- ARGV[5] parent key   ARGV[6] child key   ARGV[7] agent name   ARGV[8] config JSON
 -- ARGV[9] max messages (0 = all)   ARGV[10] N messages to inherit   ARGV[11] call token
--- ARGV[12] events channel ('' = none)   ARGV[13] 'fork' event JSON
--- ARGV[14] the caller's key id for the parent ('' = cleartext)
--- ARGV[15] inherited messages staged in KEYS[9] by copy_range (0: copy them here), and
--- ARGV[16] the parent's generation they were copied from
--- ARGV[17] the most messages this call copies itself (more: {STAGE, g, h, n} of the parent)
+-- ARGV[12 .. 15] the events group (see log_event)   ARGV[16] the event's fields (JSON members)
+-- ARGV[17] the caller's key id for the parent ('' = cleartext)
+-- ARGV[18] inherited messages staged in KEYS[9] by copy_range (0: copy them here), and
+-- ARGV[19] the parent's generation they were copied from
+-- ARGV[20] the most messages this call copies itself (more: {STAGE, g, h, n} of the parent)
 -- Reply: {OK, created_at_us, tg, the child's stored elements (false when they were staged),
---        member...}
+--        the event's id ('' for a retry of this call or with no log), member...}
 --        | {PARENT_GONE, NOT_FOUND or EXPIRED} | {EXISTS} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type}
 --        | {TREE_CHANGED, ...} | {STALE} (the parent changed while messages were staged)
 --        | {STAGE, g, h, n} (too many to inherit in one call: copy_range them first)
 -- Events: 'fork', only when this call created the child (a retry answers OK silently).
 -- Inherited messages are stored with an all-zero digest: they are never merged back.
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
-  'hash'})
+  'hash', 'stream'})
 if bad then return bad end
-local staged = tonumber(ARGV[15])
+local staged = tonumber(ARGV[18])
 if redis.call('EXISTS', KEYS[8]) == 1 then
   local c = redis.call('HMGET', KEYS[8], 'token', 'created_at')
   if c[1] == ARGV[11] then
@@ -31,8 +31,9 @@ if redis.call('EXISTS', KEYS[8]) == 1 then
     reply[1] = OK
     table.insert(reply, 2, c[2])
     local held = false  -- a long one: the caller reads it in steps (get_child)
-    if redis.call('LLEN', KEYS[9]) <= tonumber(ARGV[17]) then held = redis.call('LRANGE', KEYS[9], 0, -1) end
+    if redis.call('LLEN', KEYS[9]) <= tonumber(ARGV[20]) then held = redis.call('LRANGE', KEYS[9], 0, -1) end
     table.insert(reply, 4, held)
+    table.insert(reply, 5, '')
     return reply
   end
   return {EXISTS}
@@ -44,21 +45,21 @@ if not f[1] then
   return {PARENT_GONE, st[1]}
 end
 if f[1] ~= SCHEMA then return {DAMAGED, 1, 'version', f[1]} end
-if (f[2] or '') ~= ARGV[14] then return key_changed(f[2]) end
+if (f[2] or '') ~= ARGV[17] then return key_changed(f[2]) end
 local us, now = clock()
 local ttl = tonumber(ARGV[1])
 local extend_now = due(f[3], ttl, now)
 if extend_now and (f[4] or '0') ~= ARGV[3] then return tree_changed(f[4]) end
 local g, h, n = positions(f[5], f[6], f[7], 2)
 if not g then return h end
-if staged > 0 and (tostring(g) ~= ARGV[16] or redis.call('LLEN', KEYS[9]) ~= staged) then
+if staged > 0 and (tostring(g) ~= ARGV[19] or redis.call('LLEN', KEYS[9]) ~= staged) then
   return {STALE}
 end
 local kc = redis.call('HGET', KEYS[1], 'kc')
 local kids = redis.call('ZCARD', KEYS[6])
 if kc and tonumber(kc) ~= kids then return {DAMAGED, 6, 'members', kids, tonumber(kc)} end
 local want = tonumber(ARGV[10])
-if staged == 0 and math.min(want, n - h) > tonumber(ARGV[17]) then return {STAGE, g, h, n} end
+if staged == 0 and math.min(want, n - h) > tonumber(ARGV[20]) then return {STAGE, g, h, n} end
 
 local tg = tonumber(f[4] or '0') + 1
 redis.call('HSET', KEYS[8], 'v', '1', 'key', ARGV[6], 'parent', ARGV[5], 'agent', ARGV[7],
@@ -83,13 +84,14 @@ if last[2] then seq = tonumber(last[2]) + 1 end
 redis.call('ZADD', KEYS[6], seq, ARGV[6])
 redis.call('HSET', KEYS[1], 'kc', redis.call('ZCARD', KEYS[6]))  -- so that an evicted kids shows
 local x = f[3]
-if extend_now then x = extend(11, ttl, tonumber(ARGV[2]), now) end
+if extend_now then x = extend(12, ttl, tonumber(ARGV[2]), now) end
 join_tree(x, {6, 8, 9, 10})
-emit(ARGV[12], ARGV[13])
+local id = log_event(11, 12, 'fork', ARGV[16], now)
 local reply = tree_changed(tg)
 reply[1] = OK
 table.insert(reply, 2, us)
 local held = false  -- inherited in steps: the caller reads them in steps too (get_child)
 if staged == 0 then held = redis.call('LRANGE', KEYS[9], 0, -1) end
 table.insert(reply, 4, held)
+table.insert(reply, 5, id)
 return reply

@@ -1,21 +1,24 @@
 -- merge_child: fold a child into its parent in one step: a summary message, or the child's
 -- own messages in order; mark the child merged and prune merged children beyond the newest K.
--- KEYS: root child_meta child_msgs child_ids stage *members
--- ARGV: head max_messages parent_key child_key call_token call_digest mode summary_digest summary channel event kid keep_merged staged_generation staged_tail staged_child staged_length
--- OK: merged_at appended tree_generation members
+-- KEYS: root child_meta child_msgs child_ids stage log *members
+-- ARGV: head max_messages parent_key child_key call_token call_digest mode summary_digest summary events event kid keep_merged staged_generation staged_tail staged_child staged_length
+-- OK: merged_at appended tree_generation event_id members
 -- KEYS[1..7] the tree's root keys (the parent's; see the prelude)
 -- KEYS[8] child meta hash   KEYS[9] child msgs list   KEYS[10] child ids hash
--- KEYS[11] the merge's staging list (see merge_stage)   KEYS[12 ..] the tree's members
+-- KEYS[11] the merge's staging list (see merge_stage)   KEYS[12] the tree's event log stream
+-- KEYS[13 ..] the tree's members
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
 -- ARGV[5] parent max messages (0 = all)   ARGV[6] parent key   ARGV[7] child key
 -- ARGV[8] call token   ARGV[9] its digest   ARGV[10] 'summary', 'history' or 'staged'
--- ARGV[11] summary id digest   ARGV[12] summary element   ARGV[13] events channel ('' = none)
--- ARGV[14] 'merge' event JSON   ARGV[15] the caller's key id for the parent ('' = cleartext)
--- ARGV[16] K: merged children kept whole
--- ARGV[17 .. 20] staged: the parent's generation and tail position the staging list was built
+-- ARGV[11] summary id digest   ARGV[12] summary element
+-- ARGV[13 .. 16] the events group (see log_event)   ARGV[17] the event's fields (JSON members)
+-- ARGV[18] the caller's key id for the parent ('' = cleartext)
+-- ARGV[19] K: merged children kept whole
+-- ARGV[20 .. 23] staged: the parent's generation and tail position the staging list was built
 --   from, how many of the child's messages it holds after the parent's, and its length;
---   'history': ARGV[19] the most child messages merged in one call (more: {STAGE, n})
--- Reply: {OK, merged_at_us, messages appended to the parent, tg, member...}
+--   'history': ARGV[22] the most child messages merged in one call (more: {STAGE, n})
+-- Reply: {OK, merged_at_us, messages appended to the parent, tg, the event's id ('' for a
+--        retry of this call or with no log), member...}
 --        | {NOT_FOUND} (child) | {PRUNED, merged_at} | {MERGED} | {PARENT_GONE, st}
 --        | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type} | {TREE_CHANGED, ...} | {DAMAGED, ...} | {STALE}
 --        | {STAGE, n} (the child holds n messages, too many for one call: merge_stage)
@@ -23,11 +26,11 @@
 -- the parent's id window) answers OK again; any other second merge gets MERGED. Inherited
 -- messages and messages whose ids the parent's window holds are not appended again.
 -- Only a caller that knows the tree's members prunes, or moves the tree's deadline. With
--- 'staged', KEYS[11] holds the parent's messages up to ARGV[18], then the child's (merge_stage
+-- 'staged', KEYS[11] holds the parent's messages up to ARGV[21], then the child's (merge_stage
 -- built it under this call's lease); the parent's messages appended since go after them and
 -- the staging list replaces the parent's list in one step (a new generation of the list).
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
-  'hash', 'list'})
+  'hash', 'list', 'stream'})
 if bad then return bad end
 local f = redis.call('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'g', 'h', 'n')
 local mode = ARGV[10]
@@ -43,6 +46,7 @@ if has(win, ARGV[9]) then  -- this very call merged already: answer as it did
     reply[1] = OK
     table.insert(reply, 2, at)
     table.insert(reply, 3, 0)
+    table.insert(reply, 5, '')
     return reply
   end
 end
@@ -57,7 +61,7 @@ if not f[1] then
   return {PARENT_GONE, st[1]}
 end
 if f[1] ~= SCHEMA then return {DAMAGED, 1, 'version', f[1]} end
-if (f[2] or '') ~= ARGV[15] then return key_changed(f[2]) end
+if (f[2] or '') ~= ARGV[18] then return key_changed(f[2]) end
 local ttl = tonumber(ARGV[1])
 local fresh = (f[4] or '0') == ARGV[3]  -- the caller named the tree's members as they are
 local extend_now = due(f[3], ttl, now)
@@ -66,7 +70,7 @@ local g, h, n = positions(f[5], f[6], f[7], 2)
 if not g then return h end
 local cg, ch, cn = positions(c[3], c[4], c[5], 9)
 if not cg then return ch end
-if mode == 'history' and cn - ch > tonumber(ARGV[19]) then return {STAGE, cn - ch} end
+if mode == 'history' and cn - ch > tonumber(ARGV[22]) then return {STAGE, cn - ch} end
 
 local digests, elements, taken = {}, {}, {}
 if mode == 'summary' then
@@ -80,17 +84,17 @@ elseif mode == 'history' then
       taken[d] = true
     end
   end
-elseif c[6] ~= ARGV[8] or tostring(g) ~= ARGV[17] or tonumber(ARGV[18]) > n
-    or redis.call('LLEN', KEYS[11]) ~= tonumber(ARGV[20]) then
+elseif c[6] ~= ARGV[8] or tostring(g) ~= ARGV[20] or tonumber(ARGV[21]) > n
+    or redis.call('LLEN', KEYS[11]) ~= tonumber(ARGV[23]) then
   return {STALE}  -- staged: the lease was lost, or the parent's list changed meanwhile
 end
 
 local added = #elements
 redis.call('HSET', KEYS[8], 'merged_at', us)
 if mode == 'staged' then
-  push_all(KEYS[11], redis.call('LRANGE', KEYS[2], math.max(tonumber(ARGV[18]), h) - h, -1))
+  push_all(KEYS[11], redis.call('LRANGE', KEYS[2], math.max(tonumber(ARGV[21]), h) - h, -1))
   redis.call('RENAME', KEYS[11], KEYS[2])
-  g, h, n, added = g + 1, 0, redis.call('LLEN', KEYS[2]), tonumber(ARGV[19])
+  g, h, n, added = g + 1, 0, redis.call('LLEN', KEYS[2]), tonumber(ARGV[22])
   for _, m in ipairs(redis.call('LRANGE', KEYS[9], -tonumber(ARGV[4]), -1)) do
     local d = string.sub(m, 1, 8)
     if d ~= INHERITED and not taken[d] and not has(win, d) then
@@ -117,7 +121,7 @@ redis.call('HDEL', KEYS[8], 'mt', 'mx')
 -- does not know the tree's members leaves that to the next merge (so that merges under
 -- contention need no second round trip): the tree keeps at most K plus a few for a moment.
 local merged = {}
-for i = 12, #KEYS, 3 do
+for i = 13, #KEYS, 3 do
   local m = redis.call('HMGET', KEYS[i], 'key', 'merged_at')
   if m[1] and m[2] and m[1] ~= ARGV[7] then merged[#merged + 1] = {tonumber(m[2]), m[1], i} end
 end
@@ -125,7 +129,7 @@ merged[#merged + 1] = {tonumber(us), ARGV[7], 8}
 table.sort(merged, function(a, b) return a[1] > b[1] end)
 local tg = tonumber(f[4] or '0')
 local pruned = 0
-local keep = tonumber(ARGV[16])
+local keep = tonumber(ARGV[19])
 if not fresh then keep = math.max(keep, #merged) end
 for j = keep + 1, #merged do
   local at, key, i = merged[j][1], merged[j][2], merged[j][3]
@@ -139,13 +143,14 @@ if pruned > 0 then redis.call('HSET', KEYS[1], 'kc', redis.call('ZCARD', KEYS[6]
 redis.call('HSET', KEYS[1], 'updated_at', us, 'g', g, 'h', h, 'n', n, 'tg', tg)
 redis.call('ZADD', KEYS[4], now, ARGV[6])
 if extend_now then
-  extend(12, ttl, tonumber(ARGV[2]), now)
+  extend(13, ttl, tonumber(ARGV[2]), now)
 else
   join_tree(f[3], {2, 7})
 end
-emit(ARGV[13], ARGV[14])
+local id = log_event(12, 13, 'merge', ARGV[17], now)
 local reply = tree_changed(tg)
 reply[1] = OK
 table.insert(reply, 2, us)
 table.insert(reply, 3, added)
+table.insert(reply, 5, id)
 return reply

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import codec, contracts
 from ._args import message, text, token
+from ._eventlog import EventLog, new_event
 from ._index import Index
 from ._keyring import Keyring
 from ._limits import READ_ATTEMPTS, STAGE_LEASE_MS, Limits
@@ -32,7 +33,6 @@ from .errors import (
     InvalidArgument,
     SessionError,
 )
-from .events import new_event
 from .keys import ChildKeys, KeySchema, check_key, parent_of
 from .models import ChildSession, ChildSessionConfig, LifecycleEventType, Message, MessageRole
 from .options import StoreOptions
@@ -63,7 +63,7 @@ class Children:
         reader: Reader,
         writer: Writer,
         index: Index,
-        channel: str,
+        events: EventLog,
     ) -> None:
         self.schema = schema
         self.options = options
@@ -73,7 +73,7 @@ class Children:
         self.reader = reader
         self.writer = writer
         self.index = index
-        self.channel = channel
+        self.events = events
 
     def _child_keys(self, child_key: object) -> tuple[str, str, str, ChildKeys]:
         """``(child_key, parent_key, agent, child key names)``; not-found if the key is not one
@@ -102,15 +102,16 @@ class Children:
         child = ChildSession.new(parent_key, agent_name, config)
         ck = self.schema.child(child.key)
         _, root = self.trees.keys(parent_key)
-        event, payload = new_event(
+        draft = new_event(
             LifecycleEventType.FORK, parent_key, child_key=child.key, agent_name=agent_name
         )
+        log = self.events.log_of(parent_key)
         call = token()
 
         def build(staged: int, generation: Any) -> Callable[[Sealer | None], ScriptCall]:
             def make(sealer: Sealer | None) -> ScriptCall:
                 return contracts.fork_child(
-                    (*root, ck.meta, ck.msgs, ck.ids, *self.trees.members(parent_key)),
+                    (*root, ck.meta, ck.msgs, ck.ids, log, *self.trees.members(parent_key)),
                     head=self.trees.head(parent_key),
                     parent_key=parent_key,
                     child_key=child.key,
@@ -119,8 +120,8 @@ class Children:
                     max_messages=config.max_messages,
                     inherit=config.inherit_history,
                     call_token=call,
-                    channel=self.channel,
-                    event=payload,
+                    events=self.events.events_of(parent_key),
+                    event=draft.fields,
                     kid=self._kid(sealer),
                     staged=staged,
                     staged_generation=generation,
@@ -129,7 +130,7 @@ class Children:
 
             return make
 
-        keys = (*root, ck.meta, ck.msgs, ck.ids)
+        keys = (*root, ck.meta, ck.msgs, ck.ids, log)
         ctx = Ctx(child.key, keys, child=True, parent=parent_key)
         passthrough = (Status.STAGE, Status.STALE)
         write = self.writer.write
@@ -152,7 +153,7 @@ class Children:
             raise ConcurrentChange(parent_key, "its history kept changing during a fork")
         forked = contracts.parsed(contracts.Forked, reply)
         self.trees.learn(parent_key, forked.tree_generation, forked.members)
-        yield Emit(event)
+        yield Emit(draft.event(forked.event_id))
         if forked.elements is None or forked.elements is False:  # inherited in steps: read so
             history = (yield from self.get_child(child.key)).history
         else:
@@ -251,9 +252,8 @@ class Children:
         limit = self.options.max_message_bytes
         msg = Message(role=MessageRole.ASSISTANT, content=summary, author=author or agent)
         pairs = codec.message_args([msg], "summary", limit)
-        event, payload = new_event(
-            LifecycleEventType.MERGE, parent, child_key=child_key, agent_name=agent
-        )
+        draft = new_event(LifecycleEventType.MERGE, parent, child_key=child_key, agent_name=agent)
+        log = self.events.log_of(parent)
         call = token()
         digest = codec.message_digest("merge:" + call)
         _, root = self.trees.keys(parent)
@@ -265,7 +265,7 @@ class Children:
                 summary_digest, element = codec.seal_pairs(pairs, [msg], sealer, "summary", limit)
                 mode = "staged" if staged else ("summary" if summary else "history")
                 return contracts.merge_child(
-                    (*root, ck.meta, ck.msgs, ck.ids, ck.stage, *self.trees.members(parent)),
+                    (*root, ck.meta, ck.msgs, ck.ids, ck.stage, log, *self.trees.members(parent)),
                     head=self.trees.head(parent),
                     max_messages=self.options.max_history_turns,
                     parent_key=parent,
@@ -275,8 +275,8 @@ class Children:
                     mode=mode,
                     summary_digest=summary_digest,
                     summary=element,
-                    channel=self.channel,
-                    event=payload,
+                    events=self.events.events_of(parent),
+                    event=draft.fields,
                     kid=self._kid(sealer),
                     keep_merged=self.options.keep_merged_children,
                     staged_generation=generation,
@@ -288,13 +288,13 @@ class Children:
             return make
 
         keys = (*root, ck.meta, ck.msgs, ck.ids, ck.stage)
-        ctx = Ctx(child_key, keys, child=True, parent=parent)
+        ctx = Ctx(child_key, (*keys, log), child=True, parent=parent)
         reply = yield from self.writer.write(parent, build(None), ctx, (Status.STAGE,))
         if contracts.status(reply) == Status.STAGE:
             reply = yield from self._merge_in_steps(child_key, parent, call, keys, build, ctx)
         merged = contracts.parsed(contracts.Merged, reply)
         self.trees.learn(parent, merged.tree_generation, merged.members)
-        yield Emit(event)
+        yield Emit(draft.event(merged.event_id))
         return int(merged.appended)
 
     def _merge_in_steps(
@@ -368,12 +368,10 @@ class Children:
 
     def discard_child(self, child_key: str) -> Op[None]:
         child_key, parent, agent, ck = self._child_keys(child_key)
-        event, payload = new_event(
-            LifecycleEventType.DISCARD, parent, child_key=child_key, agent_name=agent
-        )
+        draft = new_event(LifecycleEventType.DISCARD, parent, child_key=child_key, agent_name=agent)
         digest = codec.message_digest("discard:" + token())
         _, root = self.trees.keys(parent)
-        keys = (*root, ck.meta, ck.msgs, ck.ids)
+        keys = (*root, ck.meta, ck.msgs, ck.ids, self.events.log_of(parent))
 
         def build(sealer: Sealer | None) -> ScriptCall:
             return contracts.discard_child(
@@ -382,14 +380,14 @@ class Children:
                 parent_key=parent,
                 child_key=child_key,
                 call_digest=digest,
-                channel=self.channel,
-                event=payload,
+                events=self.events.events_of(parent),
+                event=draft.fields,
             )
 
         reply = yield from self.writer.write(parent, build, Ctx(child_key, keys, child=True))
         discarded = contracts.parsed(contracts.Discarded, reply)
         self.trees.learn(parent, discarded.tree_generation, discarded.members)
-        yield Emit(event)
+        yield Emit(draft.event(discarded.event_id))
 
     def get_child(self, child_key: str) -> Op[ChildSession]:
         child_key, parent, _, ck = self._child_keys(child_key)

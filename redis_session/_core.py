@@ -23,6 +23,7 @@ statuses become exceptions in one table (:mod:`redis_session.status`).
 from __future__ import annotations
 
 from ._children import Children
+from ._eventlog import EventLog
 from ._index import Index
 from ._keyring import Keyring
 from ._limits import Limits
@@ -57,13 +58,13 @@ class Core:
         self.options = options
         self.schema = schema = KeySchema(options.prefix, cluster=cluster)
         self.limits = limits = Limits()
-        self.channel = channel = schema.events_channel if options.publish_events else ""
         self.trees = trees = Trees(schema, options)
         self.index = index = Index(schema)
+        self.events = events = EventLog(schema, options, index)
         self.keyring = keyring = Keyring(schema, options, index)
         self.reader = reader = Reader(schema, options, limits, trees, keyring)
         self.writer = writer = Writer(trees, keyring)
-        shared = (schema, options, limits, trees, keyring, reader, writer, index, channel)
+        shared = (schema, options, limits, trees, keyring, reader, writer, index, events)
         self.sessions = Sessions(*shared)
         self.children = Children(*shared)
         self.secrets = Secrets(schema, limits)

@@ -11,6 +11,7 @@ from . import codec, contracts
 from ._args import message as message_arg
 from ._args import non_negative_int, optional_str, text, token
 from ._args import session as session_arg
+from ._eventlog import EventLog, new_event
 from ._index import Index
 from ._keyring import Keyring
 from ._limits import STAGE_LEASE_MS, Limits
@@ -20,7 +21,6 @@ from ._trees import Trees
 from ._writes import Writer
 from .crypto import Sealer
 from .errors import ConcurrentChange, InvalidArgument, PassphraseRequired
-from .events import new_event
 from .keys import KeySchema, check_key
 from .models import LifecycleEventType, Message, MessageRole, Session
 from .options import StoreOptions
@@ -98,7 +98,7 @@ class Sessions:
         reader: Reader,
         writer: Writer,
         index: Index,
-        channel: str,
+        events: EventLog,
     ) -> None:
         self.schema = schema
         self.options = options
@@ -108,7 +108,7 @@ class Sessions:
         self.reader = reader
         self.writer = writer
         self.index = index
-        self.channel = channel
+        self.events = events
         self.metadata = Metadata(options)
 
     def create(self, session: Session) -> Op[Session]:
@@ -128,7 +128,7 @@ class Sessions:
         if sealer is not None:
             meta += (b"dk", dk)
         self.metadata.check_total(codec.metadata_only(meta), "session.metadata")
-        event, payload = new_event(LifecycleEventType.CREATE, key)
+        draft = new_event(LifecycleEventType.CREATE, key)
         history = codec.message_args(session.history, "session.history", o.max_message_bytes)
         pairs = codec.seal_pairs(
             history, session.history, sealer, "session.history", o.max_message_bytes
@@ -144,14 +144,14 @@ class Sessions:
                 part = contracts.parsed(contracts.Staged, check(reply, Ctx(key, [stage])))
                 staged = int(part.length)
             messages = pairs[0::2][-o.window :]
-        create_keys = (*keys, stage)
+        create_keys = (*keys, stage, self.events.log_of(key))
         reply = yield contracts.create(
             create_keys,
             head=self.trees.head(key),
             session_key=key,
             call_token=call,
-            channel=self.channel,
-            event=payload,
+            events=self.events.events_of(key),
+            event=draft.fields,
             schema_version=codec.SCHEMA_VERSION,
             kid=kid,
             meta=meta,
@@ -166,7 +166,11 @@ class Sessions:
             # Not atomic with the script (another slot): a crash right here leaves this index
             # shard unlisted until repair_index(); the session itself is whole.
             yield Commands([("SADD", self.schema.index_registry, keys[3])])
-        yield Emit(event)
+        if created.expired is not None:  # an earlier tree under the key had expired unseen
+            yield Emit(draft._replace(type=LifecycleEventType.EXPIRE.value).event(created.expired))
+        yield Emit(draft.event(created.event_id))
+        if created.due and int(created.due):  # trees of this index shard expired unseen
+            yield from self.events.reap_due(keys[3])
         now = codec.to_datetime(int(created.created_at))
         return session.model_copy(update={"created_at": now, "updated_at": now})
 
@@ -241,10 +245,10 @@ class Sessions:
     def delete(self, key: str) -> Op[bool]:
         key = check_key(key)
         sk, keys = self.trees.keys(key)
-        event, payload = new_event(LifecycleEventType.DELETE, key)
+        draft = new_event(LifecycleEventType.DELETE, key)
         for _ in range(DELETE_ATTEMPTS):
             (members,) = yield from self.index.reads([("ZRANGE", sk.kids, 0, -1)], key)
-            all_keys: list[str | bytes] = [*keys, sk.pop, sk.turn, sk.wake]
+            all_keys: list[str | bytes] = [*keys, sk.pop, sk.turn, sk.wake, self.events.log_of(key)]
             children: list[bytes] = []
             for raw in members:
                 raw = bytes(raw)
@@ -254,8 +258,8 @@ class Sessions:
             reply = yield contracts.delete(
                 all_keys,
                 session_key=key,
-                channel=self.channel,
-                event=payload,
+                events=self.events.events_of(key),
+                event=draft.fields,
                 child_keys=children,
             )
             if contracts.status(reply) != Status.CONFLICT:
@@ -263,7 +267,10 @@ class Sessions:
                 existed = bool(deleted.existed)
                 self.trees.forget(key)
                 if existed:
-                    yield Emit(event)
+                    yield Emit(draft.event(deleted.event_id))
+                elif deleted.event_id:  # it had expired unseen: its expire event, logged now
+                    expired = draft._replace(type=LifecycleEventType.EXPIRE.value)
+                    yield Emit(expired.event(deleted.event_id))
                 return existed
         raise ConcurrentChange(key, "children kept changing while the session was deleted")
 
@@ -437,8 +444,8 @@ class Sessions:
         msg = Message(role=MessageRole.SYSTEM, content="[Compacted Summary]\n" + summary)
         expect = codec.id_prefix(expect_id) if expect_id else b""
         sk, root = self.trees.keys(key)
-        keys = (*root, sk.turn)
-        event, payload = new_event(LifecycleEventType.COMPACT, key)
+        keys = (*root, sk.turn, self.events.log_of(key))
+        draft = new_event(LifecycleEventType.COMPACT, key)
         pairs = codec.message_args([msg], "summary", limit)
 
         def build(sealer: Sealer | None) -> ScriptCall:
@@ -451,18 +458,33 @@ class Sessions:
                 digest=digest,
                 element=element,
                 expect=expect,
-                channel=self.channel,
-                event=payload,
+                events=self.events.events_of(key),
+                event=draft.fields,
                 kid=b"" if sealer is None else sealer.kid,
                 fence=fence.value,
             )
 
         ctx = Ctx(key, keys, index=index, expect_id=expect_id or "", token=fence.token)
         reply = yield from self.writer.write(key, build, ctx)
-        removed = int(contracts.parsed(contracts.Compacted, reply).removed)
+        compacted = contracts.parsed(contracts.Compacted, reply)
+        removed = int(compacted.removed)
         if removed:
-            yield Emit(event)
+            yield Emit(draft.event(compacted.event_id))
         return removed
+
+    def end(self, key: str) -> Op[bool]:
+        key = check_key(key)
+        _, root = self.trees.keys(key)
+        keys = (*root, self.events.log_of(key))
+        draft = new_event(LifecycleEventType.END, key)
+        reply = yield contracts.end_session(
+            keys, events=self.events.events_of(key), event=draft.fields
+        )
+        ended = contracts.parsed(contracts.Ended, check(reply, Ctx(key, keys)))
+        if ended.event_id is None:  # ended before
+            return False
+        yield Emit(draft.event(ended.event_id))
+        return True
 
     def pop_message(self, key: str, *, expect_id: str | None = None) -> Op[Message | None]:
         key = check_key(key)

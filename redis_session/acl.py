@@ -13,7 +13,8 @@ Two sources, read every time (nothing here lists a script's commands by hand):
   that list lacks, or when the list holds one nothing sends.
 
 :func:`acl_rules` turns them into the rules of ``ACL SETUSER`` for one prefix: keys
-``~<prefix>*``, the events channel ``&<prefix>events`` (glob characters of the prefix escaped),
+``~<prefix>*``, the events channels ``&<prefix>events`` and ``&<prefix>events:*`` (sharded
+events; glob characters of the prefix escaped),
 ``-@all`` and one ``+command`` each. ``redis-session acl`` prints the line.
 """
 
@@ -60,6 +61,7 @@ CLIENT_COMMANDS: Mapping[str, Sent] = MappingProxyType(
         "type": Sent("list_sessions, delete, ls, stats: naming the type of another program's key"),
         "zrange": Sent("children_of, delete, rekey: a session's children"),
         "zrevrange": Sent("list_sessions"),
+        "zrangebyscore": Sent("the expire reaper: index entries whose tree's deadline passed"),
         "zscan": Sent("list_sessions(prefix=...)"),
         "zadd": Sent("the ADK adapter's session index: create_session, list_sessions"),
         "zrem": Sent("the ADK adapter's session index: delete_session, list_sessions, its prune"),
@@ -270,6 +272,7 @@ def acl_rules(prefix: str = "rs:") -> list[str]:
         f"~{glob_escape(schema.prefix)}*",
         "resetchannels",
         f"&{glob_escape(schema.events_channel)}",
+        f"&{glob_escape(schema.events_channel)}:*",  # sharded events: one channel per slot
         "-@all",
         *(f"+{command}" for command in commands()),
     ]

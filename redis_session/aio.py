@@ -20,7 +20,14 @@ from .context import with_turn_id
 from .errors import DurabilityNotReached, InvalidArgument
 from .events import AsyncEventListener, LifecycleHook
 from .extension import Extension
-from .models import ChildSession, ChildSessionConfig, Message, Session, SessionSummary
+from .models import (
+    ChildSession,
+    ChildSessionConfig,
+    Message,
+    Session,
+    SessionLifecycleEvent,
+    SessionSummary,
+)
 from .options import StoreOptions, split_store_options
 from .protocols import AsyncChildSessionStore, AsyncStore, docs_from
 from .scripts import SCRIPT_NAMES, script_source, with_prelude
@@ -77,6 +84,7 @@ class AsyncRedisStore:
         self.set_lifecycle_hook(lifecycle_hook)
         self._client = client
         self._clients = LoopClients(client)  # async only: one client per event loop
+        self._unready = self._core.schema.cluster  # async only: see _run
         self._scripts = {n: client.register_script(script_source(n)) for n in SCRIPT_NAMES}
 
     @classmethod
@@ -296,6 +304,9 @@ class AsyncRedisStore:
             await _url.async_refresh(self._clients.current())
 
     async def _run(self, op: Op[T]) -> T:
+        if self._unready:  # async only: a cluster client learns its slots on its first command,
+            self._unready = False  # async only: after routing it (to a node that may answer
+            await self._clients.current().initialize()  # async only: MOVED); first, here
         keyring = self._core.keyring
         if keyring.locked:
             async with self._unlocking:
@@ -330,6 +341,9 @@ class AsyncRedisStore:
 
     async def delete(self, key: str) -> bool:
         return await self._run(self._core.sessions.delete(key))
+
+    async def end(self, key: str) -> bool:
+        return await self._run(self._core.sessions.end(key))
 
     async def append_message(
         self,
@@ -462,6 +476,18 @@ class AsyncRedisStore:
         them; returns how many. Probes all 16384 slots; a no-op on a single server.
         """
         return await self._run(self._core.index.repair_index())
+
+    async def reap_expired(self) -> list[SessionLifecycleEvent]:
+        """Log one ``expire`` event for each session tree whose deadline passed (up to a page
+        of 100 per index shard) and take it off the index, in one script per shard; returns
+        the events (the hook gets them too). Exactly once per tree across every store and
+        listener: creates and listeners reap on their own (see docs/events.md), so call this
+        only to reap without them. A no-op without a ttl.
+        """
+        reaped: list[SessionLifecycleEvent] = []
+        for index in await self._run(self._core.index.indexes()):
+            reaped += await self._run(self._core.events.reap(index))
+        return reaped
 
     async def rekey(
         self,

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import threading
 
+from ._eventlog import new_event
 from .errors import ChildAlreadyMerged, ChildNotFound, InvalidArgument, StaleExpectation
-from .events import LifecycleHook, call_hook, finish_hook_sync, new_event
+from .events import LifecycleHook, call_hook, finish_hook_sync
 from .keys import check_key
 from .models import (
     ChildSession,
@@ -42,9 +43,9 @@ class InMemoryChildStore:
         self._hook = hook
 
     def _emit(self, kind: LifecycleEventType, child: ChildSession) -> None:
-        event, _ = new_event(
+        event = new_event(
             kind, child.parent_key, child_key=child.key, agent_name=child.agent_name
-        )
+        ).event()
         finish_hook_sync(call_hook(self._hook, event), event)
 
     def _live(self, child_key: str) -> ChildSession:

@@ -523,6 +523,7 @@ def _fields(key: str, meta: Mapping[bytes, bytes] | Sequence[bytes]) -> dict[str
 _SCALAR_NAMES = tuple(n.encode() for n in SCALAR_FIELDS)
 _M, _E = METADATA_PREFIX.encode(), SEALED_METADATA_PREFIX.encode()
 _SESSION_FIELDS = frozenset(Session.model_fields)
+_SESSION_FIELDS_NOT_ENDED = _SESSION_FIELDS - {"ended_at"}
 
 
 def _raw_fields(key: str, meta: Mapping[bytes, bytes] | Sequence[bytes]) -> dict[bytes, bytes]:
@@ -540,7 +541,7 @@ def _raw_fields(key: str, meta: Mapping[bytes, bytes] | Sequence[bytes]) -> dict
 _BYTES_ONLY = frozenset({bytes})
 _NOT_METADATA = frozenset(
     (*_SCALAR_NAMES, b"v", b"key", b"created_at", b"updated_at", b"token", b"g", b"h", b"n",
-     b"x", b"tg", b"mb", b"k", b"dk", b"kc")
+     b"x", b"tg", b"mb", b"k", b"dk", b"kc", b"ended_at")
 )  # fmt: skip
 """Fields of a session's meta hash that are not metadata entries (``m:`` / ``e:`` fields; any
 other field is looked at for its prefix as well)."""
@@ -602,6 +603,11 @@ def decode_session(
         "created_at": _stamp(key, get(b"created_at"), "created_at"),
         "updated_at": _stamp(key, get(b"updated_at"), "updated_at"),
     }
+    ended = get(b"ended_at")
+    if ended is None:  # as a model built without it: not in its fields-set
+        values["ended_at"] = None
+        return _constructed(Session, values, set(_SESSION_FIELDS_NOT_ENDED))
+    values["ended_at"] = _stamp(key, ended, "ended_at")
     return _constructed(Session, values, set(_SESSION_FIELDS))
 
 

@@ -9,9 +9,10 @@ Each script's header holds the same names on three lines, which ``tests/lua`` co
     -- ARGV: head max_messages session_key kid max_metadata_bytes #metadata *messages
     -- OK: appended
 
-``root`` is a session tree's seven root keys and ``head`` the four arguments every script
-writing a tree begins with (see ``lua/_prelude.lua``); ``#name`` is a count followed by the
-items it counts, ``*name`` every remaining item. A reply is a list whose first element is
+``root`` is a session tree's seven root keys, ``head`` the four arguments every script
+writing a tree begins with and ``events`` the four every script logging a lifecycle event
+takes (see ``lua/_prelude.lua``); ``#name`` is a count followed by the items it counts,
+``*name`` every remaining item. A reply is a list whose first element is
 the status (:class:`~redis_session.status.Status`); the named types here hold what follows it.
 """
 
@@ -37,6 +38,19 @@ class Head(NamedTuple):
     """The tree generation the caller knows (its members are those it sends)."""
     id_window: int
     """Digests a session's id window keeps at least."""
+
+
+class Events(NamedTuple):
+    """The ARGV every script that logs a lifecycle event takes (``log_event`` in the prelude)."""
+
+    channel: str
+    """Where the event is published live."""
+    publish: str
+    """``PUBLISH``, ``SPUBLISH`` (sharded events) or ``''`` (not published)."""
+    log_max: int
+    """How many events the log keeps (0: no log)."""
+    log_age_ms: int
+    """How old a logged event may grow before it is trimmed (0: no limit)."""
 
 
 def status(reply: Any) -> Any:
@@ -68,7 +82,7 @@ _SHAPES: dict[type[Any], tuple[int, bool]] = {}
 """Per reply type: its number of fields, and whether the last takes the rest of a reply."""
 
 
-REST = frozenset({"members", "children"})
+REST = frozenset({"members", "children", "reaped", "event_ids"})
 """Reply fields that take the rest of a reply."""
 
 
@@ -198,11 +212,18 @@ class Created(NamedTuple):
     """Microseconds since the epoch (the server's clock)."""
     index_created: Any
     """1 when this call created the index key (a cluster registers its shard)."""
+    event_id: Any
+    """The ``create`` event's id in the log (``b''``: no log, or a retry of this call)."""
+    due: Any
+    """How many index entries of the shard belong to trees whose deadline passed."""
+    expired: Any
+    """The ``expire`` event's id of an earlier tree under the key that ended unseen (None:
+    there was none)."""
 
 
 @_contract(
-    "root stage",
-    "head session_key call_token channel event schema_version kid #meta staged *messages",
+    "root stage log",
+    "head session_key call_token events event schema_version kid #meta staged *messages",
     Created,
 )
 def create(
@@ -211,7 +232,7 @@ def create(
     head: Head,
     session_key: str,
     call_token: str,
-    channel: str,
+    events: Events,
     event: bytes,
     schema_version: bytes,
     kid: bytes,
@@ -229,7 +250,7 @@ def create(
             *head,
             session_key,
             call_token,
-            channel,
+            *events,
             event,
             schema_version,
             kid,
@@ -336,21 +357,50 @@ def update_metadata(
 
 class Deleted(NamedTuple):
     existed: Any
+    event_id: Any
+    """The ``delete`` (or ``expire``) event's id in the log (``b''``: none logged)."""
 
 
-@_contract("root pop turn wake *children", "session_key channel event *child_keys", Deleted)
+@_contract("root pop turn wake log *children", "session_key events event *child_keys", Deleted)
 def delete(
     keys: Sequence[Key],
     *,
     session_key: str,
-    channel: str,
+    events: Events,
     event: bytes,
     child_keys: Sequence[bytes],
 ) -> ScriptCall:
-    """``keys``: the root keys, the pop, turn and wake keys, then meta, msgs, ids and staging
-    list per child.
+    """``keys``: the root keys, the pop, turn and wake keys, the log, then meta, msgs, ids and
+    staging list per child.
     """
-    return ScriptCall("delete", keys, [session_key, channel, event, *child_keys])
+    return ScriptCall("delete", keys, [session_key, *events, event, *child_keys])
+
+
+class Ended(NamedTuple):
+    ended_at: Any
+    """Microseconds since the epoch (the server's clock), when the session was ended."""
+    event_id: Any
+    """The ``end`` event's id (``b''``: no log); None when the session was ended before."""
+
+
+@_contract("root log", "events event", Ended)
+def end_session(keys: Sequence[Key], *, events: Events, event: bytes) -> ScriptCall:
+    return ScriptCall("end_session", keys, [*events, event])
+
+
+class Reaped(NamedTuple):
+    reaped: tuple[Any, ...]
+    """Session key, event id, session key, event id, ... of the trees reaped by this call."""
+
+
+@_contract("index log *metas", "events ttl_ms *candidates", Reaped)
+def reap_expired(
+    keys: Sequence[Key], *, events: Events, ttl_ms: int, candidates: Sequence[bytes | str]
+) -> ScriptCall:
+    """``keys``: the index shard, its log, then each candidate's meta hash; ``candidates``:
+    per candidate, its session key and its ``expire`` event's fields.
+    """
+    return ScriptCall("reap_expired", keys, [*events, ttl_ms, *candidates])
 
 
 class Appended(NamedTuple):
@@ -400,11 +450,13 @@ def append_message(
 
 class Compacted(NamedTuple):
     removed: Any
+    event_id: Any
+    """The ``compact`` event's id in the log (``b''``: none logged)."""
 
 
 @_contract(
-    "root turn *members",
-    "head session_key up_to digest element expect channel event kid fence",
+    "root turn log *members",
+    "head session_key up_to digest element expect events event kid fence",
     Compacted,
 )
 def compact_messages(
@@ -416,7 +468,7 @@ def compact_messages(
     digest: bytes,
     element: bytes,
     expect: bytes,
-    channel: str,
+    events: Events,
     event: bytes,
     kid: bytes,
     fence: str = "",
@@ -428,7 +480,7 @@ def compact_messages(
         digest,
         element,
         expect,
-        channel,
+        *events,
         event,
         kid,
         fence,
@@ -476,6 +528,8 @@ class Forked(NamedTuple):
     tree_generation: Any
     elements: Any
     """The child's stored elements, or False when they were copied in steps (read them so)."""
+    event_id: Any
+    """The ``fork`` event's id in the log (``b''``: a retry of this call, or no log)."""
     members: tuple[Any, ...]
 
 
@@ -490,8 +544,8 @@ class ForkStage(NamedTuple):
 
 
 @_contract(
-    "root child_meta child_msgs child_ids *members",
-    "head parent_key child_key agent config max_messages inherit call_token channel "
+    "root child_meta child_msgs child_ids log *members",
+    "head parent_key child_key agent config max_messages inherit call_token events "
     "event kid staged staged_generation step",
     Forked,
 )
@@ -506,7 +560,7 @@ def fork_child(
     max_messages: int,
     inherit: int,
     call_token: str,
-    channel: str,
+    events: Events,
     event: bytes,
     kid: bytes,
     staged: int,
@@ -525,7 +579,7 @@ def fork_child(
             max_messages,
             inherit,
             call_token,
-            channel,
+            *events,
             event,
             kid,
             staged,
@@ -586,6 +640,8 @@ class Merged(NamedTuple):
     merged_at: Any
     appended: Any
     tree_generation: Any
+    event_id: Any
+    """The ``merge`` event's id in the log (``b''``: a retry of this call, or no log)."""
     members: tuple[Any, ...]
 
 
@@ -596,9 +652,9 @@ class MergeStage(NamedTuple):
 
 
 @_contract(
-    "root child_meta child_msgs child_ids stage *members",
+    "root child_meta child_msgs child_ids stage log *members",
     "head max_messages parent_key child_key call_token call_digest mode summary_digest "
-    "summary channel event kid keep_merged staged_generation staged_tail staged_child "
+    "summary events event kid keep_merged staged_generation staged_tail staged_child "
     "staged_length",
     Merged,
 )
@@ -614,7 +670,7 @@ def merge_child(
     mode: str,
     summary_digest: bytes,
     summary: bytes,
-    channel: str,
+    events: Events,
     event: bytes,
     kid: bytes,
     keep_merged: int,
@@ -639,7 +695,7 @@ def merge_child(
             mode,
             summary_digest,
             summary,
-            channel,
+            *events,
             event,
             kid,
             keep_merged,
@@ -714,12 +770,14 @@ def merge_stage(
 
 class Discarded(NamedTuple):
     tree_generation: Any
+    event_id: Any
+    """The ``discard`` event's id in the log (``b''``: a retry of this call, or no log)."""
     members: tuple[Any, ...]
 
 
 @_contract(
-    "root child_meta child_msgs child_ids",
-    "head parent_key child_key call_digest channel event",
+    "root child_meta child_msgs child_ids log",
+    "head parent_key child_key call_digest events event",
     Discarded,
 )
 def discard_child(
@@ -729,10 +787,10 @@ def discard_child(
     parent_key: str,
     child_key: str,
     call_digest: bytes,
-    channel: str,
+    events: Events,
     event: bytes,
 ) -> ScriptCall:
-    args: list[Arg] = [*head, parent_key, child_key, call_digest, channel, event]
+    args: list[Arg] = [*head, parent_key, child_key, call_digest, *events, event]
     return ScriptCall("discard_child", keys, args)
 
 

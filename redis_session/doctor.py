@@ -179,7 +179,7 @@ def _acl_check(client: Any, prefix: str, user: str | None) -> Check:
     missing: list[str] = []
     for command in acl.commands():
         words = command.split("|")
-        fill = channel if command in ("subscribe", "publish") else key
+        fill = channel if command in ("subscribe", "publish", "ssubscribe", "spublish") else key
         for count in (3, 2, 1, 0, 4, 5):  # DRYRUN checks arity: find the count that fits
             try:
                 answer = client.execute_command("ACL", "DRYRUN", who, *words, *[fill] * count)

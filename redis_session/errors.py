@@ -14,6 +14,7 @@ Subclasses also inherit the builtin a caller would reach for::
     ├── StaleExpectation (StaleCompaction)   key           (an expect_id / expect_last_id guard)
     │   └── TurnLost                         key, token    (a fenced write after its turn ended)
     ├── TurnBusy                             key, waited   (the turn was not free in time)
+    ├── EventsLost                           log, after, oldest  (a listener's events were trimmed)
     ├── MigrationConflict                    (another secret migration or write interleaved)
     ├── ConcurrentChange                     key           (gave up after repeated interference)
     ├── DurabilityNotReached                 redis_key, acked, wanted  (wait_replicas not met)
@@ -149,6 +150,24 @@ class TurnBusy(SessionError):
         self.waited = waited
         super().__init__(
             f"session {key!r}: its turn is held by another worker (waited {waited:.3f} s)"
+        )
+
+
+class EventsLost(SessionError):
+    """Events a listener asked for are gone from the log: trimmed past its cursor (the log
+    keeps ``event_log_max`` events), or the log stream was removed (evicted, deleted) after
+    the listener read from it. ``log``: the stream; ``after``: the position the listener
+    resumed from; ``oldest``: the oldest event id the log still holds (``""``: none).
+    """
+
+    def __init__(self, log: str, after: str, oldest: str, problem: str = "") -> None:
+        self.log = log
+        self.after = after
+        self.oldest = oldest
+        why = problem or "trimmed from the log"
+        super().__init__(
+            f"event log {log!r}: events after {after!r} are lost ({why}); "
+            f"the oldest it holds is {oldest or 'none'!r}"
         )
 
 

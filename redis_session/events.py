@@ -21,7 +21,7 @@ import redis
 import redis.asyncio
 from pydantic import TypeAdapter, ValidationError
 
-from .models import LifecycleEventType, SessionLifecycleEvent, utcnow
+from .models import SessionLifecycleEvent
 
 log = logging.getLogger("redis_session")
 
@@ -31,21 +31,6 @@ LifecycleHook = Callable[[SessionLifecycleEvent], Awaitable[None] | None]
 _EVENT = TypeAdapter(SessionLifecycleEvent)
 _TRANSPORT_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 2.0
-
-
-def new_event(
-    type: LifecycleEventType, key: str, *, child_key: str = "", agent_name: str = ""
-) -> tuple[SessionLifecycleEvent, bytes]:
-    """An event about session ``key`` (the parent, for child events) and its JSON."""
-    event = SessionLifecycleEvent(
-        type=type.value,
-        key=key,
-        child_key=child_key,
-        parent_key=key if child_key else "",
-        agent_name=agent_name,
-        timestamp=utcnow(),
-    )
-    return event, _EVENT.dump_json(event)
 
 
 def decode_event(data: object) -> SessionLifecycleEvent | None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from . import contracts
 from ._core import Core
+from ._eventlog import Draft, new_event
 from ._requests import Commands, Emit, Op, Request, ScriptCall
 from .contracts import Head
 from .crypto import Sealer
@@ -26,7 +27,17 @@ from .keys import KeySchema
 from .options import StoreOptions
 from .status import Ctx
 
-__all__ = ["Commands", "Emit", "Extension", "Head", "Op", "Request", "ScriptCall"]
+__all__ = [
+    "Commands",
+    "Draft",
+    "Emit",
+    "Extension",
+    "Head",
+    "Op",
+    "Request",
+    "ScriptCall",
+    "new_event",
+]
 
 
 class Extension:
@@ -45,10 +56,17 @@ class Extension:
         """The store's key names."""
         return self._core.schema
 
-    @property
-    def channel(self) -> str:
-        """The events channel the store's scripts publish on (``''``: events are not published)."""
-        return self._core.channel
+    def events_of(self, key: str) -> contracts.Events:
+        """The events arguments (``events`` in a script's header) of a script that logs a
+        lifecycle event of session ``key``'s tree with ``log_event`` (see ``lua/_prelude.lua``).
+        """
+        return self._core.events.events_of(key)
+
+    def log_of(self, key: str) -> str:
+        """The event log stream of session ``key``'s tree (a script that logs its events
+        names it in its KEYS).
+        """
+        return self._core.events.log_of(key)
 
     def root_keys(self, key: str) -> tuple[str, ...]:
         """The seven root KEYS of session ``key``'s tree (see ``lua/_prelude.lua``)."""

@@ -52,14 +52,14 @@ _SESSION_TYPES = {
     "meta": "hash", "msgs": "list", "ids": "hash", "kids": "zset", "done": "zset",
     "mark": "string", "pop": "string", "turn": "string", "wake": "list", "stage": "list",
     "child": "hash", "cmsgs": "list",
-    "cids": "hash", "index": "zset",
+    "cids": "hash", "index": "zset", "log": "stream",
 }  # fmt: skip
 """The type of each kind of key named ``<prefix><kind>:{<tag>}...`` (see the module docstring)."""
 _GLOBAL_TYPES = {
     "salts": "hash", "checksums": "hash", "secrets": "hash", "keyring": "hash",
     "secrets-lock": "string",
 }  # fmt: skip
-_PREFIX_TYPES = {"index": "zset", "index-shards": "set"}
+_PREFIX_TYPES = {"index": "zset", "index-shards": "set", "log": "stream"}
 _ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
 GLOBAL_TAG = "{rs-global}"
 
@@ -204,6 +204,28 @@ class KeySchema:
             return f"{self.prefix}index"
         slot = key_slot(("{" + hash_tag(key) + "}").encode())
         return f"{self.prefix}index:{{{slot_tags()[slot]}}}"
+
+    @lru_cache(maxsize=4096)  # noqa: B019
+    def log_of(self, key: str) -> str:
+        """The stream that logs the lifecycle events of session ``key``'s tree: one per prefix
+        on a single server; on a cluster one per slot, beside the slot's index shard (the
+        same tag), so the script that makes a change logs it in its own slot.
+        """
+        return self.beside(self.index_of(key), "log")
+
+    @lru_cache(maxsize=4096)  # noqa: B019
+    def shard_channel_of(self, key: str) -> str:
+        """The shard channel (``SPUBLISH``) of session ``key``'s events with sharded events:
+        ``<prefix>events`` on a single server, ``<prefix>events:{tag}`` on a cluster (the tag
+        of the session's slot, so that a node carries its own slots' events alone).
+        """
+        return self.beside(self.index_of(key), "events")
+
+    def beside(self, index: str, kind: str) -> str:
+        """The name of kind ``kind`` (``log``, ``events``) beside index shard ``index``:
+        ``<prefix>index...`` -> ``<prefix><kind>...`` (the same slot tag).
+        """
+        return f"{self.prefix}{kind}{index[len(self.prefix) + len('index') :]}"
 
     def all_indexes(self) -> list[str]:
         """Every index key there can be (one, or one per slot on a cluster)."""

@@ -181,6 +181,9 @@ class Session(_Model):
     """Set by the store on ``create`` (the Redis server's clock)."""
     updated_at: UTCDateTime = Field(default_factory=utcnow)
     """Set by the store on every write (the Redis server's clock)."""
+    ended_at: UTCDateTime | None = None
+    """Set by ``store.end(key)`` (the Redis server's clock); None while the session has not
+    been ended. ``create`` and ``update`` ignore it."""
 
 
 class SessionSummary(_Model):
@@ -252,6 +255,10 @@ class LifecycleEventType(StrEnum):
     CREATE = "create"
     DELETE = "delete"
     COMPACT = "compact"
+    EXPIRE = "expire"
+    """A session tree's deadline passed (logged once per tree by the store's reaper)."""
+    END = "end"
+    """``store.end(key)`` marked the session ended (once per session)."""
 
 
 class SessionLifecycleEvent(_Model):
@@ -270,6 +277,12 @@ class SessionLifecycleEvent(_Model):
     key: str = ""
     """The session the event is about (the parent for child events)."""
     timestamp: UTCDateTime | None = None
+    id: str = ""
+    """The event's position in its event log (a Redis stream id); ``""`` where there is no
+    log (``event_log_max=0``, events off) or for a call retried after its event was logged."""
+    deliveries: int = 1
+    """How many times a consumer group handed this event out (more than 1: re-delivered after
+    a member did not acknowledge it in time); 1 outside groups."""
 
 
 class RunContext(_Model):

@@ -26,6 +26,7 @@ DEFAULT_MAX_METADATA_VALUE_BYTES = 1024 * 1024
 DEFAULT_DEDUP_WINDOW = 1000
 MIN_DEDUP_WINDOW = 64
 DEFAULT_KEEP_MERGED_CHILDREN = 4
+DEFAULT_EVENT_LOG_MAX = 100_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,7 +44,17 @@ class StoreOptions:
     """How long after expiry ``get`` still says ``SessionExpired`` rather than
     ``SessionNotFound``."""
     publish_events: bool = True
-    """False: publish nothing on the events channel (the in-process hook still runs)."""
+    """False: no lifecycle events at all, neither published nor logged (the in-process hook
+    still runs, with events whose ``id`` is ``""``)."""
+    event_log_max: int = DEFAULT_EVENT_LOG_MAX
+    """How many events each event log stream keeps (Redis trims whole blocks: a little more;
+    0: no log, pub/sub alone). See docs/events.md."""
+    event_log_age: float | timedelta | None = None
+    """With it, events older than this are trimmed from the log too (None: by count alone)."""
+    sharded_events: bool = False
+    """Publish with ``SPUBLISH`` on each slot's shard channel (``<prefix>events:{tag}`` on a
+    cluster) instead of ``PUBLISH`` on ``<prefix>events``, which a cluster broadcasts to every
+    node; the store's listeners follow either."""
     wait_replicas: int = 0
     """Follow every write with ``WAIT N wait_timeout`` on its connection (``DurabilityNotReached``
     when fewer acknowledge); 0: no WAIT."""
@@ -79,6 +90,7 @@ class StoreOptions:
     failover ride-through fit in it)."""
     secret: Passphrase | None = field(init=False, repr=False)
     """The passphrase, as a value that never shows itself."""
+    event_log_age_ms: int = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         KeySchema(self.prefix)  # checks it
@@ -94,14 +106,18 @@ class StoreOptions:
             "dedup_window",
             "keep_merged_children",
             "read_cache_bytes",
+            "event_log_max",
         ):
             non_negative_int(getattr(self, name), name)
         if self.dedup_window < MIN_DEDUP_WINDOW:
             raise InvalidArgument(
                 "dedup_window", f"must be >= {MIN_DEDUP_WINDOW}, got {self.dedup_window}"
             )
-        if not isinstance(self.publish_events, bool):
-            raise InvalidArgument("publish_events", "must be a bool")
+        for flag in ("publish_events", "sharded_events"):
+            if not isinstance(getattr(self, flag), bool):
+                raise InvalidArgument(flag, "must be a bool")
+        age = self.event_log_age
+        set_(self, "event_log_age_ms", 0 if age is None else duration_ms(age, "event_log_age"))
         set_(self, "wait_timeout_ms", duration_ms(self.wait_timeout, "wait_timeout"))
         failover = duration_ms(self.failover_window, "failover_window", allow_zero=True)
         set_(self, "failover_window_ms", failover)

@@ -108,7 +108,17 @@ class Store(Protocol):
         """Remove the session, its messages, its expiry marker and its index entry.
 
         Idempotent: deleting twice, or deleting an expired session, is fine. Returns whether a
-        live session was removed.
+        live session was removed. Logs ``delete`` (or, for a tree that expired before any
+        reaper logged it, ``expire``) in the same script.
+        """
+        ...
+
+    def end(self, key: str) -> bool:
+        """Mark the session ended (``Session.ended_at``, the server's clock) and log its
+        ``end`` event, in one script. Idempotent: True when this call ended it, False when it
+        was ended before (no second event). Moves no deadline and no index score; the session
+        stays readable and writable. ``SessionNotFound`` / ``SessionExpired`` when it is not
+        live. An end processor is a consumer group on ``end`` events (see ``listen``).
         """
         ...
 
@@ -268,6 +278,7 @@ class AsyncStore(Protocol):
         self, key: str, set: Mapping[str, str] | None = None, delete: Iterable[str] = ()
     ) -> None: ...
     async def delete(self, key: str) -> bool: ...
+    async def end(self, key: str) -> bool: ...
     async def append_message(
         self,
         key: str,

@@ -20,7 +20,14 @@ from .context import with_turn_id
 from .errors import DurabilityNotReached, InvalidArgument
 from .events import EventListener, LifecycleHook
 from .extension import Extension
-from .models import ChildSession, ChildSessionConfig, Message, Session, SessionSummary
+from .models import (
+    ChildSession,
+    ChildSessionConfig,
+    Message,
+    Session,
+    SessionLifecycleEvent,
+    SessionSummary,
+)
 from .options import StoreOptions, split_store_options
 from .protocols import ChildSessionStore, Store, docs_from
 from .scripts import SCRIPT_NAMES, script_source, with_prelude
@@ -325,6 +332,9 @@ class RedisStore:
     def delete(self, key: str) -> bool:
         return self._run(self._core.sessions.delete(key))
 
+    def end(self, key: str) -> bool:
+        return self._run(self._core.sessions.end(key))
+
     def append_message(
         self,
         key: str,
@@ -454,6 +464,18 @@ class RedisStore:
         them; returns how many. Probes all 16384 slots; a no-op on a single server.
         """
         return self._run(self._core.index.repair_index())
+
+    def reap_expired(self) -> list[SessionLifecycleEvent]:
+        """Log one ``expire`` event for each session tree whose deadline passed (up to a page
+        of 100 per index shard) and take it off the index, in one script per shard; returns
+        the events (the hook gets them too). Exactly once per tree across every store and
+        listener: creates and listeners reap on their own (see docs/events.md), so call this
+        only to reap without them. A no-op without a ttl.
+        """
+        reaped: list[SessionLifecycleEvent] = []
+        for index in self._run(self._core.index.indexes()):
+            reaped += self._run(self._core.events.reap(index))
+        return reaped
 
     def rekey(
         self,

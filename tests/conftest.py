@@ -140,6 +140,20 @@ class Backend:
         assert self.server is not None, "fake has no URL of its own"
         return self.server.url
 
+    def is_store_wide(self, name: bytes | str) -> bool:
+        """Whether key ``name`` outlives the sessions it serves: the cluster's registry of
+        index shards, an event log stream (one per prefix, or per slot on a cluster).
+        """
+        text = name.decode() if isinstance(name, bytes) else name
+        log = f"{self.prefix}log"
+        return text == self.schema.index_registry or text == log or text.startswith(log + ":{")
+
+    def session_keys(self) -> list[bytes]:
+        """Every key under this backend's prefix but the store-wide ones, sorted."""
+        raw = self.sync_client()
+        found = (bytes(k) for k in raw.scan_iter(match=f"{self.prefix}*", count=1000))
+        return sorted(k for k in found if not self.is_store_wide(k))
+
     def sync_client(self, *, kept: bool = True, **kwargs: Any) -> Any:
         """A new client, closed after the test (``kept=False``: nothing here keeps it alive)."""
         client: Any

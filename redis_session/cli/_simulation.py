@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..errors import StaleExpectation
+from ..extension import Commands, Op
 from ..models import ChildSessionConfig, Message, Session, SessionLifecycleEvent, ToolCall
 from ..store import RedisStore
 
@@ -346,5 +347,15 @@ def _check(store: RedisStore, keys: list[str], ledger: _Ledger, result: DemoResu
 
 
 def cleanup(store: RedisStore, config: DemoConfig) -> int:
-    """Delete the demo's sessions (and their children); returns how many existed."""
-    return sum(store.delete(f"chat:{i}") for i in range(config.sessions))
+    """Delete the demo's sessions (and their children), then the event logs of its prefix
+    (which outlive sessions: the demo's prefix is its own); returns how many existed.
+    """
+    keys = [f"chat:{i}" for i in range(config.sessions)]
+    existed = sum(store.delete(key) for key in keys)
+    logs = sorted({store.extension.log_of(key) for key in keys})
+    store.run(_commands([("DEL", log) for log in logs]))
+    return existed
+
+
+def _commands(commands: list[tuple[Any, ...]]) -> Op[Any]:
+    return (yield Commands(commands))

@@ -47,6 +47,8 @@ def raw_values(backend: Backend) -> dict[bytes, list[bytes]]:
             values = client.zrange(key, 0, -1)
         elif kind == "set":
             values = list(client.smembers(key))
+        elif kind == "stream":  # the event log: key names and event fields, no content
+            values = [v for _, fields in client.xrange(key) for f in fields.items() for v in f]
         else:
             values = [client.get(key)]
         out[bytes(key)] = [bytes(v) for v in values]

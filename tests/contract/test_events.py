@@ -25,7 +25,7 @@ from redis_session import (
 from redis_session._url import async_close, sync_close
 from tests.conftest import Backend, StoreFactory
 
-EVENT_FIELDS = {"type", "key", "child_key", "parent_key", "agent_name", "timestamp"}
+EVENT_FIELDS = {"type", "id", "key", "child_key", "parent_key", "agent_name", "timestamp"}
 
 
 async def next_event(listener: Any, timeout: float = 5.0) -> SessionLifecycleEvent | None:
@@ -129,6 +129,8 @@ async def test_raw_subscriber_gets_json_and_nothing_for_refusals(
     pubsub.close()
     assert [e["type"] for e in received] == [*STORY, "create"]
     assert all(set(e) == EVENT_FIELDS for e in received)
+    ids = [tuple(map(int, e["id"].split("-"))) for e in received]  # their places in the log
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
 
 
 async def test_listener_yields_events_and_skips_garbage(backend: Backend, store: Any) -> None:

@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from redis_session import InvalidArgument, LifecycleEventType, Session, SessionNotFound
-from redis_session.events import new_event
-from redis_session.extension import Emit, Op, ScriptCall
+from redis_session.extension import Emit, Op, ScriptCall, new_event
 from redis_session.status import Ctx
 from tests.conftest import Backend
 
@@ -37,7 +36,7 @@ def touch(store: Any, key: str, value: str) -> Op[int]:
         return ScriptCall("touch", keys, [*ext.head(key), "m:touched", value])
 
     reply = yield from ext.write(key, build, Ctx(key, ext.root_keys(key)))
-    yield Emit(new_event(LifecycleEventType.COMPACT, key)[0])
+    yield Emit(new_event(LifecycleEventType.COMPACT, key).event())
     return int(reply[1])
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from redis_session import Message, Session, contracts
 from redis_session.codec import message_args
-from redis_session.contracts import CONTRACTS, Contract, Head
+from redis_session.contracts import CONTRACTS, Contract, Events, Head
 from redis_session.extension import ScriptCall
 from redis_session.scripts import PRELUDE, SCRIPT_NAMES, lua_dir, prelude_for, script_source
 from tests.conftest import Backend
@@ -92,7 +92,7 @@ def test_the_python_contract_is_the_headers(name: str) -> None:
     for arg in contract.argv:
         if arg[0] in "#*":
             break
-        fixed += 4 if arg == "head" else 1
+        fixed += 4 if arg in ("head", "events") else 1
     header = _script_path(name).read_text()
     described = set()
     for first, last in re.findall(r"ARGV\[(\d+)(?:\s*\.\.\s*(\d+))?\]", header):
@@ -111,6 +111,8 @@ def test_a_builder_sends_every_argument_in_the_headers_order(name: str) -> None:
             continue
         if p.name == "head":
             given[p.name] = Head(*(f"<head{i}>" for i in range(4)))  # type: ignore[arg-type]
+        elif p.name == "events":
+            given[p.name] = Events(*(f"<events{i}>" for i in range(4)))  # type: ignore[arg-type]
         elif p.name in ("shared",):
             given[p.name] = [[f"<{p.name}>"]]
         elif "Sequence" in str(p.annotation):
@@ -196,14 +198,15 @@ def test_a_retried_append_script_stores_nothing_twice(backend: Backend) -> None:
 def test_a_retried_compaction_script_changes_nothing(backend: Backend) -> None:
     store = backend.sync_store()
     store.create(Session(key="c", history=[Message(role="user", content=str(i)) for i in range(4)]))
-    keys = [*_root_keys(backend, "c"), backend.schema.session("c").turn]
+    sk = backend.schema.session("c")
+    keys = [*_root_keys(backend, "c"), sk.turn, backend.schema.log_of("c")]
     digest, element = message_args([Message(role="system", content="S")], "s")
     call = contracts.compact_messages(
         keys, head=HEAD, session_key="c", up_to=1, digest=digest, element=element, expect=b"",
-        channel="", event=b"", kid=b"",
+        events=Events("", "", 0, 0), event=b'"key":"c"', kid=b"",
     )  # fmt: skip
-    assert _send(backend, call) == [0, 2]
-    assert _send(backend, call) == [0, 0]
+    assert _send(backend, call) == [0, 2, b""]
+    assert _send(backend, call) == [0, 0, b""]
     assert [m.content for m in store.get_history("c")] == ["S", "2", "3"]
 
 

@@ -172,6 +172,12 @@ async def exercise(
     peek = ScriptCall("peek", [store.extension.root_keys("a")[0]], [], write=False)
     assert await _maybe(store.run(_one(peek))) == [0, b"1"]
     assert await store.repair_index() == 0
+    assert await store.end("a") is True
+    short = Recorded(make(ttl=0.2), called)  # a tree left to expire, and its reaper
+    await short.create(Session(key="e"))
+    await asyncio.sleep(0.2 * 17 / 16 + 0.1)
+    assert [e.key for e in await short.reap_expired()] == ["e"]
+    await short.close()
 
     await store.set_salt("default", b"salt")
     assert await store.get_salt("default") == b"salt"
@@ -455,7 +461,7 @@ def test_the_printed_line_is_what_redis_cli_runs(acl_server: Server) -> None:
         assert done.returncode == 0 and done.stdout.strip() == "OK", (done.stdout, done.stderr)
         made: dict[bytes, Any] = admin.execute_command("ACL", "GETUSER", name)
         assert made[b"keys"] == b"~it's\\\\odd\\*:*"
-        assert made[b"channels"] == b"&it's\\\\odd\\*:events"
+        assert made[b"channels"] == b"&it's\\\\odd\\*:events &it's\\\\odd\\*:events:*"
         granted = _effective(admin, made[b"commands"].decode().split())
         assert granted == set(commands())
         assert made[b"flags"] == [b"on"] and made[b"passwords"] == []  # no password set

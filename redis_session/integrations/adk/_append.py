@@ -12,10 +12,9 @@ from typing import Any, NamedTuple
 from ... import codec, contracts
 from ..._args import token
 from ...aio import AsyncTurn
-from ...contracts import Arg, Contract, Head, Key
+from ...contracts import Arg, Contract, Events, Head, Key
 from ...errors import PassphraseRequired
-from ...events import new_event
-from ...extension import Emit, Extension, Op, ScriptCall
+from ...extension import Emit, Extension, Op, ScriptCall, new_event
 from ...models import LifecycleEventType, Message
 from ...models import Session as StoreSession
 from ...status import Ctx, Status, check
@@ -25,8 +24,8 @@ SOURCE = resources.files(__package__).joinpath(f"{SCRIPT}.lua").read_text(encodi
 """The script's text (shipped in this package)."""
 SHARED_KEYS = 6
 """KEYS each shared state record takes: meta, msgs, ids, marker, kids, done."""
-ROOT_KEYS = 8
-"""The session's tree root keys and its turn key."""
+ROOT_KEYS = 9
+"""The session's tree root keys, its turn key and its tree's event log."""
 
 
 class Stored(NamedTuple):
@@ -34,6 +33,8 @@ class Stored(NamedTuple):
     """1 when the event was stored, 0 when its id was stored before (nothing changed)."""
     created: Any
     """One character per shared record, ``1`` when this call created it."""
+    event_ids: tuple[Any, ...]
+    """The ``create`` event id of each shared record this call created, in order."""
 
 
 def adk_append_event(
@@ -47,7 +48,7 @@ def adk_append_event(
     last_update_field: str,
     last_update_time: str,
     newest_event_id: str,
-    channel: str,
+    events: Events,
     digest: bytes,
     element: bytes,
     fence: str,
@@ -69,7 +70,7 @@ def adk_append_event(
             last_update_field,
             last_update_time,
             newest_event_id,
-            channel,
+            *events,
             digest,
             element,
             fence,
@@ -83,11 +84,11 @@ def adk_append_event(
 
 _ARGV = (
     "head max_messages session_key max_metadata_bytes schema_version last_update_field "
-    "last_update_time newest_event_id channel digest element fence #metadata #shared"
+    "last_update_time newest_event_id events digest element fence #metadata #shared"
 )
 CONTRACT = Contract(
     SCRIPT,
-    ("root", "turn", "*shared", "*members"),
+    ("root", "turn", "log", "*shared", "*members"),
     tuple(_ARGV.split()),
     adk_append_event,
     (Stored,),
@@ -126,12 +127,12 @@ def append_event(
     for key, put in shared:
         sk = ext.schema.session(key)
         shared_keys += [sk.meta, sk.msgs, sk.ids, sk.mark, sk.kids, sk.done]
-        event, payload = new_event(LifecycleEventType.CREATE, key)
+        draft = new_event(LifecycleEventType.CREATE, key)
         base = codec.meta_args(StoreSession(key=key))
         pairs = ext.metadata_pairs(put, "state_delta")
-        records.append([key, payload, token(), len(base), *base, len(pairs), *pairs])
-        created.append(event)
-    root = (*ext.root_keys(record), ext.schema.session(record).turn)
+        records.append([key, draft.fields, token(), len(base), *base, len(pairs), *pairs])
+        created.append(draft)
+    root = (*ext.root_keys(record), ext.schema.session(record).turn, ext.log_of(record))
 
     def build(_: Any) -> ScriptCall:
         return adk_append_event(
@@ -144,7 +145,7 @@ def append_event(
             last_update_field=last_update_field,
             last_update_time=repr(last_update_time),
             newest_event_id=newest_event_id,
-            channel=ext.channel,
+            events=ext.events_of(record),
             digest=codec.message_digest(msg.id),
             element=element,
             fence="" if turn is None else turn.id,
@@ -165,6 +166,6 @@ def append_event(
             raise PassphraseRequired(record)
         raise PassphraseRequired(shared[(int(at) - ROOT_KEYS - 1) // SHARED_KEYS][0])
     stored = contracts.parsed(Stored, check(reply, ctx))
-    for event, made in zip(created, bytes(stored.created).decode(), strict=False):
-        if made == "1":
-            yield Emit(event)
+    made = [d for d, m in zip(created, bytes(stored.created).decode(), strict=False) if m == "1"]
+    for draft, event_id in zip(made, stored.event_ids, strict=True):
+        yield Emit(draft.event(event_id))

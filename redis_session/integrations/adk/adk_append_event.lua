@@ -2,11 +2,12 @@
 -- whose session is older than the stored one, then append the event, set the session's state
 -- entries and last_update_time, and set the app and user state entries (creating their
 -- records when missing), all in one script.
--- KEYS: root turn *shared *members
--- ARGV: head max_messages session_key max_metadata_bytes schema_version last_update_field last_update_time newest_event_id channel digest element fence #metadata #shared
--- OK: stored created
+-- KEYS: root turn log *shared *members
+-- ARGV: head max_messages session_key max_metadata_bytes schema_version last_update_field last_update_time newest_event_id events digest element fence #metadata #shared
+-- OK: stored created event_ids
 -- KEYS[1..7] the session tree's root keys (see the prelude)   KEYS[8] the session's turn key
--- KEYS[9 ..] first six keys per shared state record (r of them, ARGV[17+m]; none on a cluster,
+-- KEYS[9] the event log stream of the session's tree (and of the shared records: one slot)
+-- KEYS[10 ..] first six keys per shared state record (r of them, ARGV[20+m]; none on a cluster,
 --   where they live in other slots): meta hash, msgs list, ids hash, expiry marker, kids zset,
 --   done zset; then the session tree's members
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
@@ -15,19 +16,20 @@
 -- ARGV[9] the metadata field of last_update_time ('m:adk:last_update_time')
 -- ARGV[10] the caller's last_update_time (seconds, a decimal string)
 -- ARGV[11] the message id of the caller's newest event ('' = it holds none)
--- ARGV[12] events channel ('' = none)
--- ARGV[13] 8-byte id digest of the event   ARGV[14] the event as stored (message JSON)
--- ARGV[15] the turn's value the append is made through ('' = none: not fenced)
--- ARGV[16] m = number of the session's metadata arguments (field/value pairs), ARGV[17 .. 16+m]
--- ARGV[17+m] r = number of shared records, then per shared record: its key (index member),
---   its 'create' event JSON, a call token,
+-- ARGV[12 .. 15] the events group (see log_event)
+-- ARGV[16] 8-byte id digest of the event   ARGV[17] the event as stored (message JSON)
+-- ARGV[18] the turn's value the append is made through ('' = none: not fenced)
+-- ARGV[19] m = number of the session's metadata arguments (field/value pairs), ARGV[20 .. 19+m]
+-- ARGV[20+m] r = number of shared records, then per shared record: its key (index member),
+--   its 'create' event's fields (JSON members), a call token,
 --   q = number of base field/value arguments (written only when the record is created), them,
 --   p = number of its metadata arguments (field/value pairs: 'm:' .. name, value), them
--- Reply: {OK, 1, created} (created: one character per shared record, '1' when this call
---        created it) | {OK, 0, ''} (the event id was stored before: nothing changed)
+-- Reply: {OK, 1, created, event id...} (created: one character per shared record, '1' when
+--        this call created it; the 'create' event's id of each record created, in order)
+--        | {OK, 0, ''} (the event id was stored before: nothing changed)
 --        | {STALE} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk[, i]} | {WRONG_TYPE, i, type}
 --        | {TREE_CHANGED, ...} | {DAMAGED, ...} | {TOO_LARGE, bytes, limit} | {TURN_LOST}
--- Events: 'create' on ARGV[12] for each shared record this call created.
+-- Events: 'create' for each shared record this call created.
 -- Stale: the stored last_update_time is later than the caller's and the newest stored event
 -- is not the caller's newest (ADK's DatabaseSessionService check for sessions without a
 -- storage marker). The id window is looked in first, so a retry of an applied call answers
@@ -47,10 +49,10 @@ local extend_now = due(f[3], ttl, now)
 if extend_now and (f[6] or '0') ~= ARGV[3] then return tree_changed(f[6]) end
 local g, h, n = positions(nil, f[4], f[5], 2, 1)
 if g == nil then return h end
-local win, stop = open_window(3, f[5], 13, 13, 2)
+local win, stop = open_window(3, f[5], 16, 16, 2)
 if not win then return stop end
-if has(win, ARGV[13]) then return {OK, 0, ''} end
-local fenced = fence_refused(8, ARGV[15])  -- a lost turn before a stale session: it says why
+if has(win, ARGV[16]) then return {OK, 0, ''} end
+local fenced = fence_refused(8, ARGV[18]) or log_refused(9)  -- a lost turn first: it says why
 if fenced then return fenced end
 
 local stored = tonumber(redis.call('HGET', KEYS[1], ARGV[9]) or '')
@@ -60,16 +62,16 @@ if stored and stored > tonumber(ARGV[10]) then
   if ARGV[11] == '' or id ~= ARGV[11] then return {STALE} end
 end
 
-local m = tonumber(ARGV[16])
+local m = tonumber(ARGV[19])
 local limit = tonumber(ARGV[7])
-local mb = metadata_after(KEYS[1], f[7], 17, 16 + m, 1, 0)
+local mb = metadata_after(KEYS[1], f[7], 20, 19 + m, 1, 0)
 if limit > 0 and mb > limit then return {TOO_LARGE, mb, limit} end
 
-local r = tonumber(ARGV[17 + m])
+local r = tonumber(ARGV[20 + m])
 local shared = {}
-local at = 18 + m
+local at = 21 + m
 for j = 1, r do
-  local b = 8 + 6 * (j - 1)
+  local b = 9 + 6 * (j - 1)
   local rec = {meta = b + 1, msgs = b + 2, ids = b + 3, mark = b + 4, kids = b + 5, done = b + 6,
     member = at, payload = at + 1, token = at + 2}
   local q = tonumber(ARGV[at + 3])
@@ -96,8 +98,8 @@ end
 local z = redis.pcall('ZADD', KEYS[4], now, ARGV[6])
 if failed(z) then return refusal(z, 4) end
 local created = n == h  -- the list is made anew: it joins the tree's deadline
-redis.call('RPUSH', KEYS[2], ARGV[14])
-add(win, {ARGV[13]}, tonumber(ARGV[4]))
+redis.call('RPUSH', KEYS[2], ARGV[17])
+add(win, {ARGV[16]}, tonumber(ARGV[4]))
 save_window(win)
 n = n + 1
 local max = tonumber(ARGV[5])
@@ -110,14 +112,14 @@ if g then
 else
   redis.call('HSET', KEYS[1], 'updated_at', us, 'n', n, 'h', h, 'mb', mb)
 end
-hcall_from('HSET', KEYS[1], 17, 16 + m)
+hcall_from('HSET', KEYS[1], 20, 19 + m)
 if extend_now then
-  extend(9 + 6 * r, ttl, grace, now)
+  extend(10 + 6 * r, ttl, grace, now)
 elseif created then
   join_tree(f[3], {2})
 end
 
-local made = ''
+local made, ids = '', {}
 for j = 1, r do
   local rec = shared[j]
   local x
@@ -132,7 +134,7 @@ for j = 1, r do
       redis.call('HSET', KEYS[rec.ids], 'w', '0')
       redis.call('ZADD', KEYS[4], now, ARGV[rec.member])
       if ttl > 0 then x = now + ttl + math.floor(ttl / 16) end
-      emit(ARGV[12], ARGV[rec.payload])
+      ids[#ids + 1] = log_event(9, 12, 'create', ARGV[rec.payload], now)
       made = made .. '1'
     else
       made = made .. '0'
@@ -152,4 +154,4 @@ for j = 1, r do
     end
   end
 end
-return {OK, 1, made}
+return {OK, 1, made, unpack(ids)}

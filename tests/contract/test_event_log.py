@@ -1,0 +1,201 @@
+"""The durable event log, written by the scripts that make the changes: ids, refusals, trimming,
+``end``, and ``expire`` events from the reaper."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from redis_session import (
+    ChildAlreadyMerged,
+    DuplicateSession,
+    ForeignKey,
+    Message,
+    Session,
+    SessionLifecycleEvent,
+    SessionNotFound,
+)
+from redis_session._eventlog import entry_event
+from tests.conftest import Backend, StoreFactory
+
+STORY = ["create", "fork", "merge", "fork", "discard", "compact", "delete"]
+
+
+def log_entries(backend: Backend, key: str = "p") -> list[tuple[bytes, dict[bytes, bytes]]]:
+    raw = backend.sync_client()
+    return [
+        (bytes(i), {bytes(f): bytes(v) for f, v in e.items()})
+        for i, e in raw.xrange(backend.schema.log_of(key))
+    ]
+
+
+def logged(backend: Backend, key: str = "p") -> list[SessionLifecycleEvent]:
+    events = [entry_event(i, fields) for i, fields in log_entries(backend, key)]
+    assert None not in events
+    return events  # type: ignore[return-value]
+
+
+async def story(store: Any) -> None:
+    await store.create(Session(key="p", history=[Message(role="user", content="q")]))
+    a = await store.fork_child("p", "alpha")
+    await store.merge_child(a.key, "summary")
+    b = await store.fork_child("p", "beta")
+    await store.discard_child(b.key)
+    await store.compact_messages("p", 0, "s")
+    await store.delete("p")
+
+
+async def test_every_change_is_logged_with_the_id_the_hook_gets(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    seen: list[SessionLifecycleEvent] = []
+    store = make_store(lifecycle_hook=seen.append)
+    await story(store)
+    events = logged(backend)
+    assert [e.type for e in events] == STORY
+    assert [(e.type, e.id, e.key, e.child_key) for e in events] == [
+        (e.type, e.id, e.key, e.child_key) for e in seen
+    ]
+    assert all(e.id for e in seen) and len({e.id for e in seen}) == len(seen)
+    # each entry names the one before it: a reader tells a gap from no events
+    entries = log_entries(backend)
+    assert [f[b"p"] for _, f in entries] == [b"0-0", *(i for i, _ in entries[:-1])]
+
+
+async def test_a_refused_change_logs_nothing(backend: Backend, store: Any) -> None:
+    await store.create(Session(key="p"))
+    child = await store.fork_child("p", "a")
+    await store.merge_child(child.key, "done")
+    before = log_entries(backend)
+    with pytest.raises(DuplicateSession):
+        await store.create(Session(key="p"))
+    with pytest.raises(ChildAlreadyMerged):
+        await store.merge_child(child.key, "again")
+    with pytest.raises(ChildAlreadyMerged):
+        await store.discard_child(child.key)
+    assert await store.delete("never-was") is False
+    assert log_entries(backend) == before
+
+
+async def test_end_marks_once_and_logs_once(backend: Backend, make_store: StoreFactory) -> None:
+    seen: list[SessionLifecycleEvent] = []
+    store = make_store(lifecycle_hook=seen.append)
+    await store.create(Session(key="p"))
+    assert (await store.get("p")).ended_at is None
+    assert await store.end("p") is True
+    ended = (await store.get("p")).ended_at
+    assert ended is not None and ended.tzinfo is not None
+    assert await store.end("p") is False
+    assert (await store.get("p")).ended_at == ended
+    assert [e.type for e in logged(backend)] == ["create", "end"]
+    assert [e.type for e in seen] == ["create", "end"] and seen[1].id == logged(backend)[1].id
+    await store.append_message("p", Message(role="user", content="still writable"))
+    with pytest.raises(SessionNotFound):
+        await store.end("nobody")
+
+
+async def test_the_log_keeps_about_its_limit(backend: Backend, make_store: StoreFactory) -> None:
+    store = make_store(event_log_max=10)
+    await store.create(Session(key="p"))
+    for i in range(400):  # one tree: one log, on a cluster too
+        await store.fork_child("p", f"a{i}")
+    length = backend.sync_client().xlen(backend.schema.log_of("p"))
+    # MAXLEN ~ trims whole blocks of entries (100 per block by default): about the limit
+    assert 10 <= length <= 10 + 200, length
+
+
+async def test_no_log_and_no_publishing_when_events_are_off(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    seen: list[SessionLifecycleEvent] = []
+    store = make_store(publish_events=False, lifecycle_hook=seen.append)
+    await story(store)
+    assert log_entries(backend) == []
+    assert [e.type for e in seen] == STORY and all(e.id == "" for e in seen)
+    store = make_store(event_log_max=0)
+    await store.create(Session(key="q"))
+    assert log_entries(backend, "q") == []
+
+
+async def test_another_programs_value_at_the_log_refuses_the_change(
+    backend: Backend, store: Any
+) -> None:
+    backend.sync_client().set(backend.schema.log_of("p"), "not a stream")
+    with pytest.raises(ForeignKey, match="log"):
+        await store.create(Session(key="p"))
+    with pytest.raises(SessionNotFound):
+        await store.get("p")
+
+
+# -- expire ------------------------------------------------------------------------------------
+
+
+async def wait_for(predicate: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await predicate():
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def test_a_tree_left_to_expire_yields_one_expire_event(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    seen: list[SessionLifecycleEvent] = []
+    store = make_store(ttl=0.4, lifecycle_hook=seen.append)
+    other = make_store(ttl=0.4, lifecycle_hook=seen.append)
+    await store.create(Session(key="gone"))
+    await store.fork_child("gone", "kid")
+    await store.create(Session(key="kept"))
+    started = time.monotonic()
+    reaped: list[SessionLifecycleEvent] = []
+    while time.monotonic() - started < 1.5:  # kept alive by appends; gone left alone
+        await store.append_message("kept", Message(role="user", content="tick"))
+        reaped += await store.reap_expired()
+        reaped += await other.reap_expired()
+        await asyncio.sleep(0.05)
+    assert [(e.type, e.key) for e in reaped] == [("expire", "gone")]
+    assert [e.key for e in await store.list_sessions()] == ["kept"]
+    expires = [e for e in logged(backend, "gone") if e.type == "expire"]
+    assert [(e.key, e.id) for e in expires] == [("gone", reaped[0].id)]
+    assert [e.id for e in seen if e.type == "expire"] == [reaped[0].id]  # the reaper's hook only
+    assert await store.reap_expired() == []
+
+
+async def test_creates_reap_what_expired_in_their_shard(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    store = make_store(ttl=0.3)
+    await store.create(Session(key="old"))
+    await asyncio.sleep(0.3 * 17 / 16 + 0.1)
+
+    shard = backend.schema.index_of("old")
+    beside = (f"new-{i}" for i in range(100_000) if backend.schema.index_of(f"new-{i}") == shard)
+
+    async def reaped() -> bool:  # a create in the same index shard (on a cluster: slot)
+        await store.create(Session(key=next(beside)))
+        return [e.key for e in logged(backend, "old") if e.type == "expire"] == ["old"]
+
+    assert await wait_for(reaped, 3.0)
+
+
+async def test_an_expired_tree_deleted_or_created_again_before_a_reaper_logs_expire(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    seen: list[SessionLifecycleEvent] = []
+    store = make_store(ttl=0.2, lifecycle_hook=seen.append)
+    await store.create(Session(key="a"))
+    await store.create(Session(key="b"))
+    await asyncio.sleep(0.2 * 17 / 16 + 0.1)
+    assert await store.delete("a") is False
+    await store.create(Session(key="b"))
+    a = [(e.type, e.key) for e in logged(backend, "a") if e.key == "a"]
+    b = [(e.type, e.key) for e in logged(backend, "b") if e.key == "b"]
+    assert a == [("create", "a"), ("expire", "a")]
+    assert b == [("create", "b"), ("expire", "b"), ("create", "b")]
+    assert [(e.type, e.key) for e in seen[-3:]] == [a[1], *b[1:]]
+    assert await store.reap_expired() == []  # each tree once
