@@ -5,6 +5,8 @@ session (and of its child sessions) live in one cluster slot. Start with :class:
 (or :class:`AsyncRedisStore`) and ``RedisStore.from_url("memory://")`` for an embedded store.
 """
 
+from ._listen_async import AsyncEventListener, AsyncLogListener
+from ._listen_sync import EventListener, LogListener
 from ._rekey import RekeyProgress, RekeyReport
 from .aio import AsyncRedisStore, AsyncTurn
 from .children import InMemoryChildStore
@@ -44,13 +46,14 @@ from .errors import (
     TurnLost,
     WrongPassphrase,
 )
-from .events import AsyncEventListener, EventListener, LifecycleHook
+from .events import LifecycleHook
 from .models import (
     ChildSession,
     ChildSessionConfig,
     LifecycleEventType,
     Message,
     MessageRole,
+    PendingEvent,
     RunContext,
     Session,
     SessionLifecycleEvent,
@@ -64,6 +67,7 @@ from .store import RedisStore, Turn
 __all__ = [
     "AsyncChildSessionStore",
     "AsyncEventListener",
+    "AsyncLogListener",
     "AsyncRedisStore",
     "AsyncStore",
     "AsyncTurn",
@@ -88,10 +92,12 @@ __all__ = [
     "KeyUnavailable",
     "LifecycleEventType",
     "LifecycleHook",
+    "LogListener",
     "Message",
     "MessageRole",
     "MigrationConflict",
     "PassphraseRequired",
+    "PendingEvent",
     "RedisStore",
     "RekeyProgress",
     "RekeyReport",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -147,18 +147,27 @@ class EventLog:
         self._reaped[index] = now
         return (yield from self.reap(index))
 
+    def due_query(self, index: str) -> tuple[Any, ...]:
+        """The read of index shard ``index``'s entries whose tree may be due to be reaped (a
+        page; the script checks each with the server's clock).
+        """
+        ttl = self.options.ttl_ms
+        cutoff = int(time.time() * 1000) - ttl - ttl // 16
+        return ("ZRANGEBYSCORE", index, "-inf", f"({cutoff}", "LIMIT", 0, REAP_PAGE)
+
     def reap(self, index: str) -> Op[list[SessionLifecycleEvent]]:
         """Log an ``expire`` event for up to a page of the trees of index shard ``index``
         whose deadline passed (each exactly once, whoever reaps), take them off the index,
         and hand the events to the hook; returns them.
         """
-        ttl = self.options.ttl_ms
-        if not ttl:
+        if not self.options.ttl_ms:
             return []
-        cutoff = int(time.time() * 1000) - ttl - ttl // 16  # the script checks with its clock
-        (members,) = yield from self.index.reads(
-            [("ZRANGEBYSCORE", index, "-inf", f"({cutoff}", "LIMIT", 0, REAP_PAGE)]
-        )
+        (members,) = yield from self.index.reads([self.due_query(index)])
+        return (yield from self.reap_members(index, members))
+
+    def reap_members(self, index: str, members: Sequence[Any]) -> Op[list[SessionLifecycleEvent]]:
+        """:meth:`reap` of the candidates ``members`` read from ``index`` (:meth:`due_query`)."""
+        ttl = self.options.ttl_ms
         keys: list[str] = [index, self.schema.beside(index, "log")]
         candidates: list[bytes | str] = []
         drafts: dict[str, Draft] = {}
@@ -171,7 +180,7 @@ class EventLog:
             draft = drafts[key] = new_event(LifecycleEventType.EXPIRE, key)
             keys.append(self.schema.session(key).meta)
             candidates += (key, draft.fields)
-        if not candidates:
+        if not ttl or not candidates:
             return []
         reply = yield contracts.reap_expired(
             keys, events=self.events_beside(index), ttl_ms=ttl, candidates=candidates

@@ -70,7 +70,17 @@ CLIENT_COMMANDS: Mapping[str, Sent] = MappingProxyType(
         "blpop": Sent("turn(..., wait=...): waiting for a session's turn to be released"),
         "ping": Sent("the OpenAI Agents session's ping()"),
         # events
-        "subscribe": Sent("listen()"),
+        "subscribe": Sent("listen(): live; a log listener's wake-ups on a cluster"),
+        "ssubscribe": Sent("listen() with sharded_events: each slot's shard channel"),
+        "xrange": Sent("listen(since=...): reading the event log; pending()"),
+        "xrevrange": Sent("listen(since='latest'): the newest event there is"),
+        "xread": Sent("listen(since=...) on a single server: waiting for the next event"),
+        "xgroup|create": Sent("listen(group=...): the group, on its first use"),
+        "xreadgroup": Sent("listen(group=...): what a member held before it started again"),
+        "xack": Sent("a group listener's ack(event), and the events of types it skips"),
+        "xautoclaim": Sent("listen(group=...): taking over what another member held too long"),
+        "xpending": Sent("pending(group); a group listener counting deliveries"),
+        "time": Sent("listen(since=...) on a cluster: the primaries' clocks move the cursor"),
         # redis-py itself
         "select": Sent("connecting with a database other than 0 in the URL", True),
         "cluster|slots": Sent("a cluster client learning which node serves which slot", True),

@@ -403,6 +403,18 @@ def reap_expired(
     return ScriptCall("reap_expired", keys, [*events, ttl_ms, *candidates])
 
 
+class GroupRead(NamedTuple):
+    delivered: Any
+    """The group's last delivered id before this call."""
+    entries: Any
+    """``[id, [field, value, ...]]`` per entry taken."""
+
+
+@_contract("log", "group consumer count", GroupRead)
+def read_group(keys: Sequence[Key], *, group: str, consumer: str, count: int) -> ScriptCall:
+    return ScriptCall("read_group", keys, [group, consumer, count], write=False)
+
+
 class Appended(NamedTuple):
     appended: Any
 

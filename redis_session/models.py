@@ -285,6 +285,23 @@ class SessionLifecycleEvent(_Model):
     a member did not acknowledge it in time); 1 outside groups."""
 
 
+class PendingEvent(_Model):
+    """An event a consumer group gave a member that has not acknowledged it (``store.pending``)."""
+
+    model_config = _STRICT
+
+    id: str
+    """The event's id in its log."""
+    event: SessionLifecycleEvent | None
+    """The event; None when the log no longer holds it (trimmed)."""
+    consumer: str
+    """The member holding it."""
+    deliveries: int
+    """How many times the group gave it out."""
+    idle: float
+    """Seconds since it was last given out."""
+
+
 class RunContext(_Model):
     """Identifies the workflow run a turn belongs to."""
 

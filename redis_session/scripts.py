@@ -41,6 +41,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "migrate_secrets",
     "pop_message",
     "reap_expired",
+    "read_group",
     "read_range",
     "rekey_session",
     "release_turn",

@@ -9,21 +9,26 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import redis
 
-from . import _url, events
+from . import _follow, _url, events
+from ._args import duration_ms, non_negative_int, text
 from ._core import Compute, Core, Emit, Op, RekeyProgress, RekeyReport, Request, ScriptCall
+from ._eventlog import entry_event
+from ._follow import check_types
+from ._listen_sync import EventListener, LogListener
 from ._sessions import Fence
 from .context import with_turn_id
 from .errors import DurabilityNotReached, InvalidArgument
-from .events import EventListener, LifecycleHook
+from .events import LifecycleHook
 from .extension import Extension
 from .models import (
     ChildSession,
     ChildSessionConfig,
     Message,
+    PendingEvent,
     Session,
     SessionLifecycleEvent,
     SessionSummary,
@@ -188,14 +193,90 @@ class RedisStore:
             raise ValueError("lifecycle_hook: must be callable or None")
         self._hook = hook
 
-    def listen(self) -> EventListener:
-        """A listener of this store's lifecycle events, subscribed before it is returned.
+    @overload
+    def listen(
+        self, since: None = None, *, group: None = None, types: Iterable[str] | None = None
+    ) -> EventListener: ...
 
-        Iterate it (``for``) or ``listener.get(timeout)``; close it with
-        ``close()``. It resubscribes after a dropped connection; pub/sub is at-most-once, so
-        events published during the gap are missed.
+    @overload
+    def listen(
+        self,
+        since: str,
+        *,
+        group: str | None = None,
+        consumer: str | None = None,
+        claim_after: float = 30.0,
+        types: Iterable[str] | None = None,
+        poll: float = 1.0,
+    ) -> LogListener: ...
+
+    @overload
+    def listen(
+        self,
+        since: str | None = None,
+        *,
+        group: str,
+        consumer: str | None = None,
+        claim_after: float = 30.0,
+        types: Iterable[str] | None = None,
+        poll: float = 1.0,
+    ) -> LogListener: ...
+
+    def listen(
+        self,
+        since: str | None = None,
+        *,
+        group: str | None = None,
+        consumer: str | None = None,
+        claim_after: float = 30.0,
+        types: Iterable[str] | None = None,
+        poll: float = 1.0,
+    ) -> EventListener | LogListener:
+        """A listener of this store's lifecycle events, ready when it is returned. Iterate it
+        (``for``) or ``listener.get(timeout)``; close it with ``close()``.
+
+        - ``listen()``: live, from pub/sub: at-most-once (a dropped connection, a restart or a
+          slow consumer cut off by Redis loses what was published meanwhile).
+        - ``listen(since="earliest" | "latest" | cursor)``: the event log from there, then live;
+          ``listener.cursor`` after an event resumes right after it. ``EventsLost`` when the
+          log no longer holds what follows a cursor (trimmed past it: ``event_log_max``).
+        - ``listen(group=G, consumer=C, claim_after=s)``: a member of consumer group ``G``
+          (created on first use, from ``since``, default ``"latest"``): each event goes to one
+          member, acknowledged with ``listener.ack(event)``; one not acknowledged in
+          ``claim_after`` seconds goes to another member (``event.deliveries`` counts).
+
+        ``types``: only events of these types (in a group, the others are acknowledged).
+        ``poll``: how often a log listener reads every log and reaps expired trees (their
+        ``expire`` events) besides waiting for news. See docs/events.md.
         """
-        return EventListener(self._client, self.events_channel).start()
+        kinds = check_types(types)
+        if since is None and group is None:
+            if self._core.options.sharded_events:
+                indexes = self._run(self._core.index.indexes())
+                channels = [self._core.schema.beside(i, "events") for i in indexes]
+                if not self._core.schema.cluster:
+                    channels = [self.events_channel]
+                return EventListener(
+                    self._client, self.events_channel, shard_channels=channels,
+                    types=kinds,
+                ).start()  # fmt: skip
+            client = self._client
+            return EventListener(client, self.events_channel, types=kinds).start()
+        if group is not None:
+            text(group, "group")
+        claim_ms, poll_ms = duration_ms(claim_after, "claim_after"), duration_ms(poll, "poll")
+        listener = LogListener(
+            self._client,
+            self._core,
+            self._run,
+            since=since or "latest",
+            group=group,
+            consumer=consumer,
+            claim_after=claim_ms / 1000,
+            types=kinds,
+            poll=poll_ms / 1000,
+        )
+        return listener.start()
 
     def _execute(self, request: Request) -> Any:
         if isinstance(request, ScriptCall):
@@ -464,6 +545,39 @@ class RedisStore:
         them; returns how many. Probes all 16384 slots; a no-op on a single server.
         """
         return self._run(self._core.index.repair_index())
+
+    def pending(self, group: str, *, limit: int = 100) -> list[PendingEvent]:
+        """What consumer group ``group`` gave out and no member acknowledged yet (at most
+        ``limit`` per log, oldest first): the sweep of an end processor. A member that starts
+        again under its name gets its own first; others take over each after the listener's
+        ``claim_after``. Empty for a group that does not exist.
+        """
+        text(group, "group")
+        count = non_negative_int(limit, "limit")
+        client: Any = self._client
+        out: list[PendingEvent] = []
+        for index in self._run(self._core.index.indexes()):
+            log_key = self._core.schema.beside(index, "log")
+            try:
+                held = client.xpending_range(log_key, group, "-", "+", count)
+            except redis.ResponseError as exc:
+                if "NOGROUP" in str(exc):
+                    continue
+                raise
+            for entry in held:
+                entry_id = _follow.text(entry["message_id"])
+                found = client.xrange(log_key, entry_id, entry_id)
+                event = entry_event(entry_id, found[0][1]) if found else None
+                out.append(
+                    PendingEvent(
+                        id=entry_id,
+                        event=event,
+                        consumer=_follow.text(entry["consumer"]),
+                        deliveries=int(entry["times_delivered"]),
+                        idle=int(entry["time_since_delivered"]) / 1000,
+                    )
+                )
+        return out
 
     def reap_expired(self) -> list[SessionLifecycleEvent]:
         """Log one ``expire`` event for each session tree whose deadline passed (up to a page

@@ -44,6 +44,8 @@ RULES: Rules = [
     (r"^.*# async only\b.*\n", ""),
     (r"\bawait events\.finish_hook\(", "events.finish_hook_sync("),
     (r"\bAsyncEventListener\b", "EventListener"),
+    (r"\bAsyncLogListener\b", "LogListener"),
+    (r"\b_listen_async\b", "_listen_sync"),
     (r"\bAsyncChildSessionStore\b", "ChildSessionStore"),
     (r"\bAsyncRedisStore\b", "RedisStore"),
     (r"\bAsyncTurn\b", "Turn"),
@@ -81,9 +83,35 @@ CONNECT_RULES: Rules = [
 ]
 """``_connect_async.py`` → ``_connect_sync.py``: clients from a URL, refresh and close."""
 
+LISTEN_RULES: Rules = [
+    (r"\bAsync(EventListener|LogListener)\b", r"\1"),
+    (r"^.*# async only\b.*\n", ""),
+    (r"\bawait asyncio\.sleep\(", "time.sleep("),
+    (r"^import asyncio\n", ""),
+    (r"^import redis\.asyncio\n", ""),
+    (r"\bredis\.asyncio\.(Redis|RedisCluster)\b", r"redis.\1"),
+    (r"\bAwaitable\[Any\]", "Any"),
+    (r"\bAwaitable, ", ""),
+    (r"\bAsyncIterator\b", "Iterator"),
+    (r"\basync def\b", "def"),
+    (r"\bawait ", ""),
+    (r"\baclose\b", "close"),
+    (r"``async for``", "``for``"),
+    (r"__aiter__", "__iter__"),
+    (r"__aenter__", "__enter__"),
+    (r"__aexit__", "__exit__"),
+    (r"asyncio flavour", "blocking flavour"),
+    (
+        r"^\"\"\"Listeners of lifecycle events \(asyncio\)\.",
+        '"""Listeners of lifecycle events (blocking).',
+    ),
+]
+"""``_listen_async.py`` → ``_listen_sync.py``: the live and the log listeners."""
+
 PAIRS: list[Pair] = [
     Pair(PACKAGE / "aio.py", PACKAGE / "store.py", RULES),
     Pair(PACKAGE / "_connect_async.py", PACKAGE / "_connect_sync.py", CONNECT_RULES),
+    Pair(PACKAGE / "_listen_async.py", PACKAGE / "_listen_sync.py", LISTEN_RULES),
 ]
 
 

@@ -91,7 +91,11 @@ def test_a_rule_that_matches_nothing_fails_naming_it(
 def test_the_repository_pairs_are_checked(tool: ModuleType) -> None:
     """Each generated module names its source; ``--check`` passes on the repository."""
     pairs = {p.source.name: p.target.name for p in tool.PAIRS}
-    assert pairs == {"aio.py": "store.py", "_connect_async.py": "_connect_sync.py"}
+    assert pairs == {
+        "aio.py": "store.py",
+        "_connect_async.py": "_connect_sync.py",
+        "_listen_async.py": "_listen_sync.py",
+    }
     for p in tool.PAIRS:
         first = p.target.read_text(encoding="utf-8").splitlines()[0]
         assert (

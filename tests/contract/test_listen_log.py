@@ -1,0 +1,205 @@
+"""Listeners of the event log: replay from a cursor, resume, groups, ``types``, ``EventsLost``,
+``end`` processed at least once, ``expire`` from the listeners' reaping."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from typing import Any
+
+import pytest
+
+from redis_session import (
+    EventsLost,
+    InvalidArgument,
+    Message,
+    Session,
+    SessionLifecycleEvent,
+)
+from tests.conftest import Backend, StoreFactory
+
+
+async def aw(value: Any) -> Any:
+    return (await value) if inspect.isawaitable(value) else value
+
+
+async def take(listener: Any, count: int, timeout: float = 10.0) -> list[SessionLifecycleEvent]:
+    """The next ``count`` events (fewer when ``timeout`` passes first)."""
+    got: list[SessionLifecycleEvent] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        event = await aw(listener.get(timeout=min(1.0, max(0.05, deadline - time.monotonic()))))
+        if event is not None:
+            got.append(event)
+    return got
+
+
+async def close(listener: Any) -> None:
+    await aw(listener.aclose() if hasattr(listener, "aclose") else listener.close())
+
+
+async def busy(store: Any, n: int, prefix: str = "s") -> list[tuple[str, str]]:
+    """``n`` sessions each created, forked, merged; every other one deleted: the (type, key)
+    of each event in the order it happened, per session."""
+    happened: list[tuple[str, str]] = []
+    for i in range(n):
+        key = f"{prefix}{i}"
+        await store.create(Session(key=key, history=[Message(role="user", content="q")]))
+        child = await store.fork_child(key, "helper")
+        await store.merge_child(child.key, "done")
+        happened += [("create", key), ("fork", key), ("merge", key)]
+        if i % 2:
+            await store.delete(key)
+            happened.append(("delete", key))
+    return happened
+
+
+def per_session(events: list[tuple[str, str]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for kind, key in events:
+        out.setdefault(key, []).append(kind)
+    return out
+
+
+async def test_a_late_listener_replays_everything_in_order_then_resumes_exactly(
+    store: Any,
+) -> None:
+    happened = await busy(store, 20)
+    listener = await aw(store.listen(since="earliest"))
+    got = await take(listener, len(happened))
+    assert per_session([(e.type, e.key) for e in got]) == per_session(happened)
+    assert len({(e.key, e.id) for e in got}) == len(got)  # none twice (ids: per log)
+    cursor = listener.cursor
+    assert await aw(listener.get(timeout=0.3)) is None
+    await close(listener)
+    more = await busy(store, 10, prefix="t")
+    for i in range(5):
+        await store.fork_child("t0", f"extra{i}")
+    more += [("fork", "t0")] * 5
+    assert len(more) == 40
+    resumed = await aw(store.listen(since=cursor))
+    again = await take(resumed, len(more))
+    assert per_session([(e.type, e.key) for e in again]) == per_session(more)
+    assert len(again) == len(more)
+    assert await aw(resumed.get(timeout=0.3)) is None  # exactly those
+    await close(resumed)
+
+
+async def test_latest_follows_what_comes_after(store: Any) -> None:
+    await busy(store, 3)
+    listener = await aw(store.listen(since="latest"))
+    assert await aw(listener.get(timeout=0.2)) is None
+    await store.create(Session(key="new"))
+    got = await take(listener, 1)
+    assert [(e.type, e.key) for e in got] == [("create", "new")] and got[0].id
+    await close(listener)
+
+
+async def test_types_filter_every_mode(store: Any) -> None:
+    await busy(store, 2)
+    listener = await aw(store.listen(since="earliest", types={"merge"}))
+    got = await take(listener, 2)
+    assert [(e.type, e.key) for e in got] == [("merge", "s0"), ("merge", "s1")]
+    await close(listener)
+    with pytest.raises(InvalidArgument, match="types"):
+        await aw(store.listen(since="earliest", types="merge"))
+    with pytest.raises(InvalidArgument, match="since"):
+        await aw(store.listen(since="not-a-cursor"))
+
+
+async def test_a_cursor_past_the_log_raises_events_lost_once(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    store = make_store(event_log_max=10)
+    await store.create(Session(key="p"))
+    first = await aw(store.listen(since="earliest"))
+    (created,) = await take(first, 1)
+    cursor = first.cursor
+    await close(first)
+    for i in range(400):  # one tree, one log: trimmed far past the cursor
+        await store.fork_child("p", f"a{i}")
+    listener = await aw(store.listen(since=cursor))
+    with pytest.raises(EventsLost) as lost:
+        await take(listener, 1)
+    assert lost.value.log == backend.schema.log_of("p") and lost.value.after == created.id
+    assert lost.value.oldest  # names the oldest event the log still holds
+    rest = await take(listener, 500, timeout=5.0)  # then it goes on after the gap
+    assert rest and all(e.type == "fork" for e in rest)
+    assert rest[-1].child_key.split(":")[-2] == "a399"  # up to the newest
+    await close(listener)
+
+
+async def test_a_group_shares_events_and_takes_over_what_a_dead_member_held(
+    store: Any,
+) -> None:
+    a = await aw(store.listen(group="billing", consumer="a", claim_after=0.3, since="latest"))
+    b = await aw(store.listen(group="billing", consumer="b", claim_after=0.3, since="latest"))
+    for i in range(20):
+        await store.create(Session(key=f"g{i}"))
+    held = await take(a, 20, timeout=5.0)  # a takes them and dies without acknowledging
+    await close(a)
+    for i in range(20, 30):
+        await store.create(Session(key=f"g{i}"))
+    acked: dict[tuple[str, str], int] = {}  # (key, id): an id is unique in its log
+    redelivered = 0
+    deadline = time.monotonic() + 15
+    while len(acked) < 30 and time.monotonic() < deadline:
+        event = await aw(b.get(timeout=0.5))
+        if event is None:
+            continue
+        assert (event.key, event.id) not in acked, "an acknowledged event came again"
+        redelivered += event.deliveries > 1
+        assert await aw(b.ack(event)) is True
+        acked[event.key, event.id] = 1
+    assert len(acked) == 30 and {(e.key, e.id) for e in held} <= set(acked)
+    assert redelivered == len(held)
+    assert await aw(b.get(timeout=1.0)) is None
+    assert await aw(store.pending("billing")) == []
+    await close(b)
+
+
+async def test_end_is_processed_at_least_once(store: Any) -> None:
+    await store.create(Session(key="e"))
+    worker = await aw(
+        store.listen(group="end-processor", consumer="w1", types={"end"}, claim_after=0.3)
+    )
+    assert await store.end("e") is True and await store.end("e") is False
+    (ended,) = await take(worker, 1)
+    assert ended.type == "end" and ended.key == "e"
+    await close(worker)  # dies before acknowledging
+    (held,) = await aw(store.pending("end-processor"))
+    assert held.id == ended.id and held.consumer == "w1" and held.event is not None
+    assert held.event.type == "end" and held.deliveries == 1
+    other = await aw(
+        store.listen(group="end-processor", consumer="w2", types={"end"}, claim_after=0.3)
+    )
+    (again,) = await take(other, 1)
+    assert again.id == ended.id and again.deliveries == 2
+    assert await aw(other.ack(again)) is True
+    assert await aw(store.pending("end-processor")) == []
+    assert await take(other, 1, timeout=1.0) == []  # one end event, processed once
+    await close(other)
+
+
+async def test_a_member_started_again_under_its_name_gets_what_it_held(store: Any) -> None:
+    first = await aw(store.listen(group="g", consumer="same", since="latest"))
+    await store.create(Session(key="x"))
+    (held,) = await take(first, 1)
+    await close(first)
+    again = await aw(store.listen(group="g", consumer="same"))
+    (got,) = await take(again, 1)
+    assert got.id == held.id and got.deliveries == 2
+    await aw(again.ack(got))
+    await close(again)
+
+
+async def test_a_listener_reaps_expired_trees(make_store: StoreFactory) -> None:
+    store = make_store(ttl=0.3)
+    listener = await aw(store.listen(since="latest", types={"expire"}, poll=0.2))
+    await store.create(Session(key="short"))
+    started = time.monotonic()
+    (expired,) = await take(listener, 1, timeout=5.0)
+    delay = time.monotonic() - started
+    assert expired.key == "short" and expired.type == "expire"
+    assert delay < 0.3 * 17 / 16 + 2.0  # within ttl/16 + the poll (and then some) of the deadline
+    await close(listener)
