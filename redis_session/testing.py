@@ -15,7 +15,9 @@ Fixtures:
   works in pytest-asyncio's default strict mode (where async tests are marked
   ``@pytest.mark.asyncio``) as in its auto mode.
 - ``rs_events``: the lifecycle events ``rs_store`` and ``rs_async_store`` emitted so far,
-  in order (a list the store's hook appends to).
+  in order (a list the store's hook appends to), each with its ``id`` in the store's event
+  log: a listener of the store (``listen(since=...)``, ``listen(group=...)``) gets the same
+  events with the same ids.
 
 And :func:`round_trips`: ``with round_trips(store) as count: ...``, then ``count.value`` is
 how many requests the store sent to Redis inside the block (a script call or a pipeline is

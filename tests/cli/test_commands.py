@@ -175,6 +175,42 @@ def test_events_stops_at_the_timeout(place: Place) -> None:
     assert "0 events" in result.stderr
 
 
+def test_events_since_replays_the_log_and_prints_where_to_resume(place: Place) -> None:
+    tag = uuid.uuid4().hex[:6]
+    with place.store() as store:
+        for n in range(3):
+            store.create(Session(key=f"log-{tag}-{n}"))
+        first = invoke("events", *place.args(), "--since", "earliest", "--timeout", "2", "--json")
+        ours = [json.loads(line) for line in first.stdout.splitlines()]
+        ours = [e for e in ours if e["key"].startswith(f"log-{tag}-")]
+        assert [e["key"] for e in ours] == [f"log-{tag}-{n}" for n in range(3)]
+        last = json.loads(first.stdout.splitlines()[-1])["cursor"]  # where the command stopped
+        assert f"resume with --since {last}" in " ".join(first.stderr.split())
+        cursor = ours[-1]["cursor"]
+        store.create(Session(key=f"log-{tag}-3"))
+    again = invoke("events", *place.args(), "--since", cursor, "--count", "1", "--timeout", "10")
+    assert again.exit_code == 0
+    (line,) = again.stdout.splitlines()  # exactly the one after the cursor
+    assert line.split()[-2:] == ["create", f"log-{tag}-3"]
+
+
+def test_events_in_a_group_acknowledges_what_it_printed(place: Place) -> None:
+    tag = uuid.uuid4().hex[:6]
+    group = f"g-{tag}"
+    with place.store() as store:
+        for n in range(2):
+            store.create(Session(key=f"grp-{tag}-{n}"))
+        result = invoke(
+            "events", *place.args(), "--group", group, "--consumer", "c1", "--since",
+            "earliest", "--type", "create", "--count", "2", "--timeout", "10",
+        )  # fmt: skip
+        assert result.exit_code == 0, result.stderr
+        assert f"as {group}/c1" in result.stderr
+        assert store.pending(group) == []  # printed, then acknowledged
+    alone = invoke("events", *place.args(), "--consumer", "c1", "--timeout", "0.1")
+    assert alone.exit_code == 2 and "--consumer needs --group" in alone.stderr
+
+
 # -- compact ----------------------------------------------------------------------------------
 
 

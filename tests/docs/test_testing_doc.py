@@ -58,7 +58,7 @@ def test_the_plugin_example_passes_as_a_users_test_file(mode: str, tmp_path: Pat
     done = _pytest(tmp_path, "test_example.py")
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"asyncio: mode=Mode.{mode.upper()}" in done.stdout
-    assert re.search(r"\b2 passed in ", done.stdout), done.stdout  # no warning in the tests
+    assert re.search(r"\b3 passed in ", done.stdout), done.stdout  # no warning in the tests
     if mode == "auto":  # configured as the page shows: not a line more
         assert done.stderr == ""
     else:  # only pytest-asyncio's own warning about its configuration, as the page says
