@@ -6,7 +6,7 @@ with sessions on a cluster (see ``_eventlog``). A listener's position is an entr
 stream. On a single server the cursor is that id. On a cluster it would be one id per slot,
 so the cursor is a base id ``B`` (every stream has been read past every entry whose id is at
 most ``B``) and the streams read further than ``B``: ``c:B;tag=id,tag=id``. ``B`` moves to
-the oldest clock of the cluster's primaries, less :data:`CLOCK_MARGIN`, each time the listener
+the oldest clock of the cluster's primaries, less :data:`CLOCK_MARGIN_MS`, each time the listener
 has read every stream to its end and passed every entry on: an entry logged later has a
 greater id (a stream's ids grow with its node's clock), so the cursor stays a few streams
 long whatever the number of slots.
