@@ -149,6 +149,7 @@ def events_of(
 
 
 def wanted(types: frozenset[str] | None, event: SessionLifecycleEvent | None) -> bool:
+    """Whether ``event`` is one a listener of ``types`` returns."""
     return event is not None and (types is None or event.type in types)
 
 

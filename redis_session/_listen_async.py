@@ -42,6 +42,7 @@ from ._follow import (
     wanted,
 )
 from ._requests import Op, ScriptCall
+from ._telemetry import Telemetry, timed
 from .errors import EventsLost
 from .models import SessionLifecycleEvent
 from .status import Ctx, Status, check
@@ -195,8 +196,10 @@ class AsyncLogListener:
         claim_after: float = 30.0,
         types: frozenset[str] | None = None,
         poll: float = 1.0,
+        telemetry: Telemetry | None = None,
     ) -> None:
-        self._client: Any = client  # redis-py leaves the stream commands' replies untyped
+        self._client: Any = client
+        self._telemetry = telemetry  # redis-py leaves the stream commands' replies untyped
         self._core = core
         self._run = run
         self._schema = core.schema
@@ -354,7 +357,9 @@ class AsyncLogListener:
                     if not self._buffer and self._base_due is not None:
                         self._position.advance(self._base_due)
                         self._base_due = None
-                if wanted(self.types, event):
+                if event is not None and wanted(self.types, event):
+                    if self._telemetry is not None:
+                        self._measure(event)
                     return event
                 if self.group is not None:  # not this member's kind (or not an event): done
                     await self._client.xack(log_key, self.group, entry_id)
@@ -527,6 +532,16 @@ class AsyncLogListener:
             if isinstance(members, list) and members:
                 await self._run(reaper.reap_members(index, members))
 
+    def _measure(self, event: SessionLifecycleEvent) -> None:
+        """The listener's lag and re-deliveries, as metrics."""
+        if self._telemetry is None:
+            return
+        metrics, kind = self._telemetry.metrics, {"event.type": event.type}
+        if event.timestamp is not None:
+            metrics.lag.record(max(0.0, time.time() - event.timestamp.timestamp()), kind)
+        if event.deliveries > 1:
+            metrics.redeliveries.add(1, kind)
+
     # -- groups -----------------------------------------------------------------------------------
 
     async def ack(self, event: SessionLifecycleEvent) -> bool:
@@ -535,7 +550,12 @@ class AsyncLogListener:
         """
         if self.group is None or not event.id:
             return False
-        return bool(await self._client.xack(self._schema.log_of(event.key), self.group, event.id))
+        end = timed(self._telemetry, "ack")
+        try:
+            done = await self._client.xack(self._schema.log_of(event.key), self.group, event.id)
+        finally:
+            end()
+        return bool(done)
 
     # -- closing ----------------------------------------------------------------------------------
 

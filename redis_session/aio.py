@@ -20,6 +20,7 @@ from ._follow import check_types
 from ._listen_async import AsyncEventListener, AsyncLogListener
 from ._loops import LoopClients  # async only
 from ._sessions import Fence
+from ._telemetry import Telemetry
 from .context import with_turn_id
 from .errors import DurabilityNotReached, InvalidArgument
 from .events import LifecycleHook
@@ -90,6 +91,7 @@ class AsyncRedisStore:
         self._client = client
         self._clients = LoopClients(client)  # async only: one client per event loop
         self._unready = self._core.schema.cluster  # async only: see _run
+        self._telemetry = Telemetry.of(chosen.trace_session_keys, client)
         self._scripts = {n: client.register_script(script_source(n)) for n in SCRIPT_NAMES}
 
     @classmethod
@@ -279,6 +281,7 @@ class AsyncRedisStore:
             claim_after=claim_ms / 1000,
             types=kinds,
             poll=poll_ms / 1000,
+            telemetry=self._telemetry,
         )
         return await listener.start()
 
@@ -385,6 +388,19 @@ class AsyncRedisStore:
             await _url.async_refresh(self._clients.current())
 
     async def _run(self, op: Op[T]) -> T:
+        telemetry = self._telemetry
+        if telemetry is None or not telemetry.active():  # not installed, or no SDK configured
+            return await self._run_op(op)
+        call = telemetry.start(getattr(op, "__name__", "operation"), op)
+        try:
+            result: T = await self._run_op(call.watch(op) if call.recording else op)
+        except BaseException as exc:
+            call.end(error=exc)
+            raise
+        call.end(result)
+        return result
+
+    async def _run_op(self, op: Op[T]) -> T:
         if self._unready:  # async only: a cluster client learns its slots on its first command,
             self._unready = False  # async only: after routing it (to a node that may answer
             await self._clients.current().initialize()  # async only: MOVED); first, here
@@ -476,7 +492,12 @@ class AsyncRedisStore:
             SessionNotFound, SessionExpired: no live session under ``key``.
             InvalidArgument: ``lease`` <= 0 or ``wait`` < 0.
         """
-        fence = await self._run(self._core.turns.claim(key, lease, wait))
+        started = time.perf_counter()
+        try:
+            fence = await self._run(self._core.turns.claim(key, lease, wait))
+        finally:
+            if self._telemetry is not None:
+                self._telemetry.metrics.turn_wait.record(time.perf_counter() - started)
         held = AsyncTurn(self, key, fence, lease)
         try:
             with with_turn_id(held.id):

@@ -78,6 +78,9 @@ class StoreOptions:
     """log2 of scrypt's n for the passphrase's key."""
     read_cache_bytes: int = DEFAULT_READ_CACHE_BYTES
     """The bound of the read cache, in bytes of messages as stored (0: off)."""
+    trace_session_keys: str = "hashed"
+    """How a session key goes on OpenTelemetry spans: ``"hashed"`` (a BLAKE2b-64 digest),
+    ``"plain"`` or ``"off"`` (see docs/observability.md)."""
 
     ttl_ms: int = field(init=False, repr=False)
     grace_ms: int = field(init=False, repr=False)
@@ -116,6 +119,11 @@ class StoreOptions:
         for flag in ("publish_events", "sharded_events"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidArgument(flag, "must be a bool")
+        if self.trace_session_keys not in ("off", "hashed", "plain"):
+            raise InvalidArgument(
+                "trace_session_keys",
+                f"must be 'off', 'hashed' or 'plain', got {self.trace_session_keys!r}",
+            )
         age = self.event_log_age
         set_(self, "event_log_age_ms", 0 if age is None else duration_ms(age, "event_log_age"))
         set_(self, "wait_timeout_ms", duration_ms(self.wait_timeout, "wait_timeout"))

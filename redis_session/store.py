@@ -20,6 +20,7 @@ from ._eventlog import entry_event
 from ._follow import check_types
 from ._listen_sync import EventListener, LogListener
 from ._sessions import Fence
+from ._telemetry import Telemetry
 from .context import with_turn_id
 from .errors import DurabilityNotReached, InvalidArgument
 from .events import LifecycleHook
@@ -88,6 +89,7 @@ class RedisStore:
         self._unlocking = threading.Lock()  # one scrypt per store, however many callers wait
         self.set_lifecycle_hook(lifecycle_hook)
         self._client = client
+        self._telemetry = Telemetry.of(chosen.trace_session_keys, client)
         self._scripts = {n: client.register_script(script_source(n)) for n in SCRIPT_NAMES}
 
     @classmethod
@@ -275,6 +277,7 @@ class RedisStore:
             claim_after=claim_ms / 1000,
             types=kinds,
             poll=poll_ms / 1000,
+            telemetry=self._telemetry,
         )
         return listener.start()
 
@@ -378,6 +381,19 @@ class RedisStore:
             _url.sync_refresh(self._client)
 
     def _run(self, op: Op[T]) -> T:
+        telemetry = self._telemetry
+        if telemetry is None or not telemetry.active():  # not installed, or no SDK configured
+            return self._run_op(op)
+        call = telemetry.start(getattr(op, "__name__", "operation"), op)
+        try:
+            result: T = self._run_op(call.watch(op) if call.recording else op)
+        except BaseException as exc:
+            call.end(error=exc)
+            raise
+        call.end(result)
+        return result
+
+    def _run_op(self, op: Op[T]) -> T:
         keyring = self._core.keyring
         if keyring.locked:
             with self._unlocking:
@@ -464,7 +480,12 @@ class RedisStore:
             SessionNotFound, SessionExpired: no live session under ``key``.
             InvalidArgument: ``lease`` <= 0 or ``wait`` < 0.
         """
-        fence = self._run(self._core.turns.claim(key, lease, wait))
+        started = time.perf_counter()
+        try:
+            fence = self._run(self._core.turns.claim(key, lease, wait))
+        finally:
+            if self._telemetry is not None:
+                self._telemetry.metrics.turn_wait.record(time.perf_counter() - started)
         held = Turn(self, key, fence, lease)
         try:
             with with_turn_id(held.id):

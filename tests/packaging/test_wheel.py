@@ -33,6 +33,9 @@ SMOKE = textwrap.dedent(
     from redis_session import Message, RedisStore, Session
     from redis_session.scripts import lua_dir
 
+    # OpenTelemetry (here from the test environment) is imported by the first store, not before
+    assert not [m for m in sys.modules if m.startswith("opentelemetry")]
+
     venv = pathlib.Path(sys.prefix).resolve()
     assert venv in pathlib.Path(redis_session.__file__).resolve().parents, redis_session.__file__
     assert venv in lua_dir().resolve().parents, lua_dir()
@@ -192,12 +195,14 @@ BARE = textwrap.dedent(
     import importlib.util, sys, uuid
     from redis_session import Message, RedisStore, Session
 
-    assert all(importlib.util.find_spec(m) is None for m in ("click", "rich", "fakeredis"))
+    bare = ("click", "rich", "fakeredis", "opentelemetry")
+    assert all(importlib.util.find_spec(m) is None for m in bare)
     prefix = f"bare-{uuid.uuid4().hex[:8]}:"
     with RedisStore.from_url(sys.argv[1], prefix=prefix) as store:
         store.create(Session(key="k", history=[Message(role="user", content="hello")]))
         print(store.get_history("k")[0].content)
         store.delete("k")
+    assert not [m for m in sys.modules if m.startswith("opentelemetry")]
     try:
         RedisStore.from_url("memory://")
     except ImportError as exc:
