@@ -56,7 +56,8 @@ WAIT_MS = 1000
 """The longest single wait on the server (XREAD BLOCK, a pub/sub read), so close() is seen."""
 
 
-def _one(call: ScriptCall) -> Op[Any]:
+def read_group(call: ScriptCall) -> Op[Any]:
+    """A group read as an operation of its own (its span's name)."""
     return (yield call)
 
 
@@ -463,7 +464,7 @@ class AsyncLogListener:
         call = contracts.read_group(
             [log_key], group=str(self.group), consumer=self.consumer, count=READ_COUNT
         )
-        reply = await self._run(_one(call))
+        reply = await self._run(read_group(call))
         if contracts.status(reply) in (Status.NOT_FOUND, Status.MISSING):
             self._grouped.discard(log_key)  # the log went (evicted, deleted), its group with it
             raise EventsLost(log_key, self._seen or "", "", "the log was removed with its group")

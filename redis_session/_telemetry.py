@@ -58,6 +58,15 @@ WRITES = frozenset(
 READS = frozenset({"get", "get_history", "get_child", "children_of"})
 _KEY_ARGS = ("key", "child_key", "parent_key")
 NAME = "redis_session"
+SPAN_NAMES = {
+    "claim": "turn",
+    "release": "turn.release",
+    "renew": "turn.renew",
+    "indexes": "index_shards",
+    "reap": "reap_expired",
+    "reap_members": "reap_expired",
+}
+"""Span names of operations whose generator is named otherwise than the public method."""
 RECHECK = 1.0
 """Seconds between two looks at whether an SDK was configured (see :meth:`Telemetry.active`)."""
 
@@ -176,7 +185,7 @@ class Telemetry:
 
     def start(self, name: str, op: Any = None) -> Call:
         """A call of operation ``name`` (the generator ``op``, whose arguments name the key)."""
-        return Call(self, name, op)
+        return Call(self, SPAN_NAMES.get(name, name), op)
 
 
 class Call:

@@ -223,3 +223,29 @@ async def test_a_listeners_ack_is_a_span_and_its_lag_a_metric(
     assert [s.name for s in ours(spans) if s.name == "ack"] == ["ack"]
     unit, lags = _points(reader)["redis_session.listener.lag"]
     assert unit == "s" and lags
+
+
+async def test_a_log_record_made_inside_an_operation_carries_its_span(
+    backend: Backend, make_store: StoreFactory, spans: list[ReadableSpan]
+) -> None:
+    """What OpenTelemetry's logging integration reads: the current span when the store logs."""
+    import logging
+
+    seen: list[int] = []
+
+    class Current(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(trace.get_current_span().get_span_context().span_id)
+
+    store = make_store()
+    await store.create(Session(key="good"))
+    backend.sync_client().zadd(backend.schema.index_of("good"), {b"\xff\xfe-not-utf8": 1})
+    handler = Current(level=logging.WARNING)
+    logger = logging.getLogger("redis_session")
+    logger.addHandler(handler)
+    try:
+        assert [s.key for s in await store.list_sessions()] == ["good"]  # logs what it skipped
+    finally:
+        logger.removeHandler(handler)
+    listing = named(spans, "list_sessions")
+    assert listing.context is not None and seen == [listing.context.span_id]
