@@ -419,6 +419,8 @@ class AsyncLogListener:
             await self._find_logs()
         base = await self._cluster_now() if self._cluster and self.group is None else None
         complete = await self._read(self._logs)
+        if self._telemetry is not None and self._telemetry.active():
+            self._telemetry.metrics.behind.record(len(self._buffer))
         if base is not None and complete:
             if self._buffer:
                 self._base_due = base  # once what was read up to it is passed on

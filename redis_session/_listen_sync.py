@@ -414,6 +414,8 @@ class LogListener:
             self._find_logs()
         base = self._cluster_now() if self._cluster and self.group is None else None
         complete = self._read(self._logs)
+        if self._telemetry is not None and self._telemetry.active():
+            self._telemetry.metrics.behind.record(len(self._buffer))
         if base is not None and complete:
             if self._buffer:
                 self._base_due = base  # once what was read up to it is passed on

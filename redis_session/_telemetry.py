@@ -125,6 +125,11 @@ class Instruments:
             unit="s",
             description="How long after its change a listener returned an event",
         )
+        self.behind = meter.create_histogram(
+            "redis_session.listener.behind",
+            unit="{event}",
+            description="Events a log listener had read and not yet returned, at each poll",
+        )
         self.redeliveries = meter.create_counter(
             "redis_session.listener.redeliveries",
             unit="{event}",
