@@ -200,7 +200,8 @@ class AsyncLogListener:
         telemetry: Telemetry | None = None,
     ) -> None:
         self._client: Any = client
-        self._telemetry = telemetry  # redis-py leaves the stream commands' replies untyped
+        self._telemetry = telemetry
+        self._block_ms = _block_ms(client)  # redis-py leaves the stream commands' replies untyped
         self._core = core
         self._run = run
         self._schema = core.schema
@@ -383,9 +384,8 @@ class AsyncLogListener:
         if not self._cluster:  # one log: block on it
             log_key = self._logs[0]
             after = self._position.of(log_key) if self.group is None else self._seen or "$"
-            got = await self._client.xread(
-                {log_key: after}, count=1, block=max(1, int(seconds * 1000))
-            )
+            block = min(int(seconds * 1000), self._block_ms)
+            got = await self._client.xread({log_key: after}, count=1, block=max(1, block))
             if got:
                 await self._read([log_key])
             return
@@ -584,6 +584,13 @@ class AsyncLogListener:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _block_ms(client: Any) -> int:
+    """The longest XREAD BLOCK the client's socket timeout leaves room for (half of it)."""
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {}) or {}
+    timeout = kwargs.get("socket_timeout")
+    return WAIT_MS if not timeout else max(1, min(WAIT_MS, int(timeout * 500)))
 
 
 def _stream_entries(reply: Any) -> list[tuple[Any, Any]]:

@@ -198,7 +198,8 @@ class LogListener:
         telemetry: Telemetry | None = None,
     ) -> None:
         self._client: Any = client
-        self._telemetry = telemetry  # redis-py leaves the stream commands' replies untyped
+        self._telemetry = telemetry
+        self._block_ms = _block_ms(client)  # redis-py leaves the stream commands' replies untyped
         self._core = core
         self._run = run
         self._schema = core.schema
@@ -380,7 +381,8 @@ class LogListener:
         if not self._cluster:  # one log: block on it
             log_key = self._logs[0]
             after = self._position.of(log_key) if self.group is None else self._seen or "$"
-            got = self._client.xread({log_key: after}, count=1, block=max(1, int(seconds * 1000)))
+            block = min(int(seconds * 1000), self._block_ms)
+            got = self._client.xread({log_key: after}, count=1, block=max(1, block))
             if got:
                 self._read([log_key])
             return
@@ -579,6 +581,13 @@ class LogListener:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _block_ms(client: Any) -> int:
+    """The longest XREAD BLOCK the client's socket timeout leaves room for (half of it)."""
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {}) or {}
+    timeout = kwargs.get("socket_timeout")
+    return WAIT_MS if not timeout else max(1, min(WAIT_MS, int(timeout * 500)))
 
 
 def _stream_entries(reply: Any) -> list[tuple[Any, Any]]:

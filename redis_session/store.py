@@ -266,6 +266,11 @@ class RedisStore:
             return EventListener(client, self.events_channel, types=kinds).start()
         if group is not None:
             text(group, "group")
+        if not self._core.events.log_max:
+            argument = "since" if group is None else "group"
+            raise InvalidArgument(
+                argument, "this store keeps no event log (event_log_max=0 or publish_events=False)"
+            )
         claim_ms, poll_ms = duration_ms(claim_after, "claim_after"), duration_ms(poll, "poll")
         listener = LogListener(
             self._client,

@@ -13,6 +13,7 @@ from redis_session import (
     EventsLost,
     InvalidArgument,
     Message,
+    RedisStore,
     Session,
     SessionLifecycleEvent,
 )
@@ -203,3 +204,25 @@ async def test_a_listener_reaps_expired_trees(make_store: StoreFactory) -> None:
     assert expired.key == "short" and expired.type == "expire"
     assert delay < 0.3 * 17 / 16 + 2.0  # within ttl/16 + the poll (and then some) of the deadline
     await close(listener)
+
+
+async def test_a_store_without_a_log_says_so_to_a_log_listener(make_store: StoreFactory) -> None:
+    for options in ({"event_log_max": 0}, {"publish_events": False}):
+        store = make_store(**options)
+        with pytest.raises(InvalidArgument, match="since.*no event log"):
+            await aw(store.listen(since="earliest"))
+        with pytest.raises(InvalidArgument, match="group.*no event log"):
+            await aw(store.listen(group="g"))
+
+
+async def test_a_short_socket_timeout_is_no_error_while_waiting(backend: Backend) -> None:
+    """A client whose socket timeout is shorter than the wait blocks for half of it at most."""
+    if backend.fake_server is not None or backend.cluster is not None:
+        pytest.skip("a real single server's socket timeout (the cluster waits on pub/sub)")
+    store = RedisStore.from_url(backend.url, prefix=backend.prefix, socket_timeout=0.2)
+    try:
+        listener = store.listen(since="latest")
+        assert listener.get(timeout=1.0) is None  # waited in steps of 0.1 s: no TimeoutError
+        listener.close()
+    finally:
+        store.close()
