@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,7 @@ def worker(mode: str, port: int, calls: int) -> dict[str, float]:
         store.append_message("k", m)
     store.get_history("k", last=20)
 
-    def timed(name: str, fn: Any, items: list[Any]) -> None:
+    def timed(name: str, fn: Any, items: Sequence[Any]) -> None:
         t, c = time.perf_counter_ns(), time.thread_time_ns()
         for item in items:
             fn(item)
@@ -85,7 +86,7 @@ def worker(mode: str, port: int, calls: int) -> dict[str, float]:
 
     class Stub:  # answers an append's script at once: the store's Python cost alone
         def execute_command(self, *args: Any) -> Any:
-            return [0, 1]
+            return [0, 1, 0]
 
     real = store._client
     store._client = Stub()  # type: ignore[assignment]

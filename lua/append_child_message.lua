@@ -1,7 +1,7 @@
 -- append_child_message: append messages to a live, unmerged child only; trim to its max.
 -- KEYS: root child_meta child_msgs child_ids turn *members
 -- ARGV: head parent_key child_key kid fence expect_last *messages
--- OK: appended
+-- OK: appended trimmed
 -- KEYS[1..7] the tree's root keys (the parent's; see the prelude)
 -- KEYS[8] child meta hash   KEYS[9] child msgs list   KEYS[10] child ids hash
 -- KEYS[11] the parent's turn key   KEYS[12 ..] the tree's members as the caller knows them
@@ -11,7 +11,7 @@
 -- ARGV[8] the parent's turn value the write is made through ('' = none)
 -- ARGV[9] the child's newest message expected ('' = none, '.' = empty, else its prefix)
 -- ARGV[10 ..] message pairs: 8-byte id digest, stored element (digest .. JSON or sealed)
--- Reply: {OK, number appended} | {NOT_FOUND} | {PRUNED, merged_at} | {MERGED}
+-- Reply: {OK, number appended, number trimmed from the head} | {NOT_FOUND} | {PRUNED, merged_at} | {MERGED}
 --        | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type} | {TREE_CHANGED, ...} | {DAMAGED, ...}
 --        | {TURN_LOST} | {STALE, the child's newest message's id}
 -- Events: none. The parent's messages are untouched; its updated_at and index entry are
@@ -46,7 +46,7 @@ for i = 10, #ARGV, 2 do
     elements[#elements + 1] = ARGV[i + 1]
   end
 end
-if #digests == 0 then return {OK, 0} end
+if #digests == 0 then return {OK, 0, 0} end
 local refused = fence_refused(11, ARGV[8]) or expect_refused(9, n, h, 8, ARGV[9])
 if refused then return refused end
 local new_keys = {}  -- keys this call creates join the tree's deadline
@@ -54,8 +54,10 @@ if n == h then new_keys[#new_keys + 1] = 9 end
 push_all(KEYS[9], elements)
 n = n + #elements
 local max = tonumber(c[3] or '0')
+local trimmed = 0
 if max > 0 and n - h > max then
   redis.call('LTRIM', KEYS[9], -max, -1)
+  trimmed = n - h - max
   h = n - max
 end
 add(win, digests, math.max(tonumber(ARGV[4]), max))
@@ -64,4 +66,4 @@ redis.call('HSET', KEYS[8], 'g', g, 'h', h, 'n', n)
 redis.call('HSET', KEYS[1], 'updated_at', us)
 redis.call('ZADD', KEYS[4], now, ARGV[5])
 if extend_now then extend(12, ttl, tonumber(ARGV[2]), now) else join_tree(f[3], new_keys) end
-return {OK, #digests}
+return {OK, #digests, trimmed}

@@ -2,7 +2,7 @@
 -- set metadata entries along with them when at least one message is new.
 -- KEYS: root turn *members
 -- ARGV: head max_messages session_key kid max_metadata_bytes fence expect_last #metadata *messages
--- OK: appended
+-- OK: appended trimmed
 -- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] the session's turn key
 -- KEYS[9 ..] the tree's members
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
@@ -15,7 +15,7 @@
 -- ARGV[11] m = number of metadata arguments that follow (field/value pairs: 'm:' .. name,
 --   value or 'e:' .. name, sealed value), ARGV[12 .. 11+m]
 -- ARGV[12+m ..] message pairs: 8-byte id digest, stored element (JSON, or id prefix + sealed)
--- Reply: {OK, number appended} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type}
+-- Reply: {OK, number appended, number trimmed from the head} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type}
 --        | {TREE_CHANGED, ...} | {DAMAGED, ...} | {TOO_LARGE, bytes, limit} | {VERSION, ...}
 --        | {TURN_LOST} | {STALE, the newest message's id}
 -- Events: none.
@@ -55,7 +55,7 @@ if quick then  -- one message: its bucket and the window's state, in one HMGET
   w, old = got[1], got[2] or ''
   if not w then return {DAMAGED, 3, 'missing'} end
   count = tonumber(w)
-  if held_in(old, d) then return {OK, 0} end
+  if held_in(old, d) then return {OK, 0, 0} end
   quick = count + 1 <= size
 end
 local win, digests, elements, mb
@@ -70,7 +70,7 @@ if not quick then
       elements[#elements + 1] = ARGV[i + 1]
     end
   end
-  if #digests == 0 then return {OK, 0} end
+  if #digests == 0 then return {OK, 0, 0} end
   if m > 0 then
     mb = metadata_after(KEYS[1], redis.call('HGET', KEYS[1], 'mb'), 12, 11 + m, 1, 0)
     local limit = tonumber(ARGV[8])
@@ -101,8 +101,10 @@ end
 n = n + added
 local us = t[1] .. string.format('%06d', t[2])
 local max = tonumber(ARGV[5])
+local trimmed = 0
 if max > 0 and n - h > max then
   redis.call('LTRIM', KEYS[2], -max, -1)
+  trimmed = n - h - max
   h = n - max
 end
 if g then  -- the positions begin anew (the list was changed behind the store's back)
@@ -121,4 +123,4 @@ if extend_now then
 elseif created then
   join_tree(f[3], {2})
 end
-return {OK, added}
+return {OK, added, trimmed}

@@ -23,7 +23,7 @@ from ._reads import Reader
 from ._requests import Commands, Emit, Op, ScriptCall
 from ._sessions import NO_FENCE, Fence, expect_last
 from ._trees import Trees
-from ._writes import Writer
+from ._writes import Writer, appended
 from .crypto import Opener, Sealer
 from .errors import (
     ChildNotFound,
@@ -229,7 +229,7 @@ class Children:
             expect_id=expect_last_id or "", token=fence.token,
         )  # fmt: skip
         reply = yield from self.writer.write(parent, build, ctx)
-        return int(contracts.parsed(contracts.Appended, reply).appended)
+        return appended(reply)
 
     def append_child_message(
         self,

@@ -19,6 +19,7 @@ from ._cache import Held, ReadCache
 from ._keyring import Keyring
 from ._limits import READ_ATTEMPTS, Limits
 from ._requests import Commands, Op, ScriptCall
+from ._telemetry import note_read
 from ._trees import Trees
 from .errors import ConcurrentChange, SessionError
 from .keys import KeySchema
@@ -383,10 +384,12 @@ class Reader:
             self.element_bytes = mean if mean > known else (15 * known + mean) // 16
         sealed = self.keyring.passphrase is not None
         if held is not None and held.covers(*version, start, wanted):
+            note_read(True, len(items))  # only what was added since travelled
             if held.ids is not None and new:  # a sealed element copied within its session
                 new = codec.distinct_from(key, held.repeats, new)
             messages, entry = held.extended(self.cache.lock, h, wanted, new, size)
         else:
+            note_read(False, len(items))
             ids = {m.id for m in new} if sealed else None
             entry = Held(*version, start, list(new), 0, len(new), size, ids, h)
             messages = list(new)  # the caller's own, not the cache's list

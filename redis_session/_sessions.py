@@ -18,7 +18,7 @@ from ._limits import STAGE_LEASE_MS, Limits
 from ._reads import Reader
 from ._requests import Commands, Emit, Op, ScriptCall
 from ._trees import Trees
-from ._writes import Writer
+from ._writes import Writer, appended
 from .crypto import Sealer
 from .errors import ConcurrentChange, InvalidArgument, PassphraseRequired
 from .keys import KeySchema, check_key
@@ -316,10 +316,10 @@ class Sessions:
         expect = b"" if expect_last_id is None else expect_last(expect_last_id)
         if self.keyring.passphrase is not None or metadata:
             pairs = codec.message_args([msg], "msg", o.max_message_bytes)
-            appended = yield from self._append(
+            stored = yield from self._append(
                 key, [msg], pairs, "msg", metadata, expect, expect_last_id, fence
             )
-            return appended == 1
+            return stored == 1
         if metadata is not None:  # an empty mapping: nothing to set, but still a mapping
             codec.metadata_args(metadata, "metadata")
         sk, root = self.trees.keys(key)
@@ -344,17 +344,17 @@ class Sessions:
         if status == Status.OK:
             if twin is not None:
                 self.reader.wrote(body, twin)
-            return int(contracts.parsed(contracts.Appended, reply).appended) == 1
+            return appended(reply) == 1
         if status == Status.KEY_CHANGED:
             raise PassphraseRequired(key)
         if status == Status.TREE_CHANGED:
             tree_now = contracts.parsed(contracts.TreeChanged, reply)
             self.trees.learn(key, tree_now.tree_generation, tree_now.members)
             pairs = codec.message_args([msg], "msg", o.max_message_bytes)
-            appended = yield from self._append(
+            stored = yield from self._append(
                 key, [msg], pairs, "msg", metadata, expect, expect_last_id, fence
             )
-            return appended == 1
+            return stored == 1
         check(reply, lambda: self._ctx(key, keys, expect_last_id, fence))
         raise AssertionError("unreachable")  # pragma: no cover: check raised
 
@@ -420,7 +420,7 @@ class Sessions:
         for body, twin in twins:
             if twin is not None:
                 self.reader.wrote(body, twin)
-        return int(contracts.parsed(contracts.Appended, reply).appended)
+        return appended(reply)
 
     def annotate_timeout(self, key: str, partial: str) -> Op[bool]:
         text(partial, "partial")

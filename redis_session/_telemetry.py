@@ -12,7 +12,10 @@ Attributes follow the database semantic conventions (``db.system.name`` = ``redi
 ``db.operation.name``, ``server.address``, ``server.port``, ``db.namespace``) plus
 ``redis_session.*``: ``round_trips``, ``bytes_sent``, ``messages_written``, ``messages_read``,
 ``events`` (the types an operation logged), ``turn_id`` (from ``with_turn_id``), ``outcome`` (a
-domain outcome such as ``StaleExpectation``, which is no error) and the session key as the
+domain outcome such as ``StaleExpectation``, which is no error), on appends
+``messages_trimmed`` (what ``max_messages`` dropped from the head), on reads ``cache_hit`` and
+``messages_fetched`` (whether the read cache served it: only the messages added since its
+entry travelled, and how many did) and the session key as the
 store's ``trace_session_keys`` says: ``"hashed"`` (default: a BLAKE2b-64 hex digest, stable
 across processes, so that one session's spans can be found together), ``"plain"`` or
 ``"off"``. See docs/observability.md.
@@ -22,8 +25,10 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Generator, Mapping
-from typing import Any
+import weakref
+from collections.abc import Callable, Generator, Iterable, Mapping
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
 
 from ._requests import Emit, Op, ScriptCall
 from .context import turn_id_from_context
@@ -35,6 +40,9 @@ from .errors import (
     StaleExpectation,
     TurnBusy,
 )
+
+if TYPE_CHECKING:
+    from ._cache import ReadCache
 
 _trace: Any = None
 _metrics: Any = None
@@ -67,6 +75,9 @@ SPAN_NAMES = {
     "reap_members": "reap_expired",
 }
 """Span names of operations whose generator is named otherwise than the public method."""
+_read: ContextVar[tuple[bool, int] | None] = ContextVar("redis_session_read", default=None)
+_trimmed: ContextVar[int] = ContextVar("redis_session_trimmed", default=0)
+_caches: weakref.WeakSet[ReadCache] = weakref.WeakSet()
 RECHECK = 1.0
 """Seconds between two looks at whether an SDK was configured (see :meth:`Telemetry.active`)."""
 
@@ -84,6 +95,19 @@ def available() -> bool:
             return False
         _trace, _metrics, _context = trace, metrics, context
     return _trace is not None
+
+
+def note_read(hit: bool, fetched: int) -> None:
+    """What the read cache did for the read in progress (the reader calls it for every read;
+    a traced read's span and metrics take it at its end): ``hit`` when an entry was continued,
+    so that only the ``fetched`` messages added since travelled.
+    """
+    _read.set((hit, fetched))
+
+
+def note_trimmed(count: int) -> None:
+    """Messages the append in progress trimmed from its session's head (``max_messages``)."""
+    _trimmed.set(count)
 
 
 def key_label(key: str, policy: str) -> str | None:
@@ -117,6 +141,11 @@ class Instruments:
         self.read = meter.create_counter(
             "redis_session.messages.read", unit="{message}", description="Messages returned"
         )
+        self.trimmed = meter.create_counter(
+            "redis_session.messages.trimmed",
+            unit="{message}",
+            description="Messages appends trimmed from their sessions' heads (max_messages)",
+        )
         self.events = meter.create_counter(
             "redis_session.events.published", unit="{event}", description="Events logged, by type"
         )
@@ -138,6 +167,26 @@ class Instruments:
         self.turn_wait = meter.create_histogram(
             "redis_session.turn.wait", unit="s", description="Time a turn's claim took"
         )
+        self.cache_hits = meter.create_counter(
+            "redis_session.read_cache.hits",
+            unit="{read}",
+            description="Reads the read cache served (only what was added since travelled)",
+        )
+        self.cache_misses = meter.create_counter(
+            "redis_session.read_cache.misses",
+            unit="{read}",
+            description="Reads of sessions the read cache did not hold (or no longer could use)",
+        )
+        meter.create_observable_up_down_counter(
+            "redis_session.read_cache.size",
+            callbacks=[_held_bytes],
+            unit="By",
+            description="Bytes (as stored) of the messages the process's stores hold",
+        )
+
+
+def _held_bytes(options: Any) -> Iterable[Any]:
+    yield _metrics.Observation(sum(cache.size for cache in list(_caches)))
 
 
 _instruments: Instruments | None = None
@@ -182,10 +231,14 @@ class Telemetry:
         return found
 
     @classmethod
-    def of(cls, policy: str, client: Any) -> Telemetry | None:
-        """A store's telemetry over ``client`` (None when the API is not installed)."""
+    def of(cls, policy: str, client: Any, cache: ReadCache | None = None) -> Telemetry | None:
+        """A store's telemetry over ``client`` (None when the API is not installed); the
+        store's read ``cache`` counts in ``redis_session.read_cache.size`` while it lives.
+        """
         if not available():
             return None
+        if cache is not None:
+            _caches.add(cache)
         return cls(policy, _server_attributes(client))
 
     def start(self, name: str, op: Any = None) -> Call:
@@ -205,6 +258,10 @@ class Call:
         self.token: Any = None
         self.counts = [0, 0]  # round trips, bytes sent
         self.events: list[str] = []
+        if name in READS:
+            _read.set(None)  # what the reader notes of this read, not of an earlier one
+        elif name in WRITES and _trimmed.get():
+            _trimmed.set(0)
         tracer = telemetry.tracer
         span = tracer.start_span(name, kind=_trace.SpanKind.CLIENT)
         self.span = span
@@ -248,10 +305,22 @@ class Call:
             found["redis_session.messages_written"] = written
             if written == 0:  # an idempotent retry: nothing new, and no error
                 found["redis_session.outcome"] = "already_stored"
+            trimmed = _trimmed.get()
+            if trimmed:
+                _trimmed.set(0)
+                metrics.trimmed.add(trimmed, labels)
+                found["redis_session.messages_trimmed"] = trimmed
         elif name in READS:
             history = result if isinstance(result, list) else getattr(result, "history", ())
             metrics.read.add(len(history), labels)
             found["redis_session.messages_read"] = len(history)
+            note = _read.get()
+            if note is not None:
+                _read.set(None)
+                hit, fetched = note
+                (metrics.cache_hits if hit else metrics.cache_misses).add(1, labels)
+                found["redis_session.cache_hit"] = hit
+                found["redis_session.messages_fetched"] = fetched
         metrics.duration.record(time.perf_counter() - self.started, labels)
         if self.recording:
             found["redis_session.round_trips"] = self.counts[0]

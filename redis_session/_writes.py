@@ -12,10 +12,21 @@ from . import contracts
 from ._keyring import Keyring
 from ._limits import WRITE_ATTEMPTS
 from ._requests import Op, ScriptCall
+from ._telemetry import note_trimmed
 from ._trees import Trees
 from .crypto import Sealer
 from .errors import ConcurrentChange
 from .status import Ctx, Status, check
+
+
+def appended(reply: Any) -> int:
+    """The number of messages an append script's OK reply says it stored; what it trimmed
+    from the session's head is noted for the call's span and metrics.
+    """
+    done = contracts.parsed(contracts.Appended, reply)
+    if done.trimmed:
+        note_trimmed(int(done.trimmed))
+    return int(done.appended)
 
 
 class Writer:

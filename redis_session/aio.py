@@ -91,7 +91,7 @@ class AsyncRedisStore:
         self._client = client
         self._clients = LoopClients(client)  # async only: one client per event loop
         self._unready = self._core.schema.cluster  # async only: see _run
-        self._telemetry = Telemetry.of(chosen.trace_session_keys, client)
+        self._telemetry = Telemetry.of(chosen.trace_session_keys, client, self._core.reader.cache)
         self._scripts = {n: client.register_script(script_source(n)) for n in SCRIPT_NAMES}
 
     @classmethod

@@ -417,6 +417,8 @@ def read_group(keys: Sequence[Key], *, group: str, consumer: str, count: int) ->
 
 class Appended(NamedTuple):
     appended: Any
+    trimmed: Any
+    """Messages the append trimmed from the session's head (its ``max_messages``)."""
 
 
 @_contract(

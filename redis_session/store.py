@@ -89,7 +89,7 @@ class RedisStore:
         self._unlocking = threading.Lock()  # one scrypt per store, however many callers wait
         self.set_lifecycle_hook(lifecycle_hook)
         self._client = client
-        self._telemetry = Telemetry.of(chosen.trace_session_keys, client)
+        self._telemetry = Telemetry.of(chosen.trace_session_keys, client, self._core.reader.cache)
         self._scripts = {n: client.register_script(script_source(n)) for n in SCRIPT_NAMES}
 
     @classmethod

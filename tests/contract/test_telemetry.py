@@ -205,6 +205,51 @@ async def test_metrics_have_their_names_and_units(
     assert points["redis_session.events.published"][0] == "{event}"
 
 
+async def test_an_append_that_trims_says_how_many(
+    make_store: StoreFactory, reader: InMemoryMetricReader, spans: list[ReadableSpan]
+) -> None:
+    store = make_store(max_history_turns=2)
+    await store.create(Session(key="t"))
+    await store.append_messages("t", [Message(role="user", content=str(i)) for i in range(2)])
+    await store.append_messages("t", [Message(role="user", content=str(i)) for i in range(3)])
+    await store.append_message("t", Message(role="user", content="last"))
+    writes = [s.attributes or {} for s in ours(spans) if s.name.startswith("append_message")]
+    assert [a.get("redis_session.messages_trimmed") for a in writes] == [None, 3, 1]
+    assert len(await store.get_history("t")) == 2
+    unit, points = _points(reader)["redis_session.messages.trimmed"]
+    assert unit == "{message}" and sum(p.value for p in points) >= 4
+
+
+async def test_reads_say_whether_the_read_cache_served_them(
+    make_store: StoreFactory, reader: InMemoryMetricReader, spans: list[ReadableSpan]
+) -> None:
+    store, other = make_store(), make_store()
+    await store.create(Session(key="c"))
+    await store.append_messages("c", [Message(role="user", content=str(i)) for i in range(3)])
+    await store.get_history("c")  # nothing held: all three travel
+    await store.append_message("c", Message(role="user", content="3"))
+    await store.get_history("c")  # held: only the new one travels
+    await other.get_history("c")  # another store (a worker that never read it)
+    reads = [s.attributes or {} for s in ours(spans) if s.name == "get_history"]
+    assert [(a["redis_session.cache_hit"], a["redis_session.messages_fetched"]) for a in reads] == [
+        (False, 3),
+        (True, 1),
+        (False, 4),
+    ]
+    assert [a["redis_session.messages_read"] for a in reads] == [3, 4, 4]
+    points = _points(reader)
+    assert points["redis_session.read_cache.hits"][0] == "{read}"
+    assert points["redis_session.read_cache.misses"][0] == "{read}"
+    hits = sum(
+        p.value
+        for p in points["redis_session.read_cache.hits"][1]
+        if p.attributes.get("db.operation.name") == "get_history"
+    )
+    assert hits >= 1
+    unit, held = points["redis_session.read_cache.size"]
+    assert unit == "By" and held[0].value > 0  # this test's two stores hold "c" at least
+
+
 async def test_a_listeners_ack_is_a_span_and_its_lag_a_metric(
     make_store: StoreFactory, spans: list[ReadableSpan], reader: InMemoryMetricReader
 ) -> None:

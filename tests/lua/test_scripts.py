@@ -191,8 +191,8 @@ def test_a_retried_append_script_stores_nothing_twice(backend: Backend) -> None:
         fence="", expect_last=b"", metadata=(),
         messages=message_args([Message(role="user", content="x")], "m"),
     )  # fmt: skip
-    assert _send(backend, call) == [0, 1]
-    assert _send(backend, call) == [0, 0]
+    assert _send(backend, call) == [0, 1, 0]  # OK, appended, trimmed
+    assert _send(backend, call) == [0, 0, 0]
 
 
 def test_a_retried_compaction_script_changes_nothing(backend: Backend) -> None:

@@ -126,11 +126,12 @@ def test_a_script_added_later_is_in_the_recipe(
 
 NOT_REDIS_CALLS = frozenset(
     {"append", "close", "command", "copy", "delete", "digest", "echo", "get", "info", "keys",
-     "listen", "reset", "set", "sort", "time", "wait"}
+     "listen", "reset", "set", "sort", "time", "wait", "watch"}
 )  # fmt: skip
 """Calls whose names a redis-py client also has, made here on other objects: list.append,
 dict.get, click.command, click.echo, store.delete, store.listen, hashlib's digest, time.time,
-threading's wait, contextvars' reset and set, copy.copy, a logger's info, Trees.keys."""
+threading's wait, contextvars' reset and set, copy.copy, a logger's info, Trees.keys, a
+traced call's watch."""
 
 SEND_NOTHING = frozenset(
     {"execute_command", "from_pool", "from_url", "get_message", "get_sharded_message",
