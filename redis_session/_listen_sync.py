@@ -67,6 +67,11 @@ class EventListener:
     ``for`` yields events until :meth:`close`. A dropped connection is resubscribed with
     backoff (counted in :attr:`reconnects`); events published while disconnected are missed:
     for events that no listener misses, ``listen(since=...)`` or ``listen(group=...)``.
+
+    With sharded events on a cluster it listens on the shard channel of every slot that has
+    sessions, and looks for new ones (``shards``) every ``poll`` seconds: the events of a slot
+    whose first session was made since it last looked are missed (at most ``poll`` seconds'
+    worth per new slot).
     """
 
     def __init__(
@@ -75,6 +80,8 @@ class EventListener:
         channel: str,
         *,
         shard_channels: Iterable[str] | None = None,
+        shards: Callable[[], Awaitable[list[str]]] | None = None,
+        poll: float = 1.0,
         types: frozenset[str] | None = None,
     ) -> None:
         self._client = client
@@ -87,6 +94,23 @@ class EventListener:
         self.types = types
         self._closed = False
         self._pubsub: Any = None
+        self._shards = shards
+        self._poll = poll
+        self._next_look = time.monotonic() + poll
+
+    def _look_for_shards(self) -> None:
+        """Subscribe to the shard channels of slots that got their first session since."""
+        if self._shards is None or self.shard_channels is None:
+            return
+        now = time.monotonic()
+        if now < self._next_look:
+            return
+        self._next_look = now + self._poll
+        known = set(self.shard_channels)
+        new = [c for c in self._shards() if c not in known]
+        if new:
+            self._pubsub.ssubscribe(*new)
+            self.shard_channels = sorted(known.union(new))
 
     def _subscribe(self) -> None:
         pubsub = self._client.pubsub(ignore_subscribe_messages=True)
@@ -120,8 +144,9 @@ class EventListener:
     def _message(self, timeout: float) -> Any:
         if self.shard_channels is None:
             return self._pubsub.get_message(timeout=timeout)
+        self._look_for_shards()
         if not self.shard_channels:
-            time.sleep(timeout)
+            time.sleep(min(timeout, self._poll))
             return None
         pubsub = self._pubsub
         return pubsub.get_sharded_message(ignore_subscribe_messages=True, timeout=timeout)
@@ -133,7 +158,7 @@ class EventListener:
         while not self._closed:
             left = 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                message = self._message(min(left, 1.0))
+                message = self._message(min(left, 1.0, self._poll))
             except _TRANSPORT_ERRORS:
                 self._reconnect()
                 continue

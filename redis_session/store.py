@@ -254,13 +254,15 @@ class RedisStore:
         kinds = check_types(types)
         if since is None and group is None:
             if self._core.options.sharded_events:
-                indexes = self._run(self._core.index.indexes())
-                channels = [self._core.schema.beside(i, "events") for i in indexes]
                 if not self._core.schema.cluster:
-                    channels = [self.events_channel]
+                    return EventListener(
+                        self._client, self.events_channel,
+                        shard_channels=[self.events_channel], types=kinds,
+                    ).start()  # fmt: skip
                 return EventListener(
-                    self._client, self.events_channel, shard_channels=channels,
-                    types=kinds,
+                    self._client, self.events_channel,
+                    shard_channels=self._shard_channels(), shards=self._shard_channels,
+                    poll=duration_ms(poll, "poll") / 1000, types=kinds,
                 ).start()  # fmt: skip
             client = self._client
             return EventListener(client, self.events_channel, types=kinds).start()
@@ -571,6 +573,11 @@ class RedisStore:
         them; returns how many. Probes all 16384 slots; a no-op on a single server.
         """
         return self._run(self._core.index.repair_index())
+
+    def _shard_channels(self) -> list[str]:
+        """The shard channels of the slots that have sessions (sharded events, a cluster)."""
+        indexes = self._run(self._core.index.indexes())
+        return [self._core.schema.beside(i, "events") for i in indexes]
 
     def pending(self, group: str, *, limit: int = 100) -> list[PendingEvent]:
         """What consumer group ``group`` gave out and no member acknowledged yet (at most

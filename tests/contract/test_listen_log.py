@@ -226,3 +226,21 @@ async def test_a_short_socket_timeout_is_no_error_while_waiting(backend: Backend
         listener.close()
     finally:
         store.close()
+
+
+async def test_a_live_sharded_listener_follows_slots_that_get_their_first_session(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    store = make_store(sharded_events=True)
+    listener = await aw(store.listen(poll=0.2, types={"end"}))
+    keys = [f"s{n}" for n in range(6)]  # on a cluster, slots without a session until now
+    for key in keys:
+        await store.create(Session(key=key))
+    assert await aw(listener.get(timeout=0.5)) is None  # it looks for new slots meanwhile
+    for key in keys:
+        assert await store.end(key) is True
+    got = await take(listener, len(keys))
+    assert sorted(e.key for e in got) == keys
+    if backend.cluster is not None:
+        assert len(listener.shard_channels) >= len({store.extension.log_of(k) for k in keys})
+    await close(listener)
