@@ -224,7 +224,8 @@ def audit_keys(
     deleted: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> KeyAudit:
     """Scan every key under ``prefix`` (single server). With ``ttl``, every key but the index
-    (documented as TTL-less; its entries are pruned by ``create``) must have a TTL."""
+    and the event log (documented as TTL-less: the index's entries are pruned by ``create``
+    and the reaper, the log is trimmed to ``event_log_max``) must have a TTL."""
     schema = KeySchema(prefix)
     audit = KeyAudit()
     names = sorted(bytes(k).decode() for k in client.scan_iter(match=f"{prefix}*", count=1000))
@@ -248,6 +249,8 @@ def audit_keys(
                     audit.stale_index.append(key)
                 if key in deleted:
                     audit.leftovers.append(f"index entry {key}")
+            continue
+        if name == schema.log_of(""):
             continue
         if ttl and ttls[name] == -1:
             audit.without_ttl.append(name)
