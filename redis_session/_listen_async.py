@@ -50,6 +50,8 @@ from .status import Ctx, Status, check
 log = logging.getLogger("redis_session")
 
 Runner = Callable[[Op[Any]], Awaitable[Any]]
+Shards = Callable[[], Awaitable[Any]]
+"""What gives a live listener the shard channels of the slots that have sessions now."""
 _TRANSPORT_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 2.0
 WAIT_MS = 1000
@@ -81,7 +83,7 @@ class AsyncEventListener:
         channel: str,
         *,
         shard_channels: Iterable[str] | None = None,
-        shards: Callable[[], Awaitable[list[str]]] | None = None,
+        shards: Shards | None = None,
         poll: float = 1.0,
         types: frozenset[str] | None = None,
     ) -> None:

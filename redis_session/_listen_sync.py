@@ -49,6 +49,8 @@ from .status import Ctx, Status, check
 log = logging.getLogger("redis_session")
 
 Runner = Callable[[Op[Any]], Any]
+Shards = Callable[[], Any]
+"""What gives a live listener the shard channels of the slots that have sessions now."""
 _TRANSPORT_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 2.0
 WAIT_MS = 1000
@@ -80,7 +82,7 @@ class EventListener:
         channel: str,
         *,
         shard_channels: Iterable[str] | None = None,
-        shards: Callable[[], Awaitable[list[str]]] | None = None,
+        shards: Shards | None = None,
         poll: float = 1.0,
         types: frozenset[str] | None = None,
     ) -> None:

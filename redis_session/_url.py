@@ -105,6 +105,48 @@ FAILOVER_ERRORS: tuple[type[Exception], ...] = (
 """Errors after which a write may succeed again once the topology settled."""
 
 
+MIGRATING_ERRORS: tuple[type[Exception], ...] = (
+    redis.exceptions.TryAgainError,
+    redis.exceptions.AskError,
+    redis.exceptions.MovedError,
+    redis.exceptions.ClusterError,
+)
+"""The errors a cluster client raises while a slot is being moved (see :func:`is_migrating`)."""
+
+
+def is_migrating(exc: BaseException) -> bool:
+    """Whether ``exc`` says that a key's slot is being moved between nodes: ``TRYAGAIN`` (a
+    script or command naming keys of which some moved and some not yet, or do not exist),
+    a redirection that surfaced, or redis-py's ``ClusterError: TTL exhausted`` after its own
+    16 quick tries of those.
+    """
+    if isinstance(exc, redis.exceptions.TryAgainError | redis.exceptions.AskError):
+        return True
+    if isinstance(exc, redis.exceptions.MovedError):
+        return True
+    return type(exc) is redis.exceptions.ClusterError and "TTL exhausted" in str(exc)
+
+
+def migrating_reply(reply: Any) -> BaseException | None:
+    """The first error of a migrating slot among a pipeline's replies (errors as values)."""
+    if type(reply) is list:
+        for value in reply:
+            if isinstance(value, MIGRATING_ERRORS) and is_migrating(value):
+                return value
+    return None
+
+
+def request_key(request: Any) -> str:
+    """The Redis key a request is about (its first), for an error's message."""
+    keys = getattr(request, "keys", None)
+    if keys:
+        first = keys[0]
+    else:
+        commands = getattr(request, "commands", None) or [()]
+        first = commands[0][1] if len(commands[0]) > 1 else ""
+    return first.decode("utf-8", "replace") if isinstance(first, bytes) else str(first)
+
+
 def is_failover_error(exc: BaseException) -> bool:
     """Whether a write may succeed again once the topology settled: a ``FAILOVER_ERRORS``
     error, or WAIT refused because the connection reached a primary that was demoted to a

@@ -22,7 +22,7 @@ from ._loops import LoopClients  # async only
 from ._sessions import Fence
 from ._telemetry import Telemetry
 from .context import with_turn_id
-from .errors import DurabilityNotReached, InvalidArgument
+from .errors import DurabilityNotReached, InvalidArgument, SlotMigrating
 from .events import LifecycleHook
 from .extension import Extension
 from .models import (
@@ -422,9 +422,41 @@ class AsyncRedisStore:
         reply: Any = None
         try:
             while True:
-                reply = await self._execute(op.send(reply))
+                request = op.send(reply)
+                try:
+                    reply = await self._execute(request)
+                except _url.MIGRATING_ERRORS as exc:
+                    if not _url.is_migrating(exc):
+                        raise
+                    reply = await self._wait_out_migration(request)
+                else:
+                    if type(reply) is list and _url.migrating_reply(reply) is not None:
+                        reply = await self._wait_out_migration(request)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+
+    async def _wait_out_migration(self, request: Request) -> Any:
+        """Send ``request`` again, with backoff, while its slot is being moved between nodes
+        (each request is safe to send again: reads, and writes made idempotent by ids and
+        tokens), for up to ``failover_window``; then :class:`SlotMigrating`.
+        """
+        started = time.monotonic()
+        deadline = started + self._core.options.failover_window_ms / 1000
+        delay = 0.02
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                raise SlotMigrating(_url.request_key(request), now - started)
+            await asyncio.sleep(min(delay, deadline - now))
+            delay = min(delay * 2, 0.5)
+            try:
+                reply = await self._execute(request)
+            except _url.MIGRATING_ERRORS as exc:
+                if not _url.is_migrating(exc):
+                    raise
+                continue
+            if _url.migrating_reply(reply) is None:
+                return reply
 
     async def create(self, session: Session) -> Session:
         return await self._run(self._core.sessions.create(session))

@@ -18,6 +18,7 @@ Subclasses also inherit the builtin a caller would reach for::
     ├── MigrationConflict                    (another secret migration or write interleaved)
     ├── ConcurrentChange                     key           (gave up after repeated interference)
     ├── DurabilityNotReached                 redis_key, acked, wanted  (wait_replicas not met)
+    ├── SlotMigrating (TimeoutError)         redis_key, waited  (a cluster slot stayed open)
     ├── InvalidArgument (ValueError)         argument
     ├── CorruptData                          key           (foreign or damaged data in Redis)
     │   ├── ForeignKey                        key, redis_key, held  (a key this store did not write)
@@ -208,6 +209,22 @@ class DurabilityNotReached(SessionError):
         super().__init__(
             f"write to {redis_key!r} reached {acked} of {wanted} replicas within {timeout_ms} ms;"
             " it is applied on the primary and may be lost if that fails"
+        )
+
+
+class SlotMigrating(SessionError, TimeoutError):
+    """On a cluster, the slot of ``redis_key`` was being moved to another node (marked
+    MIGRATING/IMPORTING) for longer than the store's ``failover_window``: the operation waited
+    ``waited`` seconds, retrying, and was not applied. Retry it later, or check the cluster
+    (``redis-session doctor``: a reshard that was aborted leaves its slot open).
+    """
+
+    def __init__(self, redis_key: str, waited: float) -> None:
+        self.redis_key = redis_key
+        self.waited = waited
+        super().__init__(
+            f"the cluster slot of {redis_key!r} stayed open (migrating) for {waited:.1f} s:"
+            " not applied; retry later"
         )
 
 
