@@ -12,7 +12,8 @@ store's user) need admin rights on most servers: refused, the check says so once
 - **replication**: a replica takes no writes.
 - **ACL**: every command the store sends (:func:`redis_session.acl.commands`) allowed for the
   user, on a key under the prefix.
-- **cluster**: the cluster's state is ``ok`` and every slot is served.
+- **cluster**: the cluster's state is ``ok``, every slot is served, and no slot is open for a move
+  (marked migrating/importing: a reshard in progress or aborted), with the fix command.
 - **server version**: Redis >= 7.0 or Valkey.
 - **index records**: members of the session index that are not a key this store wrote (they
   are skipped by ``list_sessions``).
@@ -206,15 +207,49 @@ def _acl_check(client: Any, prefix: str, user: str | None) -> Check:
     return Check("ACL", OK, f"user {who!r} may run every command the store sends")
 
 
+def open_slots(client: Any) -> list[str]:
+    """The slots a primary of cluster ``client`` has marked migrating or importing (its own
+    line of ``CLUSTER NODES``), as ``"<slot> migrating on <host:port>"`` / ``"... importing
+    on ..."``.
+    """
+    found: list[str] = []
+    for node in client.get_primaries():
+        nodes = client.get_redis_connection(node).execute_command("CLUSTER NODES")
+        for entry in nodes.values():  # redis-py parses the reply: address -> node's fields
+            if "myself" in str(entry.get("flags", "")):
+                for move in entry.get("migrations", ()):
+                    found.append(f"{move['slot']} {move['state']} on {node.host}:{node.port}")
+    return sorted(found)
+
+
 def _cluster_check(client: Any) -> Check:
     info: Any = client.cluster_info()
     if isinstance(info, dict) and info and all(isinstance(v, dict) for v in info.values()):
         info = next(iter(info.values()))
     state = str(info.get("cluster_state", "?"))
     slots = int(info.get("cluster_slots_ok", 0))
-    if state == "ok" and slots == 16384:
-        return Check("cluster", OK, "state ok, 16384 slots served")
-    return Check("cluster", PROBLEM, f"state {state}, {slots} of 16384 slots served")
+    node = client.get_default_node()
+    fix = f"redis-cli --cluster fix {node.host}:{node.port}"
+    if state != "ok" or slots != 16384:
+        return Check(
+            "cluster",
+            PROBLEM,
+            f"state {state}, {slots} of 16384 slots served: the other slots have no owner that"
+            " answers, and every operation on their sessions fails",
+            fix,
+        )
+    moving = open_slots(client)
+    if moving:
+        return Check(
+            "cluster",
+            PROBLEM,
+            f"state ok, 16384 slots served, {len(moving)} slot(s) open for a move: "
+            + ", ".join(moving[:NAMED])
+            + ": operations on their sessions wait up to failover_window, then SlotMigrating"
+            " (a reshard in progress, or one that was aborted)",
+            f"if no reshard is running: {fix}",
+        )
+    return Check("cluster", OK, "state ok, 16384 slots served, no slot open for a move")
 
 
 def _index_check(client: Any, prefix: str) -> Check:

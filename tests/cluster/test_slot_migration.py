@@ -10,14 +10,17 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
 
 from redis_session import ChildSessionConfig, Message, RedisStore, Session, SlotMigrating
 from redis_session.aio import AsyncRedisStore
-from tests.conftest import redis_binary, unique_prefix, valkey_binary
+from redis_session.doctor import OK, PROBLEM, diagnose
+from tests.conftest import unique_prefix
 from tests.support.cluster import Cluster, start_cluster
+from tests.support.servers import redis_binary, valkey_binary
 
 pytestmark = pytest.mark.cluster
 
@@ -32,19 +35,24 @@ def cluster() -> Iterator[Cluster]:
     started.stop()
 
 
+def _node(node: Any) -> Any:
+    """A plain client of one node (Any: redis-py's execute_command is untyped)."""
+    return redis.Redis(host=node.host, port=node.port)
+
+
 class OpenSlot:
     """Holds the slot of ``redis_key`` open (MIGRATING on its node, IMPORTING on another)
     until :meth:`finish` moves its keys and gives the slot to the other node.
     """
 
     def __init__(self, cluster: Cluster, redis_key: str) -> None:
-        client = cluster.client()
+        client: Any = cluster.client()  # redis-py's cluster methods are untyped
         self.slot = client.keyslot(redis_key)
         source = client.nodes_manager.get_node_from_slot(self.slot)
         target = next(n for n in client.get_primaries() if n.name != source.name)
-        self.primaries = [redis.Redis(host=n.host, port=n.port) for n in client.get_primaries()]
-        self.source = redis.Redis(host=source.host, port=source.port)
-        self.target = redis.Redis(host=target.host, port=target.port)
+        self.primaries = [_node(n) for n in client.get_primaries()]
+        self.source = _node(source)
+        self.target = _node(target)
         self.target_address = (target.host, target.port)
         self.source_id = self.source.execute_command("CLUSTER MYID").decode()
         self.target_id = self.target.execute_command("CLUSTER MYID").decode()
@@ -163,3 +171,27 @@ def test_the_asyncio_store_waits_out_an_open_slot(cluster: Cluster) -> None:
 
     count, waited = asyncio.run(main())
     assert count == 8 and 0.9 <= waited < 15
+
+
+def test_doctor_names_an_open_slot_and_the_fix(cluster: Cluster) -> None:
+    prefix = unique_prefix()
+    store = RedisStore.from_url(cluster.url, prefix=prefix, cluster=True)
+    store.create(Session(key="k"))
+    client = cluster.client()
+    found = next(c for c in diagnose(client, prefix).checks if c.name == "cluster")
+    assert found.status == OK and "no slot open" in found.detail
+    opened = OpenSlot(cluster, store._core.schema.session("k").meta)
+    try:
+        found = next(c for c in diagnose(client, prefix).checks if c.name == "cluster")
+        assert found.status == PROBLEM
+        assert f"{opened.slot} migrating on" in found.detail
+        assert f"{opened.slot} importing on" in found.detail
+        assert "redis-cli --cluster fix" in found.advice
+        opened.finish()
+    finally:
+        opened.close()
+    found = next(c for c in diagnose(client, prefix).checks if c.name == "cluster")
+    assert found.status == OK, found
+    assert store.delete("k") is True
+    store.close()
+    client.close()
