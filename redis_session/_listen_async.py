@@ -93,7 +93,8 @@ class AsyncEventListener:
         self.shard_channels = None if shard_channels is None else sorted(shard_channels)
         """With sharded events: the shard channels listened on (``SSUBSCRIBE``)."""
         self.reconnects = 0
-        """How many times a dropped connection was resubscribed."""
+        """How many times a dropped connection was made again and resubscribed (by this
+        listener or by redis-py underneath): each is a gap in which events were missed."""
         self.types = types
         self._closed = False
         self._pubsub: Any = None
@@ -114,6 +115,7 @@ class AsyncEventListener:
         if new:
             await self._pubsub.ssubscribe(*new)
             self.shard_channels = sorted(known.union(new))
+            self._watch(self._pubsub)
 
     async def _subscribe(self) -> None:
         await self._client.initialize()  # async only: a cluster client learns its slots here
@@ -123,6 +125,26 @@ class AsyncEventListener:
         elif self.shard_channels:
             await pubsub.ssubscribe(*self.shard_channels)
         self._pubsub = pubsub
+        self._watch(pubsub)
+
+    def _watch(self, pubsub: Any) -> None:
+        """Count the reconnections redis-py makes underneath (it resubscribes a dropped pub/sub
+        connection on its own): each is a gap in which events were missed.
+        """
+        nodes = getattr(pubsub, "node_pubsub_mapping", None) or {}
+        for each in (pubsub, *nodes.values()):
+            connection = getattr(each, "connection", None)
+            if connection is not None:
+                connection.register_connect_callback(self._connected_again)
+
+    def _connected_again(self, connection: Any) -> None:
+        if self._closed:
+            return
+        self.reconnects += 1
+        log.warning(
+            "redis_session: a live listener's connection was made again (by redis-py):"
+            " events published meanwhile are missed"
+        )
 
     async def start(self) -> AsyncEventListener:
         """Subscribe (``store.listen()`` does this before returning the listener)."""

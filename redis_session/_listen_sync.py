@@ -92,7 +92,8 @@ class EventListener:
         self.shard_channels = None if shard_channels is None else sorted(shard_channels)
         """With sharded events: the shard channels listened on (``SSUBSCRIBE``)."""
         self.reconnects = 0
-        """How many times a dropped connection was resubscribed."""
+        """How many times a dropped connection was made again and resubscribed (by this
+        listener or by redis-py underneath): each is a gap in which events were missed."""
         self.types = types
         self._closed = False
         self._pubsub: Any = None
@@ -113,6 +114,7 @@ class EventListener:
         if new:
             self._pubsub.ssubscribe(*new)
             self.shard_channels = sorted(known.union(new))
+            self._watch(self._pubsub)
 
     def _subscribe(self) -> None:
         pubsub = self._client.pubsub(ignore_subscribe_messages=True)
@@ -121,6 +123,26 @@ class EventListener:
         elif self.shard_channels:
             pubsub.ssubscribe(*self.shard_channels)
         self._pubsub = pubsub
+        self._watch(pubsub)
+
+    def _watch(self, pubsub: Any) -> None:
+        """Count the reconnections redis-py makes underneath (it resubscribes a dropped pub/sub
+        connection on its own): each is a gap in which events were missed.
+        """
+        nodes = getattr(pubsub, "node_pubsub_mapping", None) or {}
+        for each in (pubsub, *nodes.values()):
+            connection = getattr(each, "connection", None)
+            if connection is not None:
+                connection.register_connect_callback(self._connected_again)
+
+    def _connected_again(self, connection: Any) -> None:
+        if self._closed:
+            return
+        self.reconnects += 1
+        log.warning(
+            "redis_session: a live listener's connection was made again (by redis-py):"
+            " events published meanwhile are missed"
+        )
 
     def start(self) -> EventListener:
         """Subscribe (``store.listen()`` does this before returning the listener)."""
