@@ -1,18 +1,21 @@
 -- delete: remove a session, its messages, its expiry marker, its index entry and every child.
 -- KEYS: root pop turn wake log *children
--- ARGV: session_key events event *child_keys
--- OK: existed event_id
+-- ARGV: session_key events event *children
+-- OK: existed event_id event_ids
 -- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] the session's pop key
 -- KEYS[9] its turn key   KEYS[10] its wake list   KEYS[11] the tree's event log stream
 -- KEYS[12 ..] child meta, child msgs, child ids, child staging list for each child, in the
 --         order the caller read them from KEYS[6]
 -- ARGV[1] session key (index member)   ARGV[2 .. 5] the events group (see log_event)
--- ARGV[6] the event's fields (JSON members)   ARGV[7 ..] the child keys, as read from KEYS[6]
--- Reply: {OK, 1 if a live session was removed else 0, the event's id ('' if none)}
+-- ARGV[6] the event's fields (JSON members)   ARGV[7 ..] per child, as read from KEYS[6]: its key,
+--         the fields of its 'discard' event ('' for a damaged member: none)
+-- Reply: {OK, 1 if a live session was removed else 0, the event's id ('' if none), per child
+--        the id of its 'discard' event ('' with no log), or 0 when it was not live}
 --        | {CONFLICT} (children changed since they were read: nothing removed; read again)
 --        | {WRONG_TYPE, i, type} | {DAMAGED, i, 'foreign'} (KEYS[i] is another program's key, a
 --        value of another type or a hash without a schema version: nothing removed)
--- Events: 'delete', only when a live session was removed; 'expire' when none was but the index
+-- Events: 'discard' for each live (unmerged) child of a live session removed, then 'delete';
+-- 'expire' when no live session was removed but the index
 -- still listed a tree under the key (it ended unseen: no reaper logged it yet). Idempotent
 -- otherwise. Values are
 -- freed by UNLINK (in the background when large), so a huge session does not block Redis.
@@ -28,11 +31,16 @@ for _, i in ipairs(metas) do
     return {DAMAGED, i, 'foreign'}
   end
 end
-if redis.call('ZCARD', KEYS[6]) ~= #ARGV - 6 then return {CONFLICT} end
-for i = 7, #ARGV do
+if redis.call('ZCARD', KEYS[6]) ~= (#ARGV - 6) / 2 then return {CONFLICT} end
+for i = 7, #ARGV, 2 do
   if not redis.call('ZSCORE', KEYS[6], ARGV[i]) then return {CONFLICT} end
 end
 local existed = redis.call('EXISTS', KEYS[1])
+local live = {}  -- per child: whether it is live (a child of a live session, not merged)
+for n = 1, (#ARGV - 6) / 2 do
+  local c = redis.call('HMGET', KEYS[8 + 4 * n], 'v', 'merged_at')
+  live[n] = existed == 1 and c[1] ~= false and not c[2] and ARGV[6 + 2 * n] ~= ''
+end
 local listed = redis.call('ZSCORE', KEYS[4], ARGV[1])
 for i = 1, #KEYS, 1000 do
   local chunk = {}
@@ -42,9 +50,13 @@ for i = 1, #KEYS, 1000 do
   if #chunk > 0 then redis.call('UNLINK', unpack(chunk)) end
 end
 redis.call('ZREM', KEYS[4], ARGV[1])
-local id = ''
+local reply = {OK, existed, ''}
 if existed == 1 or listed then
   local t = redis.call('TIME')
-  id = log_event(11, 2, existed == 1 and 'delete' or 'expire', ARGV[6], t[1] * 1000 + math.floor(t[2] / 1000))
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  for n, yes in ipairs(live) do
+    reply[3 + n] = yes and log_event(11, 2, 'discard', ARGV[6 + 2 * n], now) or 0
+  end
+  reply[3] = log_event(11, 2, existed == 1 and 'delete' or 'expire', ARGV[6], now)
 end
-return {OK, existed, id}
+return reply

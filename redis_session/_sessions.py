@@ -11,7 +11,7 @@ from . import codec, contracts
 from ._args import message as message_arg
 from ._args import non_negative_int, optional_str, text, token
 from ._args import session as session_arg
-from ._eventlog import EventLog, new_event
+from ._eventlog import Draft, EventLog, new_event
 from ._index import Index
 from ._keyring import Keyring
 from ._limits import STAGE_LEASE_MS, Limits
@@ -21,7 +21,7 @@ from ._trees import Trees
 from ._writes import Writer, appended
 from .crypto import Sealer
 from .errors import ConcurrentChange, InvalidArgument, PassphraseRequired
-from .keys import KeySchema, check_key
+from .keys import KeySchema, check_key, parent_of
 from .models import LifecycleEventType, Message, MessageRole, Session
 from .options import StoreOptions
 from .status import Ctx, Status, check
@@ -250,23 +250,37 @@ class Sessions:
             (members,) = yield from self.index.reads([("ZRANGE", sk.kids, 0, -1)], key)
             all_keys: list[str | bytes] = [*keys, sk.pop, sk.turn, sk.wake, self.events.log_of(key)]
             children: list[bytes] = []
+            drafts: list[Draft | None] = []  # each child's discard event, when live
             for raw in members:
                 raw = bytes(raw)
-                ck = self.schema.child(codec.member_key(raw))  # a damaged member too
+                child_key = codec.member_key(raw)
+                ck = self.schema.child(child_key)  # a damaged member too
                 all_keys += map(codec.wire, (ck.meta, ck.msgs, ck.ids, ck.stage))
-                children.append(raw)
+                if codec.is_damaged(child_key):  # not a key a child could have: no event
+                    drafts.append(None)
+                    children += (raw, b"")
+                    continue
+                agent = (parent_of(child_key) or ("", ""))[1]
+                child = new_event(
+                    LifecycleEventType.DISCARD, key, child_key=child_key, agent_name=agent
+                )
+                drafts.append(child)
+                children += (raw, child.fields)
             reply = yield contracts.delete(
                 all_keys,
                 session_key=key,
                 events=self.events.events_of(key),
                 event=draft.fields,
-                child_keys=children,
+                children=children,
             )
             if contracts.status(reply) != Status.CONFLICT:
                 deleted = contracts.parsed(contracts.Deleted, check(reply, Ctx(key, all_keys)))
                 existed = bool(deleted.existed)
                 self.trees.forget(key)
                 if existed:
+                    for each, event_id in zip(drafts, deleted.event_ids or (), strict=False):
+                        if each is not None and not isinstance(event_id, int):  # 0: not live
+                            yield Emit(each.event(event_id))
                     yield Emit(draft.event(deleted.event_id))
                 elif deleted.event_id:  # it had expired unseen: its expire event, logged now
                     expired = draft._replace(type=LifecycleEventType.EXPIRE.value)

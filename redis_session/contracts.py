@@ -359,21 +359,25 @@ class Deleted(NamedTuple):
     existed: Any
     event_id: Any
     """The ``delete`` (or ``expire``) event's id in the log (``b''``: none logged)."""
+    event_ids: Any
+    """Per child, in order: its ``discard`` event's id when it was live (``b''``: no log),
+    else 0."""
 
 
-@_contract("root pop turn wake log *children", "session_key events event *child_keys", Deleted)
+@_contract("root pop turn wake log *children", "session_key events event *children", Deleted)
 def delete(
     keys: Sequence[Key],
     *,
     session_key: str,
     events: Events,
     event: bytes,
-    child_keys: Sequence[bytes],
+    children: Sequence[bytes],
 ) -> ScriptCall:
     """``keys``: the root keys, the pop, turn and wake keys, the log, then meta, msgs, ids and
-    staging list per child.
+    staging list per child; ``children``: per child, its key as read and the fields of its
+    ``discard`` event.
     """
-    return ScriptCall("delete", keys, [session_key, *events, event, *child_keys])
+    return ScriptCall("delete", keys, [session_key, *events, event, *children])
 
 
 class Ended(NamedTuple):

@@ -65,6 +65,32 @@ async def test_every_change_is_logged_with_the_id_the_hook_gets(
     assert [f[b"p"] for _, f in entries] == [b"0-0", *(i for i, _ in entries[:-1])]
 
 
+async def test_delete_logs_a_discard_for_each_live_child_it_removes(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    seen: list[SessionLifecycleEvent] = []
+    store = make_store(lifecycle_hook=seen.append)
+    await store.create(Session(key="p"))
+    merged = await store.fork_child("p", "merged")
+    await store.merge_child(merged.key, "done")
+    gone = await store.fork_child("p", "gone")
+    await store.discard_child(gone.key)
+    live = [await store.fork_child("p", f"live{n}") for n in range(3)]
+    before = len(log_entries(backend))
+    seen.clear()
+    assert await store.delete("p") is True
+    events = logged(backend)[before:]
+    assert [(e.type, e.key, e.child_key, e.agent_name) for e in events] == [
+        *(("discard", "p", c.key, c.agent_name) for c in live),
+        ("delete", "p", "", ""),
+    ]
+    assert [(e.type, e.id, e.child_key) for e in seen] == [
+        (e.type, e.id, e.child_key) for e in events
+    ]
+    assert await store.delete("p") is False  # nothing live left: nothing logged
+    assert len(logged(backend)) == before + 4
+
+
 async def test_a_refused_change_logs_nothing(backend: Backend, store: Any) -> None:
     await store.create(Session(key="p"))
     child = await store.fork_child("p", "a")
