@@ -20,10 +20,17 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from itertools import filterfalse, repeat
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import orjson
-from pydantic import AwareDatetime, BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    TypeAdapter,
+    ValidationError,
+)
 from pydantic_core import PydanticSerializationError
 
 from . import crypto
@@ -44,7 +51,6 @@ from .models import (
     Session,
     SessionSummary,
     ToolCall,
-    UTCDateTime,
 )
 
 log = logging.getLogger("redis_session")
@@ -74,14 +80,27 @@ class _StoredMessage(Message):
     timestamp: AwareDatetime
 
 
+_DECODED_UTC = TypeAdapter(AwareDatetime).validate_json(b'"2000-01-01T00:00:00Z"').tzinfo
+"""The tzinfo pydantic-core gives a stored (UTC) timestamp: every decoded message's."""
+
+
+def _as_decoded_utc(value: datetime) -> datetime:
+    """A timestamp the slow path read, in the fast path's UTC tzinfo (naive: taken as UTC)."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(_DECODED_UTC)
+
+
 class _LenientStoredMessage(Message):
     """The slow path's twin: ``id`` and ``timestamp`` required as in :class:`_StoredMessage`,
     but a naive timestamp (written by another writer, or by a version before
-    :func:`encode_message` validated changed messages) is read as UTC, as ``Message`` reads it.
+    :func:`encode_message` validated changed messages) is read as UTC, as ``Message`` reads it,
+    and every timestamp comes back in the tzinfo the fast path gives: a history read partly
+    by each path holds one kind of datetime.
     """
 
     id: str
-    timestamp: UTCDateTime
+    timestamp: Annotated[datetime, AfterValidator(_as_decoded_utc)]
 
 
 #: The twin's SchemaValidator.validate_json, called directly: TypeAdapter.validate_json adds a
@@ -91,10 +110,6 @@ _LENIENT = TypeAdapter(_LenientStoredMessage)
 _set_attr = object.__setattr__
 _new_object = object.__new__
 M = TypeVar("M", bound=BaseModel)
-_DECODED_UTC = _STORED(
-    b'{"id":"a","role":"user","timestamp":"2000-01-01T00:00:00Z"}'
-).timestamp.tzinfo
-"""The tzinfo the decoder gives a stored (UTC) timestamp."""
 
 
 def message_digest(message_id: str) -> bytes:
