@@ -38,14 +38,14 @@ local extra = {ARGV[9]}
 if mode == 'summary' then extra[2] = ARGV[11] end
 local win, stop = open_window(3, f[7], 1, 0, 1, extra)
 if not win then return stop end
-local c = redis.call('HMGET', KEYS[8], 'parent', 'merged_at', 'g', 'h', 'n', 'mt', 'mx')
+local c = redis.call('HMGET', KEYS[8], 'parent', 'merged_at', 'g', 'h', 'n', 'mt', 'mx', 'ma')
 if has(win, ARGV[9]) then  -- this very call merged already: answer as it did
   local at = c[2] or redis.call('ZSCORE', KEYS[7], 'm' .. ARGV[7])
   if at then
     local reply = tree_changed(f[4])
     reply[1] = OK
     table.insert(reply, 2, at)
-    table.insert(reply, 3, 0)
+    table.insert(reply, 3, tonumber(c[8] or '0'))  -- 0 once the child's record was pruned
     table.insert(reply, 5, '')
     return reply
   end
@@ -106,6 +106,7 @@ else
   push_all(KEYS[2], elements)
   n = n + added
 end
+redis.call('HSET', KEYS[8], 'ma', added)  -- what a retry of this call answers
 local max = tonumber(ARGV[5])
 if max > 0 and n - h > max then
   redis.call('LTRIM', KEYS[2], -max, -1)

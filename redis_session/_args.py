@@ -20,6 +20,25 @@ def token() -> str:
     return secrets.token_hex(8)
 
 
+MAX_TOKEN = 128
+"""The longest ``idempotency_key`` (characters)."""
+
+
+def call_token(value: object) -> str:
+    """The call token of an operation: from the caller's ``idempotency_key`` (so that the
+    caller's own retry of the call after a lost reply finds the first call's success), or a
+    fresh one.
+    """
+    if value is None:
+        return token()
+    if not isinstance(value, str) or not value or len(value) > MAX_TOKEN:
+        raise InvalidArgument(
+            "idempotency_key", f"must be a non-empty str of at most {MAX_TOKEN} characters"
+        )
+    codec.text_arg(value, "idempotency_key")
+    return "c:" + value  # never equal to a fresh token (hex digits only)
+
+
 def duration_ms(value: object, argument: str, *, allow_zero: bool = False) -> int:
     """Seconds (int/float) or a timedelta as whole milliseconds, validated."""
     if isinstance(value, timedelta):

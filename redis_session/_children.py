@@ -10,11 +10,12 @@ does not grow with the number of sub-agents that ever ran in it.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import codec, contracts
-from ._args import message, text, token
+from ._args import call_token, message, text
 from ._eventlog import EventLog, new_event
 from ._index import Index
 from ._keyring import Keyring
@@ -33,7 +34,7 @@ from .errors import (
     InvalidArgument,
     SessionError,
 )
-from .keys import ChildKeys, KeySchema, check_key, parent_of
+from .keys import CHILD_MARKER, ChildKeys, KeySchema, check_key, parent_of
 from .models import ChildSession, ChildSessionConfig, LifecycleEventType, Message, MessageRole
 from .options import StoreOptions
 from .status import Ctx, Status, check
@@ -48,6 +49,16 @@ def _child_token(read: contracts.ChildRead) -> Any:
         if bytes(meta[i]) == b"token":
             return meta[i + 1]
     return b""
+
+
+def token_child_key(parent_key: str, agent_name: str, call: str) -> str:
+    """The key of the child that the fork with the caller's token ``call`` makes: the
+    ``ChildSession.new`` form, its number a digest of the call instead of the clock, so a
+    retry of the call names the same child.
+    """
+    name = f"{parent_key}\0{agent_name}\0{call}".encode("utf-8", "surrogatepass")
+    number = int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), "big")
+    return f"{parent_key}{CHILD_MARKER}{agent_name}:{number}"
 
 
 class Children:
@@ -90,7 +101,11 @@ class Children:
         return b"" if sealer is None else sealer.kid
 
     def fork_child(
-        self, parent_key: str, agent_name: str, config: ChildSessionConfig | None = None
+        self,
+        parent_key: str,
+        agent_name: str,
+        config: ChildSessionConfig | None = None,
+        given_token: str | None = None,
     ) -> Op[ChildSession]:
         parent_key = check_key(parent_key, "parent_key")
         if not isinstance(agent_name, str) or not agent_name or ":" in agent_name:
@@ -99,14 +114,16 @@ class Children:
         config = ChildSessionConfig() if config is None else config
         if not isinstance(config, ChildSessionConfig):
             raise InvalidArgument("config", "must be a ChildSessionConfig or None")
+        call = call_token(given_token)
         child = ChildSession.new(parent_key, agent_name, config)
+        if given_token is not None:  # the caller's retry names the same child
+            child = child.model_copy(update={"key": token_child_key(parent_key, agent_name, call)})
         ck = self.schema.child(child.key)
         _, root = self.trees.keys(parent_key)
         draft = new_event(
             LifecycleEventType.FORK, parent_key, child_key=child.key, agent_name=agent_name
         )
         log = self.events.log_of(parent_key)
-        call = token()
 
         def build(staged: int, generation: Any) -> Callable[[Sealer | None], ScriptCall]:
             def make(sealer: Sealer | None) -> ScriptCall:
@@ -244,7 +261,13 @@ class Children:
         )
         return added == 1
 
-    def merge_child(self, child_key: str, summary: str, author: str | None = None) -> Op[int]:
+    def merge_child(
+        self,
+        child_key: str,
+        summary: str,
+        author: str | None = None,
+        given_token: str | None = None,
+    ) -> Op[int]:
         child_key, parent, agent, ck = self._child_keys(child_key)
         text(summary, "summary")
         if author is not None:
@@ -254,7 +277,7 @@ class Children:
         pairs = codec.message_args([msg], "summary", limit)
         draft = new_event(LifecycleEventType.MERGE, parent, child_key=child_key, agent_name=agent)
         log = self.events.log_of(parent)
-        call = token()
+        call = call_token(given_token)
         digest = codec.message_digest("merge:" + call)
         _, root = self.trees.keys(parent)
 
@@ -366,10 +389,10 @@ class Children:
                 return reply
         raise ConcurrentChange(child_key, "its parent's history kept changing during a merge")
 
-    def discard_child(self, child_key: str) -> Op[None]:
+    def discard_child(self, child_key: str, given_token: str | None = None) -> Op[None]:
         child_key, parent, agent, ck = self._child_keys(child_key)
         draft = new_event(LifecycleEventType.DISCARD, parent, child_key=child_key, agent_name=agent)
-        digest = codec.message_digest("discard:" + token())
+        digest = codec.message_digest("discard:" + call_token(given_token))
         _, root = self.trees.keys(parent)
         keys = (*root, ck.meta, ck.msgs, ck.ids, self.events.log_of(parent))
 

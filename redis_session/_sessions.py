@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from . import codec, contracts
+from ._args import call_token, non_negative_int, optional_str, text, token
 from ._args import message as message_arg
-from ._args import non_negative_int, optional_str, text, token
 from ._args import session as session_arg
 from ._eventlog import Draft, EventLog, new_event
 from ._index import Index
@@ -111,14 +111,14 @@ class Sessions:
         self.events = events
         self.metadata = Metadata(options)
 
-    def create(self, session: Session) -> Op[Session]:
+    def create(self, session: Session, given_token: str | None = None) -> Op[Session]:
         session = session_arg(session)
         key = session.key
         o = self.options
         sk, keys = self.trees.keys(key)
         sealer: Sealer | None = None
         kid = b""
-        call = token()
+        call = call_token(given_token)
         self.metadata.pairs(session.metadata, "session.metadata")
         if self.keyring.passphrase is not None:
             if self.keyring.master is None:

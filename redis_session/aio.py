@@ -458,8 +458,8 @@ class AsyncRedisStore:
             if _url.migrating_reply(reply) is None:
                 return reply
 
-    async def create(self, session: Session) -> Session:
-        return await self._run(self._core.sessions.create(session))
+    async def create(self, session: Session, *, idempotency_key: str | None = None) -> Session:
+        return await self._run(self._core.sessions.create(session, idempotency_key))
 
     async def get(self, key: str, last: int | None = None) -> Session:
         return await self._run(self._core.sessions.get(key, last))
@@ -574,9 +574,16 @@ class AsyncRedisStore:
         return await self._run(self._core.index.list_sessions(limit, offset, prefix=prefix))
 
     async def fork_child(
-        self, parent_key: str, agent_name: str, config: ChildSessionConfig | None = None
+        self,
+        parent_key: str,
+        agent_name: str,
+        config: ChildSessionConfig | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> ChildSession:
-        return await self._run(self._core.children.fork_child(parent_key, agent_name, config))
+        return await self._run(
+            self._core.children.fork_child(parent_key, agent_name, config, idempotency_key)
+        )
 
     async def append_child_message(
         self, child_key: str, msg: Message, *, expect_last_id: str | None = None
@@ -596,14 +603,22 @@ class AsyncRedisStore:
         )
         return await self._run(op)
 
-    async def merge_child(self, child_key: str, summary: str) -> int:
-        return await self._run(self._core.children.merge_child(child_key, summary))
+    async def merge_child(
+        self, child_key: str, summary: str, *, idempotency_key: str | None = None
+    ) -> int:
+        return await self._run(
+            self._core.children.merge_child(child_key, summary, None, idempotency_key)
+        )
 
-    async def merge_child_as_author(self, child_key: str, summary: str, author: str) -> int:
-        return await self._run(self._core.children.merge_child(child_key, summary, author))
+    async def merge_child_as_author(
+        self, child_key: str, summary: str, author: str, *, idempotency_key: str | None = None
+    ) -> int:
+        return await self._run(
+            self._core.children.merge_child(child_key, summary, author, idempotency_key)
+        )
 
-    async def discard_child(self, child_key: str) -> None:
-        return await self._run(self._core.children.discard_child(child_key))
+    async def discard_child(self, child_key: str, *, idempotency_key: str | None = None) -> None:
+        return await self._run(self._core.children.discard_child(child_key, idempotency_key))
 
     async def get_child(self, child_key: str) -> ChildSession:
         return await self._run(self._core.children.get_child(child_key))

@@ -38,12 +38,17 @@ def docs_from(*sources: type) -> Callable[[C], C]:
 class Store(Protocol):
     """A session store (the blocking flavour). Every write is one atomic Lua script."""
 
-    def create(self, session: Session) -> Session:
+    def create(self, session: Session, *, idempotency_key: str | None = None) -> Session:
         """Store a new session, history included, in one atomic step.
 
         Sets ``created_at`` = ``updated_at`` = now (the Redis server's clock) and returns the
         stored copy; the argument is not changed. With a TTL, the session's keys expire after
         ``ttl`` without writes. Messages with the same id in ``session.history`` are refused.
+
+        ``idempotency_key``: the caller's name for this call (any str up to 128 characters):
+        the caller's own retry of the call with the same key, after a lost reply or a crash,
+        returns the first call's result instead of ``DuplicateSession`` (the key is kept as
+        long as the session).
 
         Raises:
             DuplicateSession: a live session has this key (two creators: exactly one wins).
@@ -270,7 +275,7 @@ class Store(Protocol):
 class AsyncStore(Protocol):
     """A session store (the asyncio flavour): :class:`Store` with awaitable methods."""
 
-    async def create(self, session: Session) -> Session: ...
+    async def create(self, session: Session, *, idempotency_key: str | None = None) -> Session: ...
     async def get(self, key: str, last: int | None = None) -> Session: ...
     async def get_history(self, key: str, last: int | None = None) -> list[Message]: ...
     async def update(self, session: Session) -> None: ...
@@ -326,11 +331,22 @@ class ChildSessionStore(Protocol):
     """
 
     def fork_child(
-        self, parent_key: str, agent_name: str, config: ChildSessionConfig | None = None
+        self,
+        parent_key: str,
+        agent_name: str,
+        config: ChildSessionConfig | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> ChildSession:
         """Create a child of ``parent_key`` for ``agent_name`` (non-empty, no ``:``), copying
         the parent's last ``config.inherit_history`` messages, in one atomic step. Its key is
-        ``"<parent_key>:child:<agent_name>:<unix ns>"``. Emits ``fork``.
+        ``"<parent_key>:child:<agent_name>:<unix ns>"`` (with an ``idempotency_key``, a number
+        derived from it instead of the clock). Emits ``fork``.
+
+        ``idempotency_key``: the caller's name for this call (any str up to 128 characters):
+        the caller's own retry of the call with the same key, after a lost reply or a crash,
+        returns the first call's result instead of a second child (the key is kept as long as
+        the child).
 
         Raises:
             SessionNotFound, SessionExpired: the parent is not a live session.
@@ -352,7 +368,9 @@ class ChildSessionStore(Protocol):
         """
         ...
 
-    def merge_child(self, child_key: str, summary: str) -> int:
+    def merge_child(
+        self, child_key: str, summary: str, *, idempotency_key: str | None = None
+    ) -> int:
         """Fold the child into its parent in one atomic step and mark it merged.
 
         A non-empty ``summary`` becomes one ``assistant`` message authored by the child's agent;
@@ -361,6 +379,11 @@ class ChildSessionStore(Protocol):
         one child: exactly one succeeds; a call retried by redis-py after a lost reply finds its
         own merge and succeeds once. Emits ``merge``. Returns the messages added to the parent.
 
+        ``idempotency_key``: the caller's name for this call (any str up to 128 characters):
+        the caller's own retry of the call with the same key, after a lost reply or a crash,
+        returns the first call's result instead of ``ChildAlreadyMerged`` (the key is kept
+        among the parent's newest message ids: ``id_window``).
+
         Raises:
             ChildNotFound: no such child (also when it was discarded).
             ChildAlreadyMerged: another call merged it first.
@@ -368,12 +391,18 @@ class ChildSessionStore(Protocol):
         """
         ...
 
-    def merge_child_as_author(self, child_key: str, summary: str, author: str) -> int:
+    def merge_child_as_author(
+        self, child_key: str, summary: str, author: str, *, idempotency_key: str | None = None
+    ) -> int:
         """As :meth:`merge_child`, the summary message authored by ``author``."""
         ...
 
-    def discard_child(self, child_key: str) -> None:
+    def discard_child(self, child_key: str, *, idempotency_key: str | None = None) -> None:
         """Remove the child without touching the parent. Emits ``discard``.
+
+        ``idempotency_key``: the caller's name for this call (any str up to 128 characters):
+        the caller's own retry of the call with the same key, after a lost reply or a crash,
+        returns the first call's result instead of ``ChildNotFound``.
 
         Raises:
             ChildNotFound: no such child.
@@ -399,14 +428,25 @@ class AsyncChildSessionStore(Protocol):
     """:class:`ChildSessionStore` with awaitable methods (asyncio flavour)."""
 
     async def fork_child(
-        self, parent_key: str, agent_name: str, config: ChildSessionConfig | None = None
+        self,
+        parent_key: str,
+        agent_name: str,
+        config: ChildSessionConfig | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> ChildSession: ...
     async def append_child_message(
         self, child_key: str, msg: Message, *, expect_last_id: str | None = None
     ) -> bool: ...
-    async def merge_child(self, child_key: str, summary: str) -> int: ...
-    async def merge_child_as_author(self, child_key: str, summary: str, author: str) -> int: ...
-    async def discard_child(self, child_key: str) -> None: ...
+    async def merge_child(
+        self, child_key: str, summary: str, *, idempotency_key: str | None = None
+    ) -> int: ...
+    async def merge_child_as_author(
+        self, child_key: str, summary: str, author: str, *, idempotency_key: str | None = None
+    ) -> int: ...
+    async def discard_child(
+        self, child_key: str, *, idempotency_key: str | None = None
+    ) -> None: ...
     async def get_child(self, child_key: str) -> ChildSession: ...
     async def children_of(self, parent_key: str) -> list[ChildSession]: ...
 

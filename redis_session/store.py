@@ -448,8 +448,8 @@ class RedisStore:
             if _url.migrating_reply(reply) is None:
                 return reply
 
-    def create(self, session: Session) -> Session:
-        return self._run(self._core.sessions.create(session))
+    def create(self, session: Session, *, idempotency_key: str | None = None) -> Session:
+        return self._run(self._core.sessions.create(session, idempotency_key))
 
     def get(self, key: str, last: int | None = None) -> Session:
         return self._run(self._core.sessions.get(key, last))
@@ -562,9 +562,16 @@ class RedisStore:
         return self._run(self._core.index.list_sessions(limit, offset, prefix=prefix))
 
     def fork_child(
-        self, parent_key: str, agent_name: str, config: ChildSessionConfig | None = None
+        self,
+        parent_key: str,
+        agent_name: str,
+        config: ChildSessionConfig | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> ChildSession:
-        return self._run(self._core.children.fork_child(parent_key, agent_name, config))
+        return self._run(
+            self._core.children.fork_child(parent_key, agent_name, config, idempotency_key)
+        )
 
     def append_child_message(
         self, child_key: str, msg: Message, *, expect_last_id: str | None = None
@@ -584,14 +591,20 @@ class RedisStore:
         )
         return self._run(op)
 
-    def merge_child(self, child_key: str, summary: str) -> int:
-        return self._run(self._core.children.merge_child(child_key, summary))
+    def merge_child(
+        self, child_key: str, summary: str, *, idempotency_key: str | None = None
+    ) -> int:
+        return self._run(self._core.children.merge_child(child_key, summary, None, idempotency_key))
 
-    def merge_child_as_author(self, child_key: str, summary: str, author: str) -> int:
-        return self._run(self._core.children.merge_child(child_key, summary, author))
+    def merge_child_as_author(
+        self, child_key: str, summary: str, author: str, *, idempotency_key: str | None = None
+    ) -> int:
+        return self._run(
+            self._core.children.merge_child(child_key, summary, author, idempotency_key)
+        )
 
-    def discard_child(self, child_key: str) -> None:
-        return self._run(self._core.children.discard_child(child_key))
+    def discard_child(self, child_key: str, *, idempotency_key: str | None = None) -> None:
+        return self._run(self._core.children.discard_child(child_key, idempotency_key))
 
     def get_child(self, child_key: str) -> ChildSession:
         return self._run(self._core.children.get_child(child_key))

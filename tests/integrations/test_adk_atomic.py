@@ -293,7 +293,7 @@ async def test_a_listing_while_a_create_is_under_way_does_not_unlist_it(
         seen.append([s.id for s in (await lister.list_sessions(app_name=APP)).sessions])
         return await real_create(session)
 
-    creator.store.create = create_after_a_listing  # type: ignore[method-assign]
+    creator.store.create = create_after_a_listing  # type: ignore[method-assign,assignment]
     await creator.create_session(app_name=APP, user_id=USER, session_id="racing")
     assert seen == [[]]
     listed = await lister.list_sessions(app_name=APP)

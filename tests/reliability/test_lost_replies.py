@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from redis_session import Message, RedisStore, Session
+from redis_session import ChildSession, Message, RedisStore, Session
 from tests.conftest import Backend
 from tests.support.proxy import LossyProxy
 
@@ -84,3 +86,45 @@ def test_retried_after_a_lost_reply_applies_once(
         assert [c.agent_name for c in setup.children_of("p")] == []
     elif name == "delete":
         assert setup.list_sessions() == []
+
+
+def _callers_ops() -> list[tuple[str, Callable[[RedisStore, dict[str, Any]], object]]]:
+    return [
+        ("create", lambda s, ctx: s.create(Session(key="new"), idempotency_key="c-1")),
+        ("fork", lambda s, ctx: s.fork_child("p", "forked", idempotency_key="f-1")),
+        ("merge", lambda s, ctx: s.merge_child(ctx["child"], "merged", idempotency_key="m-1")),
+        ("discard", lambda s, ctx: s.discard_child(ctx["child"], idempotency_key="d-1")),
+    ]
+
+
+@pytest.mark.parametrize(("name", "op"), _callers_ops(), ids=[n for n, _ in _callers_ops()])
+def test_the_callers_own_retry_with_its_idempotency_key_returns_the_first_result(
+    real_backend: Backend, name: str, op: Callable[[RedisStore, dict[str, Any]], object]
+) -> None:
+    """A client without retries: the lost reply reaches the caller as an error, and the caller
+    sends the call again with the same idempotency key."""
+    assert real_backend.server is not None
+    setup = real_backend.sync_store()
+    setup.create(Session(key="p", history=[Message(role="user", content="0")]))
+    ctx: dict[str, Any] = {"child": setup.fork_child("p", "helper").key}
+    with LossyProxy(real_backend.server.port) as proxy:
+        client = redis.Redis(port=proxy.port, socket_timeout=2, retry=Retry(NoBackoff(), 0))
+        store = RedisStore(client, prefix=real_backend.prefix)
+        store.get_history("p")
+        proxy.drop_replies_to(b"EVALSHA", 1)
+        with pytest.raises((redis.ConnectionError, redis.TimeoutError)):
+            op(store, ctx)  # applied, but its reply was lost
+        assert proxy.dropped == 1
+        again = op(store, ctx)  # the caller's retry: the first call's result
+        client.close()
+    if name == "create":
+        assert isinstance(again, Session) and again.key == "new" and setup.get("new")
+    elif name == "fork":
+        children = setup.children_of("p")
+        assert [c.agent_name for c in children] == ["helper", "forked"]  # one child
+        assert isinstance(again, ChildSession) and again.key == children[1].key
+    elif name == "merge":
+        assert again == 1  # the first call's count, never ChildAlreadyMerged
+        assert [m.content for m in setup.get_history("p")] == ["0", "merged"]
+    elif name == "discard":
+        assert setup.children_of("p") == []

@@ -1,0 +1,91 @@
+"""A caller's own retry: ``create``, ``fork_child``, ``merge_child``/``merge_child_as_author``
+and ``discard_child`` take an ``idempotency_key``; the same call again with the same key (the
+caller retrying after a lost reply or a crash) returns the first call's result: one session,
+one child, one merge, one logged event each, never ``DuplicateSession`` or ``ChildAlreadyMerged`` for
+the caller's own success. Another key, or none, is another call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from redis_session import (
+    ChildAlreadyMerged,
+    ChildNotFound,
+    DuplicateSession,
+    InvalidArgument,
+    Message,
+    Session,
+    SessionLifecycleEvent,
+)
+from tests.conftest import StoreFactory
+
+
+async def test_create_again_with_its_key_returns_the_first_result(
+    make_store: StoreFactory,
+) -> None:
+    seen: list[SessionLifecycleEvent] = []
+    store = make_store(lifecycle_hook=seen.append)
+    session = Session(key="s", history=[Message(role="user", content="hi")])
+    first = await store.create(session, idempotency_key="req-1")
+    again = await store.create(session, idempotency_key="req-1")
+    assert again.created_at == first.created_at and again.key == "s"
+    with pytest.raises(DuplicateSession):
+        await store.create(session, idempotency_key="req-2")
+    with pytest.raises(DuplicateSession):
+        await store.create(session)
+    # logged once; the in-process hook hears every successful call, a retry's with no id
+    assert [(e.type, bool(e.id)) for e in seen] == [("create", True), ("create", False)]
+    assert len(await store.get_history("s")) == 1
+
+
+async def test_fork_again_with_its_key_is_the_same_child(make_store: StoreFactory) -> None:
+    seen: list[SessionLifecycleEvent] = []
+    store = make_store(lifecycle_hook=seen.append)
+    await store.create(Session(key="p", history=[Message(role="user", content="q")]))
+    first = await store.fork_child("p", "helper", idempotency_key="fork-1")
+    again = await store.fork_child("p", "helper", idempotency_key="fork-1")
+    assert again.key == first.key and first.key.startswith("p:child:helper:")
+    other = await store.fork_child("p", "helper", idempotency_key="fork-2")
+    assert other.key != first.key
+    assert [c.key for c in await store.children_of("p")] == [first.key, other.key]
+    assert [e.type for e in seen if e.id] == ["create", "fork", "fork"]
+
+
+async def test_merge_again_with_its_key_returns_the_first_result(
+    make_store: StoreFactory,
+) -> None:
+    seen: list[SessionLifecycleEvent] = []
+    store = make_store(lifecycle_hook=seen.append)
+    await store.create(Session(key="p"))
+    child = await store.fork_child("p", "helper")
+    await store.append_child_message(child.key, Message(role="assistant", content="found it"))
+    assert await store.merge_child(child.key, "", idempotency_key="merge-1") == 1
+    assert await store.merge_child(child.key, "", idempotency_key="merge-1") == 1
+    with pytest.raises(ChildAlreadyMerged):
+        await store.merge_child(child.key, "", idempotency_key="merge-2")
+    second = await store.fork_child("p", "critic")
+    assert await store.merge_child_as_author(second.key, "ok", "lead", idempotency_key="m") == 1
+    assert await store.merge_child_as_author(second.key, "ok", "lead", idempotency_key="m") == 1
+    assert [m.content for m in await store.get_history("p")] == ["found it", "ok"]
+    assert [e.type for e in seen if e.id].count("merge") == 2
+
+
+async def test_discard_again_with_its_key_succeeds(make_store: StoreFactory) -> None:
+    store = make_store()
+    await store.create(Session(key="p"))
+    child = await store.fork_child("p", "helper")
+    await store.discard_child(child.key, idempotency_key="d-1")
+    await store.discard_child(child.key, idempotency_key="d-1")
+    with pytest.raises(ChildNotFound):
+        await store.discard_child(child.key, idempotency_key="d-2")
+    assert await store.children_of("p") == []
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 129, 7])
+async def test_a_bad_idempotency_key_is_invalid(store: Any, bad: Any) -> None:
+    with pytest.raises(InvalidArgument, match="idempotency_key"):
+        await store.create(Session(key="s"), idempotency_key=bad)
+    assert await store.delete("s") is False  # nothing written
