@@ -23,6 +23,15 @@ Cases
   round trips writes on the socket per append (client side) and EVALSHA calls per append
               (INFO commandstats delta, server side)
 
+Fleet mode (``--fleet``, issue #32) runs three rows only: the cold get above against the
+issue's target (1.5x); the fleet loop -- ``--workers`` stores (each its own client and read
+cache) serve turns of ``--sessions`` sessions of ``--messages`` messages, routed ``--routing
+random`` (no affinity) or ``sticky``, each turn ``append_message`` + ``get`` of the whole
+session, vs RPUSH + LRANGE 0 -1 + orjson.loads of every element, after ``--fleet-warmup``
+untimed turns, with the read cache's hits and misses over the timed turns (``--read-cache-bytes``
+sizes each worker's cache); and ``append_message`` through a ``RedisStore`` over the caller's
+own ``redis.Redis`` and over ``from_url``'s client, vs one RPUSH.
+
 To show where the store's time goes, the same loops also time (interleaved, same conditions):
 the store's OWN request sent bare with plain redis-py -- its Lua script by EVALSHA with the exact
 KEYS/ARGV the store would send, or for get() its MULTI/EXEC pipeline of the same commands
@@ -36,6 +45,9 @@ holds up to ~130 MB in Redis meanwhile (the pre-filled session pools).
 
     .venv/bin/python bench/bench_store.py [--url redis://127.0.0.1:6379/0] [--rounds N]
         [--get-rounds N] [--json out.json] [--profile] [--gc freeze|on|off] [--check]
+    .venv/bin/python bench/bench_store.py --fleet [--workers 16] [--sessions 400]
+        [--messages 300] [--turns 3000] [--fleet-warmup 2000] [--routing random|sticky]
+        [--read-cache-bytes N] [--rounds N] [--get-rounds N] [--check]
 
 The default of 3,000 rounds takes 30-40 s on a 2-core VM (of which ~14 s for get).
 """
@@ -43,6 +55,7 @@ The default of 3,000 rounds takes 30-40 s on a 2-core VM (of which ~14 s for get
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
 from collections.abc import Sequence
@@ -64,6 +77,13 @@ from bench.harness import (
     server_info,
     text_table,
     where_lines,
+)
+from bench.harness.fleet import (
+    ROUTINGS,
+    FleetSize,
+    measure_cold_get,
+    measure_fleet,
+    measure_own_client,
 )
 
 # -- output ---------------------------------------------------------------------------------------
@@ -164,6 +184,32 @@ def report(bench: Bench, profile_text: str) -> bool:
     return all_targets_pass(bench)
 
 
+def fleet_main(url: str, size: FleetSize, get_rounds: int, rounds: int, check: bool) -> int:
+    """The fleet rows alone (``--fleet``): print them; 1 with ``check`` when a target fails."""
+    started = time.perf_counter()
+    bench = Bench(url, rounds, get_rounds)
+    try:
+        gc.collect()
+        gc.freeze()
+        measure_cold_get(bench, get_rounds)
+        measure_fleet(bench, size)
+        measure_own_client(bench, rounds)
+    finally:
+        gc.unfreeze()
+        deleted = bench.cleanup()
+        bench.close()
+    print("all times in microseconds (us); ratio = store median / floor median")
+    print(render(bench.rows))
+    fl = bench.extra["fleet"]
+    print(
+        f"fleet above its floor (medians): {fl['above_floor_us']['wall']:.1f} us wall, "
+        f"{fl['above_floor_us']['client_cpu']:.1f} us client CPU; read cache over the timed "
+        f"turns: {fl['read_cache_hits']} hits, {fl['read_cache_misses']} misses"
+    )
+    print(f"cleanup: deleted {deleted} keys; total {time.perf_counter() - started:.1f}s")
+    return 1 if check and any(r.verdict == "FAIL" for r in bench.rows) else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--url", default="redis://127.0.0.1:6379/0", help="Redis to measure")
@@ -184,7 +230,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         "so collections scan only what the timed calls allocate), on (the prebuilt inputs stay "
         "collectable: rare full collections of the whole heap land in some calls' p99) or off",
     )
+    fleet = parser.add_argument_group(
+        "fleet mode (issue #32): --fleet runs only the cold get, the fleet loop and the append "
+        "over the caller's own client, each against its floor"
+    )
+    fleet.add_argument("--fleet", action="store_true", help="run the fleet rows only")
+    size = FleetSize()
+    fleet.add_argument("--workers", type=int, default=size.workers, help="worker stores")
+    fleet.add_argument("--sessions", type=int, default=size.sessions, help="sessions")
+    fleet.add_argument("--messages", type=int, default=size.messages, help="messages each")
+    fleet.add_argument("--turns", type=int, default=size.turns, help="timed turns")
+    fleet.add_argument("--fleet-warmup", type=int, default=size.warmup, help="turns untimed")
+    fleet.add_argument("--routing", choices=ROUTINGS, default=size.routing, help="turn routing")
+    fleet.add_argument("--read-cache-bytes", type=int, help="each worker's read cache bound")
     args = parser.parse_args(argv)
+    if args.fleet:
+        size = FleetSize(
+            args.workers, args.sessions, args.messages, args.turns, args.fleet_warmup,
+            args.routing, args.read_cache_bytes,
+        )  # fmt: skip
+        return fleet_main(args.url, size, args.get_rounds or 300, args.rounds, args.check)
     rounds: int = args.rounds
     get_rounds: int = args.get_rounds or max(50, rounds // 10)
 

@@ -25,6 +25,8 @@ BYTES_TARGET = 1.1
 LOOP_TARGET = 2.0  # append + get of the whole session vs RPUSH + LRANGE -1 -1 + orjson
 LOOP_FLATNESS = 1.25  # the agent loop at 10,000 messages over the loop at 1,000
 LOOP_ROUNDS = 500
+FLEET_TARGET = 1.25  # issue #32: the fleet loop vs RPUSH + LRANGE 0 -1 + orjson
+FLEET_GET_TARGET = 1.5  # issue #32: a cold get of 1,000 mixed messages vs LRANGE + orjson
 
 FLOOR_LUA = """
 redis.call('RPUSH', KEYS[1], ARGV[1])
