@@ -55,7 +55,6 @@ The default of 3,000 rounds takes 30-40 s on a 2-core VM (of which ~14 s for get
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
 import time
 from collections.abc import Sequence
@@ -78,13 +77,7 @@ from bench.harness import (
     text_table,
     where_lines,
 )
-from bench.harness.fleet import (
-    ROUTINGS,
-    FleetSize,
-    measure_cold_get,
-    measure_fleet,
-    measure_own_client,
-)
+from bench.harness.fleet import ROUTINGS, FleetSize, run_fleet
 
 # -- output ---------------------------------------------------------------------------------------
 
@@ -189,13 +182,8 @@ def fleet_main(url: str, size: FleetSize, get_rounds: int, rounds: int, check: b
     started = time.perf_counter()
     bench = Bench(url, rounds, get_rounds)
     try:
-        gc.collect()
-        gc.freeze()
-        measure_cold_get(bench, get_rounds)
-        measure_fleet(bench, size)
-        measure_own_client(bench, rounds)
+        run_fleet(bench, size)
     finally:
-        gc.unfreeze()
         deleted = bench.cleanup()
         bench.close()
     print("all times in microseconds (us); ratio = store median / floor median")

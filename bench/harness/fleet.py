@@ -193,3 +193,27 @@ def measure_own_client(bench: Bench, rounds: int) -> None:
         own_client.close()
     bench.rows.append(timed_row("append, the caller's redis.Redis", t["own"], t["rpush"], None))
     bench.rows.append(timed_row("append, from_url's client", t["from_url"], t["rpush"], None))
+
+
+def run_fleet(bench: Bench, size: FleetSize) -> None:
+    """The fleet rows in order (cold get, fleet loop, the caller's own client), with the
+    prebuilt inputs frozen for the collector (as :func:`.run.run_phases` does); adds them to
+    ``bench.rows``. The caller runs :meth:`Bench.cleanup`.
+    """
+    gc.collect()
+    gc.freeze()
+    try:
+        measure_cold_get(bench, bench.get_rounds)
+        measure_fleet(bench, size)
+        measure_own_client(bench, bench.rounds)
+    finally:
+        gc.unfreeze()
+
+
+def parse_size(text: str) -> tuple[int, int, int]:
+    """``WORKERSxSESSIONSxMESSAGES`` (e.g. ``16x400x300``) as three positive integers."""
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"fleet size: WORKERSxSESSIONSxMESSAGES, e.g. 16x400x300, not {text!r}")
+    workers, sessions, messages = map(int, parts)
+    return workers, sessions, messages

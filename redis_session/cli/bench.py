@@ -78,8 +78,37 @@ def _bench_table(bench: Bench) -> Table:
 )
 @click.option("--gc", "gc_mode", type=click.Choice(["freeze", "on", "off"]), default="freeze")
 @click.option("--check", is_flag=True, help="Exit 1 when a target is missed.")
+@click.option(
+    "--fleet",
+    is_flag=True,
+    help="Only the fleet rows: a cold get, workers without session affinity, an append over "
+    "the caller's own redis.Redis.",
+)
+@click.option(
+    "--fleet-size",
+    default="16x400x300",
+    show_default=True,
+    help="With --fleet: WORKERSxSESSIONSxMESSAGES.",
+)
+@click.option(
+    "--routing",
+    type=click.Choice(["random", "sticky"]),
+    default="random",
+    show_default=True,
+    help="With --fleet: a turn goes to any worker, or always to its session's.",
+)
 @json_option
-def bench(url: str, rounds: int, get_rounds: int, gc_mode: str, check: bool, as_json: bool) -> None:
+def bench(
+    url: str,
+    rounds: int,
+    get_rounds: int,
+    gc_mode: str,
+    check: bool,
+    fleet: bool,
+    fleet_size: str,
+    routing: str,
+    as_json: bool,
+) -> None:
     """Benchmark the store against raw redis-py floors (interleaved timings) on a real Redis.
 
     Holds up to ~130 MB in Redis meanwhile under a bench:<random>: prefix, deleted at the end.
@@ -94,6 +123,9 @@ def bench(url: str, rounds: int, get_rounds: int, gc_mode: str, check: bool, as_
         raise CliError(HARNESS_MISSING, kind="ImportError") from None
 
     check_reachable(url)
+    if fleet:
+        _fleet(url, rounds, get_rounds or 300, fleet_size, routing, check, as_json)
+        return
 
     started = time.perf_counter()
     runner = measuring.Bench(url, rounds, get_rounds or max(50, rounds // 10))
@@ -136,5 +168,40 @@ def bench(url: str, rounds: int, get_rounds: int, gc_mode: str, check: bool, as_
         )
         verdict = "all targets met" if passed else "some targets missed"
         out.print(f"{verdict}; {total:.1f} s", style="green" if passed else "red")
+    if check and not passed:
+        raise CliError("some benchmark targets were missed (see the table)", kind="TargetMissed")
+
+
+def _fleet(
+    url: str, rounds: int, get_rounds: int, size: str, routing: str, check: bool, as_json: bool
+) -> None:
+    """``bench --fleet``: the rows of :mod:`bench.harness.fleet`, printed or as JSON."""
+    from bench.harness import Bench
+    from bench.harness.fleet import FleetSize, parse_size, run_fleet
+
+    try:
+        workers, sessions, messages = parse_size(size)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--fleet-size") from None
+    runner = Bench(url, rounds, get_rounds)
+    console = make_console(stderr=as_json)
+    console.print(text(f"fleet rows at {url}: {size} ({routing}), prefix {runner.prefix}"))
+    try:
+        run_fleet(runner, FleetSize(workers, sessions, messages, routing=routing))
+    finally:
+        runner.cleanup()
+        runner.close()
+    passed = all(r.verdict != "FAIL" for r in runner.rows)
+    fl = runner.extra["fleet"]
+    if as_json:
+        echo_json({"rows": [r.as_json() for r in runner.rows], "fleet": fl, "passed": passed})
+    else:
+        out = make_console()
+        out.print(_bench_table(runner))
+        out.print(
+            f"fleet: {fl['above_floor_us']['wall']:.1f} µs above its floor "
+            f"({fl['above_floor_us']['client_cpu']:.1f} µs client CPU); read cache "
+            f"{fl['read_cache_hits']} hits, {fl['read_cache_misses']} misses"
+        )
     if check and not passed:
         raise CliError("some benchmark targets were missed (see the table)", kind="TargetMissed")

@@ -4,6 +4,8 @@ looser, so that ``bench --check`` means the same on a fast and on a slow loopbac
 
 from __future__ import annotations
 
+import pytest
+
 from bench.harness.timing import Row
 
 
@@ -19,3 +21,12 @@ def test_a_row_passes_on_its_ratio_or_on_its_allowance() -> None:
     assert fast_loopback.target_text == "<= 1.25x or +50 us"
     assert Row("info", store=1.0, floor=1.0, target=None).verdict == "info"
     assert fast_loopback.as_json()["allowance_us"] == 50.0
+
+
+def test_a_fleet_size_is_workers_sessions_messages() -> None:
+    from bench.harness.fleet import parse_size
+
+    assert parse_size("16x400x300") == (16, 400, 300) == parse_size("16X400X300")
+    for bad in ("16x400", "0x1x1", "a x1x1", "16x400x300x1", "-1x2x3"):
+        with pytest.raises(ValueError, match="WORKERSxSESSIONSxMESSAGES"):
+            parse_size(bad)
