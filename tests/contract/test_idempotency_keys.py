@@ -1,8 +1,8 @@
 """A caller's own retry: ``create``, ``fork_child``, ``merge_child``/``merge_child_as_author``
 and ``discard_child`` take an ``idempotency_key``; the same call again with the same key (the
 caller retrying after a lost reply or a crash) returns the first call's result: one session,
-one child, one merge, one logged event each, never ``DuplicateSession`` or ``ChildAlreadyMerged`` for
-the caller's own success. Another key, or none, is another call.
+one child, one merge, one logged event each, never ``DuplicateSession`` or
+``ChildAlreadyMerged`` for the caller's own success. Another key, or none, is another call.
 """
 
 from __future__ import annotations
