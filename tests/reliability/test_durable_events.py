@@ -316,9 +316,9 @@ def test_listeners_get_every_acknowledged_change_across_restarts_from_the_aof(
         injections=len(restarts),
         outcome=f"{len(acked):,} changes acknowledged (create, fork, merge); the two short "
         "restarts raised nothing (writer and listener rode through on redis-py's retries); "
-        f"the 3 s outage: {len(writer.errors)} call(s) raised ConnectionError (outcome "
-        f"unknown) and the riding listener raised {len(rider_errors)}x (each: resumed from its "
-        "cursor); it and a listener resumed from its cursor after each restart got the same "
+        f"the 3 s outage: ConnectionError from {len(writer.errors)} write(s) (outcome unknown) "
+        f"and {len(rider_errors)} from the riding listener (it resumes from its cursor); it and "
+        "a listener resumed from its cursor after each restart got the same "
         f"{len(ridden):,} events, every acknowledged change's once",
         acknowledged=len(acked),
         lost=len(set(acked) - set(changes(ridden))),

@@ -281,7 +281,7 @@ RECORD_US = 1_000
 CHILDREN = 1_000
 LOG_MAX = 1_000
 LIVE_CHILDREN = 2_000
-"""Live children of a deleted session in the xfail test: ~20 us each in one script (~46 ms)."""
+"""Live children of a deleted session in the xfail test: one script, 24-46 ms measured here."""
 
 
 def test_logging_operations_stay_under_the_slowlog_bound(
@@ -391,11 +391,11 @@ def test_logging_operations_stay_under_the_slowlog_bound(
 @pytest.mark.xfail(
     strict=True,
     reason="library limit: delete logs a discard for each live child and unlinks its 4 keys in "
-    "one script, ~20 us per live child (1,000: ~20 ms, 2,000: ~46 ms; ~13.5 ms for 1,000 "
+    "one script, ~12-23 us per live child (1,000: ~20 ms, 2,000: 24-46 ms; ~13.5 ms for 1,000 "
     "without events): past ~500 live children one delete blocks the server over 10 ms",
 )
 def test_deleting_a_session_with_many_live_children_stays_under_the_bound(
-    private_server: PrivateServer,
+    private_server: PrivateServer, figures: Recorder
 ) -> None:
     server = private_server(slowlog_log_slower_than=BOUND_US)
     raw = server.client()
@@ -408,6 +408,16 @@ def test_deleting_a_session_with_many_live_children_stays_under_the_bound(
     slow = [int(e["duration"]) for e in raw.slowlog_get(100)]
     store.close()
     raw.close()
+    figures.record_resource(
+        case=f"SLOWLOG: delete of a session with {LIVE_CHILDREN:,} live children (known limit)",
+        outcome=f"one delete script of {max(slow, default=0) / 1000:.1f} ms (bound "
+        f"{BOUND_US / 1000:.0f} ms): {LIVE_CHILDREN:,} discard events and their keys unlinked "
+        "in one step; the server serves no one meanwhile",
+        errors={},
+        damaged=0,
+        lost=0,
+        duplicated=0,
+    )
     assert slow == [], f"delete of a session with {LIVE_CHILDREN:,} live children: {slow} us"
 
 
@@ -419,7 +429,7 @@ def test_deleting_a_session_with_many_live_children_stays_under_the_bound(
     "their expire event (until the long-lived ones are written or expire)",
 )
 def test_a_short_ttl_store_reaps_its_trees_behind_long_lived_ones(
-    private_server: PrivateServer,
+    private_server: PrivateServer, figures: Recorder
 ) -> None:
     server = private_server()
     long_lived = RedisStore.from_url(server.url, prefix="m:", ttl=3600)
@@ -435,4 +445,14 @@ def test_a_short_ttl_store_reaps_its_trees_behind_long_lived_ones(
         reaped += [e.key for e in short.reap_expired()]
     long_lived.close()
     short.close()
+    figures.record_resource(
+        case="expire events: a store of ttl 0.3 s beside 100 trees of a store of ttl 3,600 s "
+        "on one prefix (known bug)",
+        outcome=f"5 short trees expired; 5 reap_expired() calls reaped {len(reaped)} of them "
+        "(each reads a page of the 100 oldest due entries: the long-lived trees, not due)",
+        errors={},
+        damaged=0,
+        lost=0,  # delayed (until the long-lived trees are written or expire), not lost
+        duplicated=0,
+    )
     assert sorted(reaped) == [f"short{i}" for i in range(5)]
