@@ -308,7 +308,11 @@ class LogListener:
         return self
 
     def _take_up(self) -> None:
-        if self.since == "earliest":
+        if self.since == "earliest":  # from the oldest entry each log holds, trimmed or not
+            for log_key in self._logs:
+                before = self._before_oldest(log_key)
+                if before != START:
+                    self._position.passed(log_key, before)
             return
         if self.since != "latest":
             self._position.resume(self.since)
@@ -321,6 +325,15 @@ class LogListener:
             if last:
                 self._position.passed(log_key, text(last[0][0]))
         self._position.advance(base)
+
+    def _before_oldest(self, log_key: str) -> str:
+        """The id of the entry before the oldest one ``log_key`` holds (``START``: none), so
+        that reading from there is no gap even when the log was trimmed.
+        """
+        oldest = self._client.xrange(log_key, count=1)
+        if not oldest:
+            return START
+        return text(oldest[0][1].get(b"p", START))
 
     def _cluster_now(self) -> str:
         """An id below which no log of the cluster gets an entry any more: the oldest clock
@@ -351,7 +364,7 @@ class LogListener:
         if log_key in self._grouped:
             return
         if self.since == "earliest":
-            start = START
+            start = self._before_oldest(log_key)
         elif self.since == "latest":  # a log found after the start: from the start's time
             start = self._later if self._joined_all else "$"
         else:

@@ -248,3 +248,21 @@ async def test_a_live_sharded_listener_follows_slots_that_get_their_first_sessio
     if backend.cluster is not None:
         assert len(listener.shard_channels) >= len({store.extension.log_of(k) for k in keys})
     await close(listener)
+
+
+async def test_earliest_on_a_trimmed_log_starts_at_its_oldest_entry_without_a_gap(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store(event_log_max=10)
+    for n in range(120):  # the log trimmed many times over (one tree per key: many logs too)
+        await store.create(Session(key=f"k{n}"))
+    newest = "k119"
+    for since, group in (("earliest", None), ("earliest", "from-the-start")):
+        listener = await aw(store.listen(since=since, group=group))
+        got: list[SessionLifecycleEvent] = []
+        while newest not in [e.key for e in got]:
+            more = await take(listener, 1, timeout=5.0)  # EventsLost would raise here
+            assert more, [e.key for e in got[-3:]]
+            got += more
+        assert all(e.type == "create" for e in got)
+        await close(listener)
