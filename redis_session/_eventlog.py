@@ -117,6 +117,10 @@ class EventLog:
         self.log_max = options.event_log_max if on else 0
         self._plain = Events(schema.events_channel, self.publish, self.log_max, self._age_ms())
         self._reaped: dict[str, float] = {}
+        self._scan_from: dict[str, str] = {}
+        """Index shard -> the score after which the next reaper page starts: a page full of
+        trees kept alive by a store with a longer ttl moves it on, so they cannot starve the
+        trees behind them (back to the start once a page comes back short)."""
 
     def _age_ms(self) -> int:
         return self.options.event_log_age_ms if self.log_max else 0
@@ -153,7 +157,8 @@ class EventLog:
         """
         ttl = self.options.ttl_ms
         cutoff = int(time.time() * 1000) - ttl - ttl // 16
-        return ("ZRANGEBYSCORE", index, "-inf", f"({cutoff}", "LIMIT", 0, REAP_PAGE)
+        start = self._scan_from.get(index, "-inf")
+        return ("ZRANGEBYSCORE", index, start, f"({cutoff}", "WITHSCORES", "LIMIT", 0, REAP_PAGE)
 
     def reap(self, index: str) -> Op[list[SessionLifecycleEvent]]:
         """Log an ``expire`` event for up to a page of the trees of index shard ``index``
@@ -165,8 +170,16 @@ class EventLog:
         (members,) = yield from self.index.reads([self.due_query(index)])
         return (yield from self.reap_members(index, members))
 
-    def reap_members(self, index: str, members: Sequence[Any]) -> Op[list[SessionLifecycleEvent]]:
-        """:meth:`reap` of the candidates ``members`` read from ``index`` (:meth:`due_query`)."""
+    def reap_members(self, index: str, page: Sequence[Any]) -> Op[list[SessionLifecycleEvent]]:
+        """:meth:`reap` of the candidates ``page`` read from ``index`` (:meth:`due_query`)."""
+        pairs = codec.scored(page)
+        if len(self._scan_from) >= 4096:
+            self._scan_from.clear()
+        if len(pairs) >= REAP_PAGE:  # a full page: the next one starts after it
+            self._scan_from[index] = f"{float(pairs[-1][1]):.0f}"  # inclusive: ties seen
+        else:
+            self._scan_from.pop(index, None)
+        members = [member for member, _ in pairs]
         ttl = self.options.ttl_ms
         keys: list[str] = [index, self.schema.beside(index, "log")]
         candidates: list[bytes | str] = []
