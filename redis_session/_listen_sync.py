@@ -263,6 +263,10 @@ class LogListener:
         self.poll = poll
         self.reconnects = 0
         """How many times the wake-up subscription (cluster) was made again."""
+        self.outages = 0
+        """How many times the server could not be reached while reading (each waited out: the
+        listener reads on from its position once it answers, losing nothing)."""
+        self._outage_delay = 0.0
         self._position = Position(core.schema)
         self._buffer: deque[tuple[str, str, SessionLifecycleEvent | None]] = deque()
         self._logs: list[str] = []
@@ -426,17 +430,42 @@ class LogListener:
                     self._client.xack(log_key, self.group, entry_id)
                 continue
             now = time.monotonic()
-            if now >= self._next_poll:
-                self._next_poll = now + self.poll
-                self._poll()
+            try:
+                if now >= self._next_poll:
+                    self._next_poll = now + self.poll
+                    self._poll()
+                    continue
+                if deadline is not None and now >= deadline:
+                    return None
+                left = (
+                    self._next_poll - now
+                    if deadline is None
+                    else min(self._next_poll, deadline) - now
+                )
+                self._wait(min(left, WAIT_MS / 1000))
+            except _TRANSPORT_ERRORS as exc:  # a restart, a failover: wait it out, lose nothing
+                self._wait_out(exc, deadline)
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
                 continue
-            if deadline is not None and now >= deadline:
-                return None
-            left = (
-                self._next_poll - now if deadline is None else min(self._next_poll, deadline) - now
-            )
-            self._wait(min(left, WAIT_MS / 1000))
+            self._outage_delay = 0.0
         return None
+
+    def _wait_out(self, exc: BaseException, deadline: float | None) -> None:
+        """Back off after a transport error while reading (the position is kept)."""
+        if not self._outage_delay:
+            self.outages += 1
+            log.warning(
+                "redis_session: a log listener cannot reach the server (%s): it reads on from"
+                " its position once it answers",
+                type(exc).__name__,
+            )
+        self._outage_delay = min(max(self._outage_delay * 2, BACKOFF_FIRST), BACKOFF_MAX)
+        pause = self._outage_delay
+        if deadline is not None:
+            pause = max(0.0, min(pause, deadline - time.monotonic()))
+        time.sleep(pause)
+        self._next_poll = 0.0  # read every log again once it answers
 
     def _wait(self, seconds: float) -> None:
         """Wait up to ``seconds`` for new entries, reading the logs that got some."""

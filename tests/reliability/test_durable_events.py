@@ -345,3 +345,31 @@ def take_to(listener: Any, last: str) -> list[SessionLifecycleEvent]:
         if event is not None:
             out.append(event)
     return out
+
+
+def test_a_log_listener_waits_out_an_outage_longer_than_the_clients_retries(
+    own_server: OwnServerFactory,
+) -> None:
+    """Down 6 s (redis-py's retries give up after a few): ``get`` raises nothing, returns None
+    while the server is away, counts the outage once, then reads on from its position."""
+    server = own_server(persistent=True)
+    store = RedisStore.from_url(server.url, prefix="o:")
+    listener = store.listen(since="earliest")
+    store.create(Session(key="before"))
+    first = listener.get(timeout=5.0)
+    assert first is not None and first.key == "before"
+    outage = threading.Thread(target=server.kill_and_restart, kwargs={"down_for": 6.0})
+    outage.start()
+    nones = 0
+    deadline = time.monotonic() + 20
+    while outage.is_alive() and time.monotonic() < deadline:
+        assert listener.get(timeout=0.5) is None  # no error, nothing invented
+        nones += 1
+    outage.join(timeout=30)
+    store.create(Session(key="after"))
+    after = listener.get(timeout=10.0)
+    assert after is not None and after.key == "after"  # "before" is not given twice
+    # one get can take the client's retry budget (~4 s) beyond its timeout: fewer Nones than 12
+    assert listener.outages == 1 and nones >= 1
+    listener.close()
+    store.close()
