@@ -175,7 +175,7 @@ def bench(
 def _fleet(
     url: str, rounds: int, get_rounds: int, size: str, routing: str, check: bool, as_json: bool
 ) -> None:
-    """``bench --fleet``: the rows of :mod:`bench.harness.fleet`, printed or as JSON."""
+    """``bench --fleet``: the rows of ``bench.harness.fleet``, printed or as JSON."""
     from bench.harness import Bench
     from bench.harness.fleet import FleetSize, parse_size, run_fleet
 

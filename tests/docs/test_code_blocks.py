@@ -65,6 +65,8 @@ NOT_RUN = {
         "benchmarks: tens of seconds each, and a synopsis ([...] are optional arguments)",
     ("docs/benchmarks.md", ".venv/bin/python bench/bench_encryption.py  "):
         "benchmarks: tens of seconds each",
+    ("docs/benchmarks.md", "git worktree add --detach /tmp/before 3c8c33b^"):
+        "benchmark: ~30 s, with a worktree of an older commit",
     ("docs/benchmarks.md", ".venv/bin/python bench/bench_frameworks.py --rounds 30"):
         "benchmark: a minute; tests/integrations/test_bench_frameworks.py runs its --quick form",
     ("docs/cli.md", "# one Redis 7.4 on localhost:6379"):
