@@ -35,6 +35,11 @@ def test_ci_runs_exactly_the_readme_lines_before_installing_anything_else(tmp_pa
         cwd=ROOT, capture_output=True, text=True, timeout=30, check=True,
     )  # fmt: skip
     assert done.stdout.splitlines() == readme_commands()
-    runs = script.index('bash -euo pipefail -c "$line"')
-    assert "pip install" not in script[:runs], "something is installed before the README's lines"
-    assert "pytest" not in script[runs:], "CI runs another test command than the README's"
+    setup = script.index('bash -euo pipefail -c "${readme[0]}"')
+    assert "pip install" not in script[:setup], "something is installed before the README's lines"
+    _, test_command = readme_commands()
+    calls = [line.split("#")[0].strip() for line in script[setup:].splitlines()]
+    assert [c for c in calls if "pytest" in c and not c.startswith("echo")] == [test_command], (
+        "CI runs the README's test command, and no other"
+    )
+    assert f'"${{readme[1]}}" != "{test_command}"' in script  # and checks the README says it
