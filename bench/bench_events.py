@@ -16,12 +16,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -31,6 +28,7 @@ from typing import Any
 
 import redis
 
+from bench.harness.server import private_server
 from redis_session import AsyncRedisStore, Message, RedisStore, Session
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,27 +46,8 @@ def server(url: str | None) -> Iterator[str]:
     if url:
         yield url
         return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    workdir = tempfile.mkdtemp(prefix="bench-events-")
-    proc = subprocess.Popen(
-        [shutil.which("redis-server") or "redis-server", "--port", str(port), "--bind",
-         "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+    with private_server("events") as port:
         yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def memory(url: str, fill: int) -> dict[str, float]:

@@ -19,17 +19,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from bench.harness.server import private_server
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES = ("none", "api", "sdk")
@@ -100,12 +99,6 @@ def worker(mode: str, port: int, calls: int) -> dict[str, float]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
@@ -116,20 +109,7 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args.worker, args.port, args.calls)))
         return
-    port = _free_port()
-    workdir = tempfile.mkdtemp(prefix="bench-telemetry-")
-    server = subprocess.Popen(
-        [shutil.which("redis-server") or "redis-server", "--port", str(port), "--bind",
-         "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+    with private_server("telemetry") as port:
         rounds: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         for r in range(args.rounds):
@@ -154,10 +134,6 @@ def main() -> None:
                 f"{name:<24}" + "".join(f"{med[m]:>10.1f}" for m in MODES)
                 + f"{med['api'] - med['none']:>+10.1f}{med['sdk'] - med['none']:>+10.1f}"
             )  # fmt: skip
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -102,12 +102,14 @@ def note_read(hit: bool, fetched: int) -> None:
     a traced read's span and metrics take it at its end): ``hit`` when an entry was continued,
     so that only the ``fetched`` messages added since travelled.
     """
-    _read.set((hit, fetched))
+    if _trace is not None:  # nothing to note for when OpenTelemetry is not installed
+        _read.set((hit, fetched))
 
 
 def note_trimmed(count: int) -> None:
     """Messages the append in progress trimmed from its session's head (``max_messages``)."""
-    _trimmed.set(count)
+    if _trace is not None:
+        _trimmed.set(count)
 
 
 def key_label(key: str, policy: str) -> str | None:

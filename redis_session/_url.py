@@ -120,9 +120,7 @@ def is_migrating(exc: BaseException) -> bool:
     a redirection that surfaced, or redis-py's ``ClusterError: TTL exhausted`` after its own
     16 quick tries of those.
     """
-    if isinstance(exc, redis.exceptions.TryAgainError | redis.exceptions.AskError):
-        return True
-    if isinstance(exc, redis.exceptions.MovedError):
+    if isinstance(exc, MIGRATING_ERRORS[:3]):  # TRYAGAIN, ASK, MOVED
         return True
     return type(exc) is redis.exceptions.ClusterError and "TTL exhausted" in str(exc)
 

@@ -258,14 +258,11 @@ class AsyncRedisStore:
         kinds = check_types(types)
         if since is None and group is None:
             if self._core.options.sharded_events:
-                if not self._core.schema.cluster:
-                    return await AsyncEventListener(
-                        self._clients.current(), self.events_channel,
-                        shard_channels=[self.events_channel], types=kinds,
-                    ).start()  # fmt: skip
+                cluster = self._core.schema.cluster  # a channel per slot, new slots looked for
+                channels = await self._shard_channels() if cluster else [self.events_channel]
                 return await AsyncEventListener(
-                    self._clients.current(), self.events_channel,
-                    shard_channels=await self._shard_channels(), shards=self._shard_channels,
+                    self._clients.current(), self.events_channel, shard_channels=channels,
+                    shards=self._shard_channels if cluster else None,
                     poll=duration_ms(poll, "poll") / 1000, types=kinds,
                 ).start()  # fmt: skip
             client = self._clients.current()
@@ -429,8 +426,8 @@ class AsyncRedisStore:
                     if not _url.is_migrating(exc):
                         raise
                     reply = await self._wait_out_migration(request)
-                else:
-                    if type(reply) is list and _url.migrating_reply(reply) is not None:
+                else:  # errors as values (a pipeline's) can say so too, on a cluster only
+                    if self._core.schema.cluster and _url.migrating_reply(reply) is not None:
                         reply = await self._wait_out_migration(request)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
