@@ -4,11 +4,20 @@ keys that name another program's key instead of failing with a bare WRONGTYPE.
 One index per prefix on a single server (a sorted set of session keys scored by
 ``updated_at``, written by the same scripts as the sessions); one per slot on a cluster, with a
 registry of the shards that exist (see ``keys.KeySchema.index_of``).
+
+The registry is kept in three copies on (usually) three nodes, each written and read on its own
+node (``Commands.direct``), so that no single node gates creates or listing: a create registers
+its new shard in every copy it reaches (one is enough), a listing reads every copy it reaches,
+lists their union and adds to each copy what it lacks (a copy lost with its node repairs
+itself). A shard that no copy took (every copy's node unreachable) is kept by the process,
+logged, and written at its next create or listing.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from typing import Any
 
 from . import codec
@@ -20,13 +29,21 @@ from .keys import KeySchema
 from .models import SessionSummary
 
 _GLOB_SPECIAL = re.compile(r"[*?\[\]\\]")  # escaped in a MATCH pattern
+COPY_PAUSE_S = 10.0
+"""A registry copy whose node failed is left out of creates' registrations this long (a node
+that hangs instead of refusing would cost each create its connect timeout); listing reads it."""
+log = logging.getLogger("redis_session")
 
 
 class Index:
-    """Reads of the session index (its writes are the scripts')."""
+    """Reads of the session index (its writes are the scripts'), and its registry of shards."""
 
     def __init__(self, schema: KeySchema) -> None:
         self.schema = schema
+        self._pending: set[str] = set()
+        """Shards no registry copy took yet (every copy's node was unreachable)."""
+        self._paused: dict[str, float] = {}
+        """Registry copy -> when to try its node again."""
 
     def list_sessions(
         self, limit: int | None = None, offset: int = 0, *, prefix: str | None = None
@@ -98,22 +115,97 @@ class Index:
         return [key for key, _ in sorted(found.items(), key=lambda kv: kv[1], reverse=True)]
 
     def indexes(self) -> Op[list[str]]:
+        """Every index key to read: the one of a single server; on a cluster the union of
+        the registry copies that answer (each copy given what it lacks, and this process's
+        unwritten shards written). Raises the first copy's error when none answers.
+        """
         if not self.schema.cluster:
             return self.schema.all_indexes()
-        (members,) = yield from self.reads([("SMEMBERS", self.schema.index_registry)])
-        return sorted(codec.decode_key(m) for m in members)
+        # Every copy, a paused one too: listing waits on every shard's node anyway, and a copy
+        # whose node is back is given what it missed at once.
+        copies = self.schema.index_registries
+        replies = yield Commands([("SMEMBERS", copy) for copy in copies], direct=True)
+        held: dict[str, set[str]] = {}
+        failed: list[Exception] = []
+        for copy, reply in zip(copies, replies, strict=True):
+            if isinstance(reply, Exception):
+                if codec.is_wrong_type(reply):
+                    (kind,) = yield Commands([("TYPE", copy)])
+                    raise ForeignKey("", copy, codec.type_name(kind))
+                self._pause(copy, reply)
+                failed.append(reply)
+            else:
+                held[copy] = {codec.decode_key(m) for m in reply}
+        if not held:
+            raise failed[0]
+        every = set(self._pending).union(*held.values())
+        yield from self._add(
+            {copy: every - members for copy, members in held.items() if every - members}
+        )
+        return sorted(every)
+
+    def register(self, shard: str) -> Op[None]:
+        """Name index shard ``shard`` in every registry copy whose node answers (never
+        raises for a node that does not: listing gives a copy what it missed). When none
+        answers, the shard waits in this process for its next create or listing, logged.
+        """
+        if not self.schema.cluster:
+            return
+        self._pending.add(shard)
+        shards = set(self._pending)
+        yield from self._add({copy: shards for copy in self._reachable()})
+
+    def _add(self, missing: dict[str, set[str]]) -> Op[None]:
+        """SADD each copy's missing shards; a shard taken by any copy leaves the pending."""
+        if not missing:
+            return
+        copies = list(missing)
+        replies = yield Commands(
+            [("SADD", copy, *sorted(missing[copy])) for copy in copies], direct=True
+        )
+        taken: set[str] = set()
+        for copy, reply in zip(copies, replies, strict=True):
+            if isinstance(reply, Exception):
+                self._pause(copy, reply)
+            else:
+                taken |= missing[copy]
+        left = set(self._pending) - taken
+        self._pending.difference_update(taken)
+        for shard in left & set().union(*missing.values()):
+            log.warning(
+                "index shard %s is in no copy of the registry yet (no copy's node answered):"
+                " list_sessions lists its sessions once this process writes it (at its next"
+                " create or listing) or after repair_index()",
+                shard,
+            )
+
+    def _reachable(self) -> list[str]:
+        """The registry copies not paused after a failure (all of them when all are): those a
+        create registers its shard in.
+        """
+        now = time.monotonic()
+        copies = self.schema.index_registries
+        up = [copy for copy in copies if self._paused.get(copy, 0.0) <= now]
+        return up or list(copies)
+
+    def _pause(self, copy: str, error: Exception) -> None:
+        if codec.is_wrong_type(error):
+            return  # another program's key: not a node to wait for
+        self._paused[copy] = time.monotonic() + COPY_PAUSE_S
+        log.warning("index registry copy %s unreachable (%s): the others serve", copy, error)
 
     def repair_index(self) -> Op[int]:
-        """Register every existing index shard (cluster); returns how many were missing."""
+        """Register every existing index shard (cluster) in every registry copy; returns how
+        many shards no copy named.
+        """
         if not self.schema.cluster:
             return 0
         shards = self.schema.all_indexes()
         exists = yield Commands([("EXISTS", s) for s in shards])
-        found = [s for s, n in zip(shards, exists, strict=True) if n]
+        found = {s for s, n in zip(shards, exists, strict=True) if n}
         known = set((yield from self.indexes()))
-        missing = [s for s in found if s not in known]
-        if missing:
-            yield Commands([("SADD", self.schema.index_registry, *missing)])
+        missing = found - known
+        yield from self._add({copy: missing for copy in self.schema.index_registries if missing})
         return len(missing)
 
     def reads(self, commands: list[tuple[Any, ...]], key: str = "") -> Op[list[Any]]:

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis.asyncio
+import redis.asyncio.cluster
 
 
 def _cloneable(client: Any) -> bool:
@@ -97,6 +98,36 @@ def hard_close(client: Any) -> int:
     return closed
 
 
+def _knowing(fresh: Any, known: Any) -> Any:
+    """``fresh``, a cluster client made for another loop from the URL's seed node, also seeded
+    with every node ``known`` learnt (redis-py keeps them as its startup nodes): with the seed
+    node down, it would refuse to start (``RedisClusterUnreachableError``) although the rest of
+    the cluster serves. Each node gets the seed's connection options (credentials, TLS).
+    It takes ``known``'s command table too: redis-py fetches it (``COMMAND``) from the
+    cluster's first primary, and a new client cannot start while that node is down.
+    """
+    if not isinstance(fresh, redis.asyncio.RedisCluster) or not isinstance(
+        known, redis.asyncio.RedisCluster
+    ):
+        return fresh
+    seeds = fresh.nodes_manager.startup_nodes
+    seed = next(iter(seeds.values()))
+    options = {k: v for k, v in seed.connection_kwargs.items() if k not in ("host", "port")}
+    for node in list(known.nodes_manager.startup_nodes.values()):
+        if node.name not in seeds:
+            seeds[node.name] = redis.asyncio.cluster.ClusterNode(
+                node.host,
+                node.port,
+                max_connections=seed.max_connections,
+                connection_class=seed.connection_class,
+                response_callbacks=seed.response_callbacks,
+                **options,
+            )
+    if not fresh.commands_parser.commands:  # redis-py asks a new client's first primary
+        fresh.commands_parser.commands = known.commands_parser.commands  # for it: down, no start
+    return fresh
+
+
 class LoopClients:
     """The store's client for the running loop (see the module docstring); ``factory`` makes
     another one like ``home`` (by default a copy of a plain client; None: ``home`` serves every
@@ -146,7 +177,7 @@ class LoopClients:
             self._sweep()
             if self._home_used:
                 assert self._factory is not None
-                client = self._factory()
+                client = _knowing(self._factory(), self.home)
             else:
                 client, self._home_used = self.home, True
             self._by_loop[loop] = client

@@ -40,6 +40,13 @@ class Commands:
     transaction: bool = False
     errors_as_values: bool = False
     """Reply with a failed command's exception in its place instead of raising it."""
+    direct: bool = False
+    """On a cluster, send each command to the node serving its key through that node's own
+    client, one after the other, each reply (or error: an unreachable node's, at once) in its
+    place: the cluster client spends ~4 s of retries and slot-map refreshes on a dead node.
+    A command whose slot moved goes through the cluster client. For the best-effort reads
+    and writes of copies kept on several nodes (the registry of index shards).
+    """
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from ._index import Index
 from ._keyring import Keyring
 from ._limits import STAGE_LEASE_MS, Limits
 from ._reads import Reader
-from ._requests import Commands, Emit, Op, ScriptCall
+from ._requests import Emit, Op, ScriptCall
 from ._trees import Trees
 from ._writes import Writer, appended
 from .crypto import Sealer
@@ -163,9 +163,9 @@ class Sessions:
         created = contracts.parsed(contracts.Created, check(reply, Ctx(key, create_keys)))
         self.trees.forget(key)
         if self.schema.cluster and int(created.index_created):
-            # Not atomic with the script (another slot): a crash right here leaves this index
+            # Not atomic with the script (other slots): a crash right here leaves this index
             # shard unlisted until repair_index(); the session itself is whole.
-            yield Commands([("SADD", self.schema.index_registry, keys[3])])
+            yield from self.index.register(keys[3])
         if created.expired is not None:  # an earlier tree under the key had expired unseen
             yield Emit(draft._replace(type=LifecycleEventType.EXPIRE.value).event(created.expired))
         yield Emit(draft.event(created.event_id))

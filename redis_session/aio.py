@@ -310,6 +310,8 @@ class AsyncRedisStore:
             return await events.finish_hook(pending, request.event)
         if isinstance(request, Compute):
             return await asyncio.to_thread(request.fn)
+        if request.direct:
+            return [await self._direct(command) for command in request.commands]
         client = self._clients.current()  # redis-py leaves execute_command untyped
         if len(request.commands) == 1 and not request.transaction:
             try:
@@ -343,6 +345,23 @@ class AsyncRedisStore:
                 break
             await client.script_load(script.script)
         return replies
+
+    async def _direct(self, command: tuple[Any, ...]) -> Any:
+        """``command``'s reply from the node serving its key (see ``Commands.direct``), or
+        its error: an unreachable node's at once, without the cluster client's retries.
+        """
+        try:
+            node = await self._writer_for(command[1])
+            return await node.execute_command(*command)
+        except (redis.exceptions.MovedError, redis.exceptions.AskError):
+            pass  # the slot moved: the cluster client follows it and refreshes its map
+        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as exc:
+            return exc
+        client: Any = self._clients.current()
+        try:
+            return await client.execute_command(*command)
+        except redis.RedisError as exc:
+            return exc
 
     async def _writer_for(self, key: str | bytes) -> Any:
         """The client whose connection runs a write to ``key``: on a cluster, the own client of

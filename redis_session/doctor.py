@@ -14,6 +14,9 @@ store's user) need admin rights on most servers: refused, the check says so once
   user, on a key under the prefix.
 - **cluster**: the cluster's state is ``ok``, every slot is served, and no slot is open for a move
   (marked migrating/importing: a reshard in progress or aborted), with the fix command.
+- **index registry** (cluster): the three copies of the registry of index shards answer, agree,
+  sit on different nodes, and name every index shard that exists (an unnamed one hides its
+  sessions from ``list_sessions``), with the fix.
 - **server version**: Redis >= 7.0 or Valkey.
 - **index records**: members of the session index that are not a key this store wrote (they
   are skipped by ``list_sessions``).
@@ -155,6 +158,7 @@ def diagnose(client: Any, prefix: str = "rs:", *, acl_user: str | None = None) -
     checks.append(_acl_check(client, prefix, acl_user))
     if isinstance(client, redis.RedisCluster):
         checks.append(_cluster_check(client))
+        checks.append(_registry_check(client, prefix))
     checks.append(_index_check(client, prefix))
     checks.append(_keys_check(client, prefix))
     return report
@@ -252,12 +256,86 @@ def _cluster_check(client: Any) -> Check:
     return Check("cluster", OK, "state ok, 16384 slots served, no slot open for a move")
 
 
+def _registered(client: Any, schema: KeySchema) -> tuple[dict[str, set[str]], list[str]]:
+    """The members of each registry copy that answers, and the copies that do not (named
+    with their error).
+    """
+    held: dict[str, set[str]] = {}
+    down: list[str] = []
+    for copy in schema.index_registries:
+        try:
+            held[copy] = {bytes(m).decode() for m in client.smembers(copy)}
+        except redis.RedisError as exc:
+            down.append(f"{copy} ({exc})")
+    return held, down
+
+
+def _registry_check(client: Any, prefix: str) -> Check:
+    """On a cluster: the registry copies answer, agree, sit on different nodes, and name every
+    index shard that exists (probed: 16384 EXISTS in pipelines).
+    """
+    schema = KeySchema(prefix, cluster=True)
+    held, down = _registered(client, schema)
+    named = set().union(*held.values())
+    shards = schema.all_indexes()
+    found: set[str] = set()
+    for i in range(0, len(shards), SCAN_COUNT):
+        batch = shards[i : i + SCAN_COUNT]
+        pipe = client.pipeline(transaction=False)
+        for shard in batch:
+            pipe.exists(shard)
+        found.update(s for s, n in zip(batch, pipe.execute(), strict=True) if n)
+    unnamed = sorted(found - named)
+    if unnamed:
+        return Check(
+            "index registry",
+            PROBLEM,
+            f"{len(unnamed)} index shard(s) exist that no registry copy names ("
+            + ", ".join(unnamed[:NAMED])
+            + "): list_sessions does not show their sessions",
+            "run store.repair_index() (it probes every shard and names them in every copy)",
+        )
+    if down:
+        return Check(
+            "index registry",
+            WARN,
+            f"{len(down)} of 3 registry copies unreachable: " + ", ".join(down),
+            "bring their node back; listing repairs the copy then",
+        )
+    short = {copy: len(named - members) for copy, members in held.items() if named - members}
+    nodes = {client.get_node_from_key(copy).name for copy in schema.index_registries}
+    primaries = len({n.name for n in client.get_primaries()})
+    if short:
+        detail = ", ".join(f"{copy} lacks {n}" for copy, n in short.items())
+        return Check(
+            "index registry",
+            WARN,
+            f"the registry copies disagree: {detail} of {len(named)} shards",
+            "list_sessions gives each copy what it lacks: run one listing",
+        )
+    if len(nodes) < min(3, primaries):
+        return Check(
+            "index registry",
+            WARN,
+            f"the 3 registry copies sit on {len(nodes)} node(s) of {primaries}: one node down"
+            " stops listing",
+            "spread the slots of "
+            + ", ".join(f"{c} (slot {client.keyslot(c)})" for c in schema.index_registries)
+            + " over different primaries (redis-cli --cluster reshard)",
+        )
+    return Check(
+        "index registry",
+        OK,
+        f"3 copies on {len(nodes)} nodes name all {len(found)} index shards that exist",
+    )
+
+
 def _index_check(client: Any, prefix: str) -> Check:
     schema = KeySchema(prefix, cluster=isinstance(client, redis.RedisCluster))
     indexes = (
         schema.all_indexes()
         if not schema.cluster
-        else [bytes(m).decode() for m in client.smembers(schema.index_registry)]
+        else sorted(set().union(*_registered(client, schema)[0].values()))
     )
     bad = total = 0
     for index in indexes:

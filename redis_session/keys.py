@@ -52,7 +52,7 @@ _SESSION_TYPES = {
     "meta": "hash", "msgs": "list", "ids": "hash", "kids": "zset", "done": "zset",
     "mark": "string", "pop": "string", "turn": "string", "wake": "list", "stage": "list",
     "child": "hash", "cmsgs": "list",
-    "cids": "hash", "index": "zset", "log": "stream",
+    "cids": "hash", "index": "zset", "log": "stream", "index-shards": "set",
 }  # fmt: skip
 """The type of each kind of key named ``<prefix><kind>:{<tag>}...`` (see the module docstring)."""
 _GLOBAL_TYPES = {
@@ -234,11 +234,25 @@ class KeySchema:
         return [f"{self.prefix}index:{{{tag}}}" for tag in slot_tags()]
 
     @property
-    def index_registry(self) -> str:
-        """On a cluster: the set of index keys that were ever created (``list_sessions`` reads
-        those instead of probing all 16384).
+    def index_registries(self) -> tuple[str, ...]:
+        """On a cluster: the copies of the registry of index shards that were ever created
+        (``list_sessions`` reads their union instead of probing all 16384 shards).
+
+        Three sets holding the same members: ``<prefix>index-shards`` and two copies tagged a
+        third and two thirds of the slot ring away from its slot, so that a cluster whose
+        primaries split the slots evenly holds each copy on another node, and no single node
+        gates creates or listing (see ``_index.Index``).
         """
-        return f"{self.prefix}index-shards"
+        first = f"{self.prefix}index-shards"
+        slot = key_slot(first.encode())
+        tags = slot_tags()
+        return (
+            first,
+            *(
+                f"{first}:{{{tags[(slot + offset) % REDIS_CLUSTER_HASH_SLOTS]}}}"
+                for offset in (5461, 10923)  # redis-cli splits 3 primaries 5461/5462/5461
+            ),
+        )
 
     def expected_type(self, name: str) -> str | None:
         """The Redis type a key of this name holds when this store wrote it (``"hash"``,

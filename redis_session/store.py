@@ -306,6 +306,8 @@ class RedisStore:
             return events.finish_hook_sync(pending, request.event)
         if isinstance(request, Compute):
             return request.fn()
+        if request.direct:
+            return [self._direct(command) for command in request.commands]
         client = self._client  # redis-py leaves execute_command untyped
         if len(request.commands) == 1 and not request.transaction:
             try:
@@ -337,6 +339,23 @@ class RedisStore:
                 break
             client.script_load(script.script)
         return replies
+
+    def _direct(self, command: tuple[Any, ...]) -> Any:
+        """``command``'s reply from the node serving its key (see ``Commands.direct``), or
+        its error: an unreachable node's at once, without the cluster client's retries.
+        """
+        try:
+            node = self._writer_for(command[1])
+            return node.execute_command(*command)
+        except (redis.exceptions.MovedError, redis.exceptions.AskError):
+            pass  # the slot moved: the cluster client follows it and refreshes its map
+        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as exc:
+            return exc
+        client: Any = self._client
+        try:
+            return client.execute_command(*command)
+        except redis.RedisError as exc:
+            return exc
 
     def _writer_for(self, key: str | bytes) -> Any:
         """The client whose connection runs a write to ``key``: on a cluster, the own client of

@@ -141,12 +141,12 @@ class Backend:
         return self.server.url
 
     def is_store_wide(self, name: bytes | str) -> bool:
-        """Whether key ``name`` outlives the sessions it serves: the cluster's registry of
-        index shards, an event log stream (one per prefix, or per slot on a cluster).
+        """Whether key ``name`` outlives the sessions it serves: the cluster's registry copies
+        of index shards, an event log stream (one per prefix, or per slot on a cluster).
         """
         text = name.decode() if isinstance(name, bytes) else name
         log = f"{self.prefix}log"
-        return text == self.schema.index_registry or text == log or text.startswith(log + ":{")
+        return text in self.schema.index_registries or text == log or text.startswith(log + ":{")
 
     def session_keys(self) -> list[bytes]:
         """Every key under this backend's prefix but the store-wide ones, sorted."""

@@ -524,8 +524,18 @@ async def test_index_repair(backend: Backend, store: Any) -> None:
     assert await store.repair_index() == 0
     if backend.cluster is None:
         return
+    raw = backend.sync_client()
+    copies = backend.schema.index_registries
+    shards = raw.smembers(copies[0])
+    assert len(copies) == 3 and all(raw.smembers(c) == shards for c in copies)
+    # One copy lost (its node came back empty): listing reads the others and repairs it.
+    raw.delete(copies[1])
+    assert sorted(s.key for s in await store.list_sessions()) == ["a", "b", "c"]
+    assert raw.smembers(copies[1]) == shards
     # A worker that died between the create script and the shard registration:
-    backend.sync_client().delete(backend.schema.index_registry)
+    for copy in copies:
+        raw.delete(copy)
     assert await store.list_sessions() == []
     assert await store.repair_index() == 3
+    assert all(raw.smembers(c) == shards for c in copies)
     assert sorted(s.key for s in await store.list_sessions()) == ["a", "b", "c"]
