@@ -46,14 +46,12 @@ import redis.asyncio
 from ._connect_async import async_client, async_close, async_refresh
 from ._connect_sync import sync_client, sync_close, sync_refresh
 from ._endpoint import SENTINEL_SCHEME, parse
-from ._endpoint import where as _where
 from ._pools import HiredisPacker, pack_with_hiredis
 from .errors import InvalidArgument
 
 __all__ = [
     "FAILOVER_ERRORS",
     "HiredisPacker",
-    "_where",
     "async_client",
     "async_close",
     "async_node_client",

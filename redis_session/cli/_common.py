@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import logging
 import os
 import re
 import shlex
@@ -29,7 +30,7 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.text import Text
 
-from .._url import _where as shown_url
+from .._endpoint import where as shown_url
 from ..errors import PassphraseRequired, SessionError
 from ..store import RedisStore
 
@@ -428,6 +429,26 @@ def _report(exc: click.ClickException | click.Abort, as_json: bool) -> int:
     return code
 
 
+class _WarningLines(logging.Handler):
+    """The library's log records of WARNING and above (an outage waited out, a record
+    skipped) as the command line prints its errors: one line each on stderr, ``Warning: …``
+    (user data escaped as :func:`literal` does), or one JSON object ``{"warning": …,
+    "level": …}`` under ``--json``; not the bare text of Python's last-resort handler.
+    """
+
+    def __init__(self, as_json: bool) -> None:
+        super().__init__(logging.WARNING)
+        self.as_json = as_json
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = literal(" ".join(record.getMessage().split()))
+        if self.as_json:
+            line = {"warning": message, "level": record.levelname.lower()}
+            click.echo(orjson.dumps(line).decode(), err=True)
+        else:
+            click.echo(f"{record.levelname.capitalize()}: {message}", err=True)
+
+
 class CliGroup(click.Group):
     """The ``redis-session`` group: every error becomes one line (one JSON object under
     ``--json``) on stderr: the library's, redis-py's, argument errors and a missing extra
@@ -477,11 +498,18 @@ class CliGroup(click.Group):
         it when not ``standalone_mode``).
         """
         argv = list(sys.argv[1:] if args is None else args)
+        logger = logging.getLogger("redis_session")
+        lines = None if logger.handlers else _WarningLines(_wants_json(argv))
+        if lines is not None:  # a program that set up logging keeps its own
+            logger.addHandler(lines)
         try:
             rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else EXIT_OK
         except (click.ClickException, click.Abort) as exc:
             code = _report(exc, _wants_json(argv))
+        finally:
+            if lines is not None:
+                logger.removeHandler(lines)
         if standalone_mode:
             sys.exit(code)
         return code

@@ -9,6 +9,7 @@ connection (reported at once, naming the URL), a bad command line and a bug (who
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 
 from redis_session.cli import cli
-from redis_session.cli._common import TRACEBACK_ENV
+from redis_session.cli._common import TRACEBACK_ENV, CliGroup, json_option
 from tests.support.extras import hiding
 
 from .conftest import ENTRY_POINT, invoke, run
@@ -163,3 +164,21 @@ def test_a_bug_is_one_line_and_its_traceback_one_variable_away(
 def _env() -> dict[str, str]:
     """This process's environment without the store's variables (as ``run`` clears them)."""
     return {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "REDIS_SESSION_PREFIX")}
+
+
+def test_library_warnings_are_one_line_each_json_under_json(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    group = CliGroup()
+
+    @group.command()
+    @json_option
+    def warn(as_json: bool) -> None:
+        logging.getLogger("redis_session").warning("copy %s down\x1b[2J\nfor now", "k")
+
+    assert group.main(["warn"], standalone_mode=False) == 0
+    assert capsys.readouterr().err == "Warning: copy k down\\x1b[2J for now\n"
+    assert group.main(["warn", "--json"], standalone_mode=False) == 0
+    line = json.loads(capsys.readouterr().err)
+    assert line == {"warning": "copy k down\\x1b[2J for now", "level": "warning"}
+    assert not logging.getLogger("redis_session").handlers  # removed after the command
