@@ -186,10 +186,10 @@ def test_a_node_down_gates_no_create_and_listing_repairs_its_copy(cluster: Clust
 def _registry_cluster_up(cluster: Cluster, prefix: str) -> list[set[bytes]]:
     """The members of the registry copies whose node is up (plain clients per node)."""
     schema = KeySchema(prefix, cluster=True)
-    out = []
+    out: list[set[bytes]] = []
     for copy in schema.index_registries:
         for port in cluster.processes:
-            node = redis.Redis(port=port, socket_timeout=1)
+            node: Any = redis.Redis(port=port, socket_timeout=1)
             try:
                 out.append(node.smembers(copy))
                 break

@@ -18,7 +18,7 @@ import redis
 from redis_session import RedisStore, Session
 from redis_session.aio import AsyncRedisStore
 from tests.conftest import unique_prefix
-from tests.support.servers import Server, redis_binary, start, valkey_binary
+from tests.support.servers import Server, redis_binary, restart_on, start, valkey_binary
 
 pytestmark = pytest.mark.redis
 
@@ -85,3 +85,86 @@ def test_the_asyncio_listener_counts_it_too(server: Server) -> None:
 
     killed, reconnects = asyncio.run(main())
     assert killed == 1 and reconnects == 1
+
+
+def _pubsub_clients(server: Server) -> int:
+    admin: Any = redis.Redis.from_url(server.url)
+    try:
+        return len(admin.client_list(_type="pubsub"))
+    finally:
+        admin.close()
+
+
+def _hears_again(store: RedisStore, listener: Any, seconds: float = 10.0) -> bool:
+    """Whether the listener receives an event created after the gap (others may come first)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        key = f"after-{time.monotonic_ns()}"
+        try:
+            store.create(Session(key=key))
+        except redis.ConnectionError:  # the server is still coming back
+            time.sleep(0.1)
+            continue
+        while (got := listener.get(timeout=0.3)) is not None:
+            if got.key == key:
+                return True
+    return False
+
+
+def test_a_listener_redis_cuts_off_for_its_output_buffer_is_counted_and_logged(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    admin: Any = redis.Redis.from_url(server.url)
+    limit = admin.config_get("client-output-buffer-limit")["client-output-buffer-limit"]
+    admin.config_set("client-output-buffer-limit", "pubsub 32kb 0 0")
+    store = RedisStore.from_url(server.url, prefix=unique_prefix())
+    listener = store.listen()
+    try:
+        store.create(Session(key="before"))
+        got = listener.get(timeout=5.0)
+        assert got is not None and listener.reconnects == 0
+        with caplog.at_level(logging.WARNING, logger="redis_session"):
+            # The listener does not read meanwhile: ~4 kB events fill the sockets' buffers,
+            # then pile up past 32 kB in Redis.
+            for i in range(5000):
+                store.create(Session(key=f"{'x' * 4000}{i}"))
+                if i % 50 == 49 and _pubsub_clients(server) == 0:
+                    break
+            assert _pubsub_clients(server) == 0  # Redis cut it off
+            assert _hears_again(store, listener)
+        assert listener.reconnects == 1
+        warnings = [r for r in caplog.records if "events published meanwhile" in r.getMessage()]
+        assert len(warnings) == 1
+    finally:
+        listener.close()
+        store.close()
+        admin.config_set("client-output-buffer-limit", limit)
+        admin.close()
+
+
+def test_a_server_restart_is_counted_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    binary = redis_binary() or valkey_binary()
+    assert binary is not None
+    first = start(binary, "live-restart")
+    store = RedisStore.from_url(first.url, prefix=unique_prefix())
+    listener = store.listen()
+    again = None
+    try:
+        store.create(Session(key="before"))
+        assert listener.get(timeout=5.0) is not None
+        with caplog.at_level(logging.WARNING, logger="redis_session"):
+            assert first.process is not None
+            first.process.kill()
+            first.process.wait(timeout=10)
+            first.process = None
+            again = restart_on(first.port, binary, "live-restart")
+            assert _hears_again(store, listener)
+        assert listener.reconnects == 1
+        warnings = [r for r in caplog.records if "events published meanwhile" in r.getMessage()]
+        assert len(warnings) == 1
+    finally:
+        listener.close()
+        store.close()
+        first.stop()
+        if again is not None:
+            again.stop()

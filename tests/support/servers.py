@@ -122,6 +122,14 @@ def start(binary: str, name: str, *extra: str, timeout: float = 10.0) -> Server:
     raise RuntimeError(f"{binary} could not start on a port of its own (5 ports tried)")
 
 
+def restart_on(port: int, binary: str, name: str, *extra: str, timeout: float = 10.0) -> Server:
+    """``binary`` started again on ``port`` (a server that was killed there), empty."""
+    server = _start_on(port, binary, name, extra, timeout)
+    if server is None:
+        raise RuntimeError(f"port {port} was taken by another server meanwhile")
+    return server
+
+
 def _start_on(
     port: int, binary: str, name: str, extra: tuple[str, ...], timeout: float
 ) -> Server | None:
