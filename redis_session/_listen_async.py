@@ -14,6 +14,8 @@ listener reaps the trees that expired (``expire`` events) each ``poll`` seconds.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import contextlib
 import logging
 import os
 import socket
@@ -43,7 +45,7 @@ from ._follow import (
 )
 from ._requests import Op, ScriptCall
 from ._telemetry import Telemetry, timed
-from .errors import EventsLost
+from .errors import EventsLost, SessionError
 from .models import SessionLifecycleEvent
 from .status import Ctx, Status, check
 
@@ -53,6 +55,15 @@ Runner = Callable[[Op[Any]], Awaitable[Any]]
 Shards = Callable[[], Awaitable[Any]]
 """What gives a live listener the shard channels of the slots that have sessions now."""
 _TRANSPORT_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
+_TOPOLOGY_ERRORS = (
+    *_TRANSPORT_ERRORS,
+    redis.exceptions.ClusterError,
+    redis.exceptions.RedisClusterException,
+    redis.exceptions.AskError,
+    redis.exceptions.TryAgainError,
+)
+"""What a live listener on a cluster takes for its node gone or its slots moved: it subscribes
+again (on another node, or on the slots' new owners)."""
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 2.0
 WAIT_MS = 1000
 """The longest single wait on the server (XREAD BLOCK, a pub/sub read), so close() is seen."""
@@ -75,6 +86,16 @@ class AsyncEventListener:
     sessions, and looks for new ones (``shards``) every ``poll`` seconds: the events of a slot
     whose first session was made since it last looked are missed (at most ``poll`` seconds'
     worth per new slot).
+
+    On a cluster it follows the topology. Without sharded events it listens on one node (every
+    node hears every ``PUBLISH``): when that node fails it subscribes on another at once, and
+    every ``poll`` seconds it checks that the node is still a member (one removed with
+    ``redis-cli --cluster del-node`` hears nothing more), so a removed node costs at most
+    ``poll`` seconds of events. With sharded events each channel is subscribed on its slot's
+    owner: a failed node blinds the listener to its own slots only, until they have a new
+    owner (a failover) and the next look (every ``poll`` seconds) subscribes there; a channel
+    found unsubscribed (its slot moved) is subscribed on the new owner at that look. Each move
+    is a gap, counted in :attr:`reconnects` and logged once (WARNING).
     """
 
     def __init__(
@@ -87,55 +108,206 @@ class AsyncEventListener:
         poll: float = 1.0,
         types: frozenset[str] | None = None,
     ) -> None:
-        self._client = client
+        self._client: Any = client
         self.channel = channel
         """The events channel listened on (with sharded events: the first shard channel)."""
         self.shard_channels = None if shard_channels is None else sorted(shard_channels)
         """With sharded events: the shard channels listened on (``SSUBSCRIBE``)."""
         self.reconnects = 0
         """How many times a dropped connection was made again and resubscribed (by this
-        listener or by redis-py underneath): each is a gap in which events were missed."""
+        listener or by redis-py underneath), or the subscription moved to another node of a
+        cluster: each is a gap in which events were missed."""
         self.types = types
         self._closed = False
         self._pubsub: Any = None
         self._shards = shards
         self._poll = poll
         self._next_look = time.monotonic() + poll
+        self._cluster = isinstance(client, redis.asyncio.RedisCluster)
+        self._node: Any = None
+        """Without sharded events on a cluster: the node subscribed on."""
+        self._failed: set[str] = set()
+        """Cluster nodes a subscription failed on: tried last."""
+        self._missing: set[str] = set()
+        """Sharded events on a cluster: channels whose node could not be reached."""
+        self._delay = 0.0
+        self._erring_since: float | None = None
+        self._where: dict[str, str] = {}
+        """Sharded events on a cluster: channel -> its node, at the last look."""
+
+    async def _look(self) -> None:
+        """Every ``poll`` seconds on a cluster: check that the node is still a member (without
+        sharded events); look for new slots, and subscribe the channels that are not subscribed
+        on their slot's owner now (sharded events).
+        """
+        now = time.monotonic()
+        if not self._cluster or now < self._next_look:
+            return
+        self._next_look = now + self._poll
+        if self.shard_channels is None:
+            await self._check_member(self._node)
+            return
+        await self._look_for_shards()
+        try:
+            owners = _Owners(await self._client.cluster_slots())
+        except _TOPOLOGY_ERRORS:
+            owners = None  # the node asked is away: the client's slot map says
+        held = self._held()
+        if any(self._where.get(c, n) != n for c, n in held.items()):  # redis-py moved them
+            self._gap("was moved to its slots' new owners (by redis-py)")
+        strays = self._strays(owners, held)
+        if strays:
+            await self._refresh()
+            before = len(self._missing | strays)
+            await self._ssubscribe(self._pubsub, sorted(strays))
+            self._watch(self._pubsub)
+            if len(self._missing) < before:
+                self._gap("subscribed again on the slots' owners (a node failed or slots moved)")
+            held = self._held()
+        self._where = held
 
     async def _look_for_shards(self) -> None:
         """Subscribe to the shard channels of slots that got their first session since."""
         if self._shards is None or self.shard_channels is None:
             return
-        now = time.monotonic()
-        if now < self._next_look:
+        try:
+            found = await self._shards()
+        except (*_TOPOLOGY_ERRORS, SessionError):  # the index unreadable now: the next look
             return
-        self._next_look = now + self._poll
         known = set(self.shard_channels)
-        new = [c for c in await self._shards() if c not in known]
+        new = [c for c in found if c not in known]
         if new:
-            await self._pubsub.ssubscribe(*new)
             self.shard_channels = sorted(known.union(new))
+            await self._ssubscribe(self._pubsub, new)
             self._watch(self._pubsub)
+
+    def _held(self) -> dict[str, str]:
+        """Shard channel -> the node it is subscribed on now."""
+        held: dict[str, str] = {}
+        for name, each in (getattr(self._pubsub, "node_pubsub_mapping", None) or {}).items():
+            for channel in list(getattr(each, "shard_channels", None) or ()):
+                held[text(channel)] = name
+        return held
+
+    def _strays(self, owners: _Owners | None, held: dict[str, str]) -> set[str]:
+        """Shard channels not subscribed on the node that owns their slot now (as ``owners``,
+        the cluster's answer, says; else the client's slot map): the slot moved, or its node
+        failed and a replica took over, or the subscription failed.
+        """
+        strays = set(self._missing)
+        for channel in self.shard_channels or ():
+            try:
+                owner = self._owner(channel, owners)
+            except _TOPOLOGY_ERRORS:
+                strays.add(channel)
+                continue
+            if held.get(channel) != owner:
+                strays.add(channel)
+        return strays
+
+    def _owner(self, channel: str, owners: _Owners | None) -> str:
+        if owners is not None:
+            found = owners.of(self._client.keyslot(channel))
+            if found is not None:
+                return found
+        return str(self._client.get_node_from_key(channel).name)
+
+    async def _refresh(self) -> None:
+        """Read the cluster's slots again (once an error said they may have changed)."""
+        with contextlib.suppress(*_TOPOLOGY_ERRORS):
+            await self._client.nodes_manager.initialize()
+
+    async def _check_member(self, node: Any) -> None:
+        """Raise :class:`LeftCluster` when ``node`` no longer belongs to the cluster: it knows
+        no other node (``redis-cli --cluster del-node`` resets the node it removes, which then
+        hears no other node's ``PUBLISH``).
+        """
+        if node is None or len(self._client.get_nodes()) < 2:
+            return
+        info = await self._client.execute_command("CLUSTER", "INFO", target_nodes=node)
+        if _known_nodes(info) == 1:
+            raise LeftCluster(f"{node.name} left the cluster")
 
     async def _subscribe(self) -> None:
         await self._client.initialize()  # async only: a cluster client learns its slots here
-        pubsub = self._client.pubsub(ignore_subscribe_messages=True)
-        if self.shard_channels is None:
+        if self.shard_channels is not None:
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            self._missing = set(self.shard_channels)
+            try:
+                await self._ssubscribe(pubsub, self.shard_channels)
+            except BaseException:
+                await pubsub.aclose()
+                raise
+        elif self._cluster:
+            pubsub = await self._on_a_node()
+        else:
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
             await pubsub.subscribe(self.channel)
-        elif self.shard_channels:
-            await pubsub.ssubscribe(*self.shard_channels)
         self._pubsub = pubsub
+        self._where = {}
         self._watch(pubsub)
+
+    async def _on_a_node(self) -> Any:
+        """A pub/sub subscribed on a member node of the cluster (any one hears every
+        ``PUBLISH``): the channel's slot owner first, the nodes that failed lately last.
+        """
+        nodes = list(self._client.get_nodes())
+        try:
+            first = self._client.get_node_from_key(self.channel).name
+        except _TOPOLOGY_ERRORS:
+            first = ""
+        nodes.sort(key=lambda n: (n.name in self._failed, n.name != first))
+        error: Exception = redis.ConnectionError("no node of the cluster to subscribe on")
+        for node in nodes:
+            pubsub = self._client.pubsub(node=node, ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self.channel)
+                await self._check_member(node)
+            except _TOPOLOGY_ERRORS as exc:
+                self._failed.add(node.name)
+                await _close_quietly(pubsub)
+                error = exc
+                continue
+            self._failed.discard(node.name)
+            self._node = node
+            return pubsub
+        raise error
+
+    async def _ssubscribe(self, pubsub: Any, channels: Iterable[str]) -> None:
+        """Subscribe ``channels`` node by node on a cluster: those of a node that cannot be
+        reached are left in ``_missing`` (subscribed at a later look).
+        """
+        channels = list(channels)
+        if not self._cluster:
+            await pubsub.ssubscribe(*channels)
+            self._missing.difference_update(channels)
+            return
+        groups: dict[str, list[str]] = {}
+        for channel in channels:
+            try:
+                groups.setdefault(self._client.get_node_from_key(channel).name, []).append(channel)
+            except _TOPOLOGY_ERRORS:
+                self._missing.add(channel)
+        for name, group in groups.items():
+            try:
+                await pubsub.ssubscribe(*group)
+            except _TOPOLOGY_ERRORS:
+                self._missing.update(group)
+                await _drop_node(pubsub, name)
+                continue
+            self._missing.difference_update(group)
 
     def _watch(self, pubsub: Any) -> None:
         """Count the reconnections redis-py makes underneath (it resubscribes a dropped pub/sub
         connection on its own): each is a gap in which events were missed.
         """
-        nodes = getattr(pubsub, "node_pubsub_mapping", None) or {}
-        for each in (pubsub, *nodes.values()):
-            connection = getattr(each, "connection", None)
-            if connection is not None:
-                connection.register_connect_callback(self._connected_again)
+        for connection in _connections(pubsub):
+            connection.register_connect_callback(self._connected_again)
+
+    def _unwatch(self, pubsub: Any) -> None:
+        """Stop counting for ``pubsub``'s connections (they go back to their pools)."""
+        for connection in _connections(pubsub):
+            connection.deregister_connect_callback(self._connected_again)
 
     def _connected_again(self, connection: Any) -> None:
         if self._closed:
@@ -146,36 +318,72 @@ class AsyncEventListener:
             " events published meanwhile are missed"
         )
 
+    def _gap(self, what: str) -> None:
+        self.reconnects += 1
+        log.warning("redis_session: a live listener %s: events meanwhile are missed", what)
+
     async def start(self) -> AsyncEventListener:
         """Subscribe (``store.listen()`` does this before returning the listener)."""
         if self._pubsub is None:
             await self._subscribe()
         return self
 
-    async def _reconnect(self) -> None:
-        delay = BACKOFF_FIRST
+    async def _drop(self) -> None:
+        """Leave the current subscription (after an error on it)."""
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            self._unwatch(pubsub)
+            await _close_quietly(pubsub)
+
+    async def _reconnect(self, deadline: float | None) -> None:
+        """Subscribe again after an error (on a cluster: on another node if need be, after
+        reading the slots again), backing off while nothing answers, until ``deadline``.
+        """
+        await self._drop()
         while not self._closed:
+            if self._cluster:
+                await self._refresh()
             try:
-                await self._pubsub.aclose()
                 await self._subscribe()
-                self.reconnects += 1
-                log.warning(
-                    "redis_session: a live listener resubscribed: events meanwhile are missed"
-                )
-                return
-            except _TRANSPORT_ERRORS:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, BACKOFF_MAX)
+            except _TOPOLOGY_ERRORS:
+                self._delay = min(max(self._delay * 2, BACKOFF_FIRST), BACKOFF_MAX)
+                pause = self._delay
+                if deadline is not None:
+                    pause = min(pause, deadline - time.monotonic())
+                    if pause <= 0:
+                        return  # still a gap: the next get goes on trying
+                await asyncio.sleep(pause)
+                continue
+            self._delay = 0.0
+            where = "" if self._node is None else f" (on {self._node.name})"
+            self._gap(f"subscribed again{where}")
+            return
 
     async def _message(self, timeout: float) -> Any:
+        if self._pubsub is None:
+            return None
+        await self._look()
         if self.shard_channels is None:
             return await self._pubsub.get_message(timeout=timeout)
-        await self._look_for_shards()
-        if not self.shard_channels:
+        if not self.shard_channels or len(self._missing) == len(self.shard_channels):
             await asyncio.sleep(min(timeout, self._poll))
             return None
         pubsub = self._pubsub
         return await pubsub.get_sharded_message(ignore_subscribe_messages=True, timeout=timeout)
+
+    def _one_node_failed(self) -> bool:
+        """Sharded events on a cluster: whether a read error is left to the next look (now),
+        which moves a failed node's channels once their slots have a new owner. redis-py
+        raises it when no node answered in one pass, while the others still deliver: only
+        errors lasting ``poll`` seconds make the listener subscribe everything again.
+        """
+        if self.shard_channels is None or not self._cluster:
+            return False
+        now = time.monotonic()
+        if self._erring_since is None:
+            self._erring_since = now
+        self._next_look = min(self._next_look, now)
+        return now - self._erring_since < self._poll
 
     async def get(self, timeout: float | None = None) -> SessionLifecycleEvent | None:
         """The next event, or None when ``timeout`` seconds pass (or the listener is closed)."""
@@ -184,10 +392,18 @@ class AsyncEventListener:
         while not self._closed:
             left = 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
             try:
+                if self._pubsub is None:
+                    await self._reconnect(deadline)
                 message = await self._message(min(left, 1.0, self._poll))
-            except _TRANSPORT_ERRORS:
-                await self._reconnect()
-                continue
+                self._erring_since = None
+            except _TOPOLOGY_ERRORS as exc:
+                message = None
+                if self._one_node_failed():
+                    await asyncio.sleep(min(BACKOFF_FIRST, left))
+                else:
+                    if self._node is not None and not isinstance(exc, LeftCluster):
+                        self._failed.add(self._node.name)
+                    await self._reconnect(deadline)
             event = events.event_of(message)
             if event is not None and (self.types is None or event.type in self.types):
                 return event
@@ -217,6 +433,67 @@ class AsyncEventListener:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+class _Owners:
+    """Which node owns each slot, from a ``CLUSTER SLOTS`` reply as redis-py parses it
+    (``{(first, last): {"primary": (host, port), ...}}``).
+    """
+
+    def __init__(self, reply: Any) -> None:
+        ranges = []
+        for (first, last), nodes in dict(reply).items():
+            host, port = nodes["primary"][:2]
+            ranges.append((int(first), int(last), f"{text(host)}:{int(port)}"))
+        self._ranges = sorted(ranges)
+        self._firsts = [r[0] for r in self._ranges]
+
+    def of(self, slot: int) -> str | None:
+        """The name (``host:port``) of the node that owns ``slot``; None: no node does."""
+        at = bisect.bisect_right(self._firsts, slot) - 1
+        if at >= 0 and self._ranges[at][1] >= slot:
+            return self._ranges[at][2]
+        return None
+
+
+class LeftCluster(redis.ConnectionError):
+    """The node a live listener is subscribed on no longer belongs to the cluster."""
+
+
+def _known_nodes(info: Any) -> int:
+    """``cluster_known_nodes`` of a ``CLUSTER INFO`` reply (parsed or not); 0 if absent."""
+    if isinstance(info, dict) and "cluster_known_nodes" not in info and len(info) == 1:
+        info = next(iter(info.values()))  # keyed by node
+    if isinstance(info, dict):
+        return int(info.get("cluster_known_nodes", 0))
+    for line in text(info).splitlines():
+        name, _, value = line.partition(":")
+        if name == "cluster_known_nodes":
+            return int(value)
+    return 0
+
+
+def _connections(pubsub: Any) -> list[Any]:
+    """The connections of a pub/sub, its per-node ones (sharded, on a cluster) too."""
+    nodes = getattr(pubsub, "node_pubsub_mapping", None) or {}
+    found = (getattr(each, "connection", None) for each in (pubsub, *nodes.values()))
+    return [c for c in found if c is not None]
+
+
+async def _drop_node(pubsub: Any, name: str) -> None:
+    """Forget the per-node pub/sub redis-py made for node ``name`` when it is left with no
+    subscription (its node could not be reached): a read would wait on it for nothing.
+    """
+    nodes: Any = getattr(pubsub, "node_pubsub_mapping", None) or {}
+    stale = nodes.get(name)
+    if stale is not None and not stale.subscribed:
+        nodes.pop(name, None)
+        await _close_quietly(stale)
+
+
+async def _close_quietly(pubsub: Any) -> None:
+    with contextlib.suppress(*_TOPOLOGY_ERRORS):
+        await pubsub.aclose()
 
 
 class AsyncLogListener:
