@@ -81,6 +81,7 @@ CLIENT_COMMANDS: Mapping[str, Sent] = MappingProxyType(
         "xautoclaim": Sent("listen(group=...): taking over what another member held too long"),
         "xpending": Sent("pending(group); a group listener counting deliveries"),
         "time": Sent("listen(since=...) on a cluster: the primaries' clocks move the cursor"),
+        "cluster|info": Sent("listen() on a cluster: is the listener's node still a member"),
         # redis-py itself
         "select": Sent("connecting with a database other than 0 in the URL", True),
         "cluster|slots": Sent("a cluster client learning which node serves which slot", True),
