@@ -45,8 +45,9 @@ NO_AUTH = frozenset({"auth", "hello"})
 so each connection starts with HELLO 3 AUTH."""
 REPLICATION = frozenset({"replconf", "psync", "sync"})
 """What replicas send their primary."""
-CLUSTER_ONLY = frozenset({"sadd", "smembers", "cluster|slots", "command"})
-"""Commands the client sends only to a cluster (index shards, topology, key positions)."""
+CLUSTER_ONLY = frozenset({"sadd", "smembers", "cluster|slots", "cluster|info", "command"})
+"""Commands the client sends only to a cluster (index shards, topology, a live listener's node
+still a member, key positions)."""
 
 
 def public_methods(cls: type) -> set[str]:
