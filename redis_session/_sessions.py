@@ -242,13 +242,15 @@ class Sessions:
 
         yield from self.writer.write(key, build, Ctx(key, keys, argument="set"))
 
-    def delete(self, key: str) -> Op[bool]:
+    def delete(self, key: str, given_token: str | None = None) -> Op[bool]:
         key = check_key(key)
+        call = "" if given_token is None else call_token(given_token)
         sk, keys = self.trees.keys(key)
         draft = new_event(LifecycleEventType.DELETE, key)
         for _ in range(DELETE_ATTEMPTS):
             (members,) = yield from self.index.reads([("ZRANGE", sk.kids, 0, -1)], key)
-            all_keys: list[str | bytes] = [*keys, sk.pop, sk.turn, sk.wake, self.events.log_of(key)]
+            log_key = self.events.log_of(key)
+            all_keys: list[str | bytes] = [*keys, sk.pop, sk.turn, sk.wake, log_key, sk.gone]
             children: list[bytes] = []
             drafts: list[Draft | None] = []  # each child's discard event, when live
             for raw in members:
@@ -269,6 +271,8 @@ class Sessions:
             reply = yield contracts.delete(
                 all_keys,
                 session_key=key,
+                call_token=call,
+                gone_ms=self.options.grace_ms,
                 events=self.events.events_of(key),
                 event=draft.fields,
                 children=children,

@@ -491,8 +491,8 @@ class AsyncRedisStore:
     ) -> None:
         return await self._run(self._core.sessions.update_metadata(key, set, delete))
 
-    async def delete(self, key: str) -> bool:
-        return await self._run(self._core.sessions.delete(key))
+    async def delete(self, key: str, *, idempotency_key: str | None = None) -> bool:
+        return await self._run(self._core.sessions.delete(key, idempotency_key))
 
     async def end(self, key: str) -> bool:
         return await self._run(self._core.sessions.end(key))

@@ -364,20 +364,28 @@ class Deleted(NamedTuple):
     else 0."""
 
 
-@_contract("root pop turn wake log *children", "session_key events event *children", Deleted)
+@_contract(
+    "root pop turn wake log gone *children",
+    "session_key call_token gone_ms events event *children",
+    Deleted,
+)
 def delete(
     keys: Sequence[Key],
     *,
     session_key: str,
+    call_token: str,
+    gone_ms: int,
     events: Events,
     event: bytes,
     children: Sequence[bytes],
 ) -> ScriptCall:
-    """``keys``: the root keys, the pop, turn and wake keys, the log, then meta, msgs, ids and
-    staging list per child; ``children``: per child, its key as read and the fields of its
+    """``keys``: the root keys, the pop, turn and wake keys, the log, the gone key, then meta,
+    msgs, ids and staging list per child; ``call_token``: the caller's (``""``: none), kept in
+    the gone key ``gone_ms``; ``children``: per child, its key as read and the fields of its
     ``discard`` event.
     """
-    return ScriptCall("delete", keys, [session_key, *events, event, *children])
+    args: list[Arg] = [session_key, call_token, gone_ms, *events, event, *children]
+    return ScriptCall("delete", keys, args)
 
 
 class Ended(NamedTuple):

@@ -16,6 +16,8 @@ A session key is any non-empty string. Its keys in Redis look like::
     <prefix>turn:{<root>}<rest>     string: the session's turn while a worker holds it
                                     ('<token>:<call token>', expiring with its lease)
     <prefix>wake:{<root>}<rest>     list: wakes a worker waiting for the turn (briefly)
+    <prefix>gone:{<root>}<rest>     string: the idempotency key of the delete that removed the
+                                    session (kept ``expired_grace``, for the caller's retry)
 
 and a child session (its key made by ``ChildSession.new``) has its own namespace::
 
@@ -51,6 +53,7 @@ CHILD_MARKER = ":child:"
 _SESSION_TYPES = {
     "meta": "hash", "msgs": "list", "ids": "hash", "kids": "zset", "done": "zset",
     "mark": "string", "pop": "string", "turn": "string", "wake": "list", "stage": "list",
+    "gone": "string",
     "child": "hash", "cmsgs": "list",
     "cids": "hash", "index": "zset", "log": "stream", "index-shards": "set",
 }  # fmt: skip
@@ -135,6 +138,8 @@ class SessionKeys:
     wake: str
     stage: str
     """The prefix of the session's staging lists (``stage + "#" + token``: one per call)."""
+    gone: str
+    """The idempotency key of the delete that removed the session, kept for a retry."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +181,7 @@ class KeySchema:
             meta=f"{p}meta:{body}", msgs=f"{p}msgs:{body}", ids=f"{p}ids:{body}",
             kids=f"{p}kids:{body}", done=f"{p}done:{body}", mark=f"{p}mark:{body}",
             pop=f"{p}pop:{body}", turn=f"{p}turn:{body}", wake=f"{p}wake:{body}",
-            stage=f"{p}stage:{body}",
+            stage=f"{p}stage:{body}", gone=f"{p}gone:{body}",
         )  # fmt: skip
 
     @lru_cache(maxsize=4096)  # noqa: B019

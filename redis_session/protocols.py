@@ -109,12 +109,15 @@ class Store(Protocol):
         """
         ...
 
-    def delete(self, key: str) -> bool:
+    def delete(self, key: str, *, idempotency_key: str | None = None) -> bool:
         """Remove the session, its messages, its expiry marker and its index entry.
 
         Idempotent: deleting twice, or deleting an expired session, is fine. Returns whether a
         live session was removed. Logs ``delete`` (or, for a tree that expired before any
-        reaper logged it, ``expire``) in the same script.
+        reaper logged it, ``expire``) in the same script. With ``idempotency_key``, a delete
+        that removed the session keeps the key for ``expired_grace`` (a small string in the
+        session's slot), so that the same call again (the caller's retry after a lost reply)
+        returns True, the first call's result, with no second event, instead of False.
         """
         ...
 
@@ -282,7 +285,7 @@ class AsyncStore(Protocol):
     async def update_metadata(
         self, key: str, set: Mapping[str, str] | None = None, delete: Iterable[str] = ()
     ) -> None: ...
-    async def delete(self, key: str) -> bool: ...
+    async def delete(self, key: str, *, idempotency_key: str | None = None) -> bool: ...
     async def end(self, key: str) -> bool: ...
     async def append_message(
         self,

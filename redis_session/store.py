@@ -481,8 +481,8 @@ class RedisStore:
     ) -> None:
         return self._run(self._core.sessions.update_metadata(key, set, delete))
 
-    def delete(self, key: str) -> bool:
-        return self._run(self._core.sessions.delete(key))
+    def delete(self, key: str, *, idempotency_key: str | None = None) -> bool:
+        return self._run(self._core.sessions.delete(key, idempotency_key))
 
     def end(self, key: str) -> bool:
         return self._run(self._core.sessions.end(key))

@@ -1,6 +1,7 @@
-"""A caller's own retry: ``create``, ``fork_child``, ``merge_child``/``merge_child_as_author``
-and ``discard_child`` take an ``idempotency_key``; the same call again with the same key (the
-caller retrying after a lost reply or a crash) returns the first call's result: one session,
+"""A caller's own retry: ``create``, ``fork_child``, ``merge_child``/``merge_child_as_author``,
+``discard_child`` and ``delete`` take an ``idempotency_key``; the same call again with the same
+key (the caller retrying after a lost reply or a crash) returns the first call's result: one
+session,
 one child, one merge, one logged event each, never ``DuplicateSession`` or
 ``ChildAlreadyMerged`` for the caller's own success. Another key, or none, is another call.
 """
@@ -20,7 +21,7 @@ from redis_session import (
     Session,
     SessionLifecycleEvent,
 )
-from tests.conftest import StoreFactory
+from tests.conftest import Backend, StoreFactory
 
 
 async def test_create_again_with_its_key_returns_the_first_result(
@@ -89,3 +90,29 @@ async def test_a_bad_idempotency_key_is_invalid(store: Any, bad: Any) -> None:
     with pytest.raises(InvalidArgument, match="idempotency_key"):
         await store.create(Session(key="s"), idempotency_key=bad)
     assert await store.delete("s") is False  # nothing written
+
+
+async def test_delete_again_with_its_key_returns_the_first_result(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    seen: list[SessionLifecycleEvent] = []
+    store = make_store(lifecycle_hook=seen.append)
+    await store.create(Session(key="d"))
+    await store.fork_child("d", "helper")
+    assert await store.delete("d", idempotency_key="del-1") is True
+    assert await store.delete("d", idempotency_key="del-1") is True  # the caller's retry
+    assert await store.delete("d", idempotency_key="del-2") is False  # another call
+    assert await store.delete("d") is False
+    assert [e.type for e in seen if e.id] == ["create", "fork", "discard", "delete"]
+    # A session made again under the key is not removed by the first delete's retry.
+    await store.create(Session(key="d"))
+    assert await store.delete("d", idempotency_key="del-1") is True
+    assert (await store.get("d")).key == "d"
+    assert await store.delete("d") is True
+    # Without a grace period the key is not kept: a retry answers as a second delete.
+    quick = make_store(expired_grace=0)
+    await quick.create(Session(key="q"))
+    assert await quick.delete("q", idempotency_key="del-q") is True
+    assert await quick.delete("q", idempotency_key="del-q") is False
+    gone = backend.schema.session("d").gone
+    assert 0 < backend.sync_client().pttl(gone) <= 86_400_000
