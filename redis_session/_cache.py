@@ -12,6 +12,13 @@ otherwise with everything wanted, and the entry is replaced. A trim at the head 
 Entries are immutable (named tuples, replaced, never changed), so threads sharing a store
 never see one half-updated; the messages themselves are frozen models. Bounded by bytes as
 stored (the decoded objects take a few times that), least recently read evicted first.
+
+A session first read while the cache is full is not held: only a second read within a window
+(a doorkeeper of the keys last turned away, as many as the cache holds entries) evicts others
+to hold it. A cache that cannot hold the sessions its store serves would otherwise replace an
+entry on every read: each miss would free an entry long out of the CPU's caches (~250 us for
+300 messages) and keep its own models alive long enough for the collector's older generations
+to walk them again and again, which made such a store slower than one without a cache.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from .models import Message
 
 DEFAULT_READ_CACHE_BYTES = 64 * 2**20
 """The default bound of a store's read cache: 64 MiB of messages as stored."""
+DOORKEEPER_MIN = 16
+"""The fewest keys the doorkeeper remembers (more when the cache holds more entries)."""
 
 
 class Held(NamedTuple):
@@ -113,6 +122,8 @@ class ReadCache:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[str, Held] = OrderedDict()
         self._bytes = 0
+        self._seen: dict[str, None] = {}
+        """Keys turned away while the cache was full, oldest first (the doorkeeper)."""
         self.lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -132,21 +143,33 @@ class ReadCache:
                 self._entries.move_to_end(key)
             return entry
 
-    def put(self, key: str, entry: Held) -> None:
-        """Hold ``entry`` for ``key`` (nothing when it alone passes the bound)."""
+    def put(self, key: str, entry: Held) -> bool:
+        """Hold ``entry`` for ``key``, unless it alone passes the bound or it would evict others
+        to hold a key not held and not turned away lately (see the module docstring); whether
+        it is held.
+        """
         if not self.max_bytes:
-            return
+            return False
         with self.lock:
             old = self._entries.pop(key, None)
             if old is not None:
                 self._bytes -= old.size
             if entry.size > self.max_bytes or not entry.token:
-                return
+                return False
+            if old is None and self._bytes + entry.size > self.max_bytes:
+                seen = self._seen
+                if key not in seen:  # a first read: turned away, remembered
+                    seen[key] = None
+                    while len(seen) > max(DOORKEEPER_MIN, len(self._entries)):
+                        del seen[next(iter(seen))]
+                    return False
+                del seen[key]
             self._entries[key] = entry
             self._bytes += entry.size
             while self._bytes > self.max_bytes:
                 _, dropped = self._entries.popitem(last=False)
                 self._bytes -= dropped.size
+        return True
 
     def discard(self, key: str) -> None:
         with self.lock:
@@ -157,4 +180,5 @@ class ReadCache:
     def clear(self) -> None:
         with self.lock:
             self._entries.clear()
+            self._seen.clear()
             self._bytes = 0

@@ -152,6 +152,7 @@ def test_the_cache_is_bounded_and_can_be_off(backend: Backend) -> None:
     small = backend.sync_store(read_cache_bytes=35_000)
     for i in range(6):
         small.get(f"s{i}")
+        small.get(f"s{i}")  # a full cache holds a session from its second read
     reads = small._core.reader.cache
     assert reads.size <= 35_000 and 1 <= len(reads) < 6
     assert reads.get("s5") is not None and reads.get("s0") is None  # least recently read go
@@ -160,6 +161,24 @@ def test_the_cache_is_bounded_and_can_be_off(backend: Backend) -> None:
     assert len(off._core.reader.cache) == 0 and off.read_cache_bytes == 0
     with pytest.raises(ValueError, match="read_cache_bytes"):
         backend.sync_store(read_cache_bytes=-1)
+
+
+def test_a_full_cache_holds_a_session_from_its_second_read(backend: Backend) -> None:
+    writer = backend.sync_store()
+    keys = [f"s{i}" for i in range(6)]
+    for key in keys:
+        writer.create(Session(key=key, history=[msg("x" * 1000) for _ in range(10)]))
+    small = backend.sync_store(read_cache_bytes=35_000)
+    reads = small._core.reader.cache
+    for key in keys:
+        assert small.get(key) == writer.get(key)
+    held = [key for key in keys if reads.get(key) is not None]
+    assert 1 <= len(held) < 6 and held == keys[: len(held)]  # one-off reads evict none
+    writer.append_message(keys[-1], msg("new"))
+    assert small.get(keys[-1]) == writer.get(keys[-1])  # its second read: held
+    assert reads.get(keys[-1]) is not None and reads.get(keys[0]) is None
+    assert reads.size <= 35_000
+    assert small.get(keys[-1]) == writer.get(keys[-1])  # and read incrementally
 
 
 def test_delete_recreate_and_expiry_are_never_served_from_the_cache(backend: Backend) -> None:
@@ -232,6 +251,9 @@ class CachedReads(RuleBasedStateMachine):
         self.cold = b.sync_store(prefix=b.prefix, read_cache_bytes=0)
         self.cold._core.reader.element_bytes = 120
         self.cold._core.limits.read_budget = 30 * 120
+        # A cache of a few hundred bytes: full at once, so that reads are turned away, held
+        # from their second read, evicted, and held again.
+        self.small = b.sync_store(prefix=b.prefix, read_cache_bytes=400)
         # With a TTL (long: the expire rule ends a tree as its deadline does), so that each
         # tree has an expiry marker and an expired session reads as expired, not as absent.
         self.writers = [
@@ -311,6 +333,8 @@ class CachedReads(RuleBasedStateMachine):
     def read(self, key: str, last: int | None) -> None:
         with contextlib.suppress(SessionNotFound):
             self.reader.get_history(key, last=last)
+        with contextlib.suppress(SessionNotFound):
+            self.small.get_history(key, last=last)
 
     @invariant()
     def reads_equal_a_fresh_stores(self) -> None:
@@ -319,6 +343,7 @@ class CachedReads(RuleBasedStateMachine):
         fresh = self.backend.sync_store(prefix=self.backend.prefix)
         for key in KEYS:
             assert view(self.reader, key) == view(fresh, key) == view(self.cold, key)
+            assert view(self.small, key) == view(fresh, key)
 
     def teardown(self) -> None:
         if hasattr(self, "reader"):
