@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from redis_session import RedisStore, SessionNotFound
+from redis_session import RedisStore, SessionExpired, SessionNotFound
 from tests.support.consistency import Ledger, audit_keys, check_histories
 from tests.support.faults import OwnServer
 from tests.support.figures import Recorder
@@ -78,11 +78,13 @@ def test_four_processes_soak_then_everything_checks_out(
     winners: Counter[str] = Counter()
     metadata: dict[str, dict[str, str]] = {k: {} for k in shared}
     unsure: set[str] = set()
+    finished: dict[str, float] = {}
     for w in range(WORKERS):
         data: dict[str, Any] = json.loads((tmp_path / f"w{w}.json").read_text())
         report = data["report"]
         assert report["crashed"] == "", report["crashed"]
         ledger += Ledger.from_json(data["ledger"])
+        finished[f"priv:w{w}:"] = report["finished_at"]
         ops.update(report["ops"])
         errors.update(report["errors"])
         anomalies += report["anomalies"]
@@ -97,15 +99,30 @@ def test_four_processes_soak_then_everything_checks_out(
     try:
         sessions = set(ledger.streams) | ledger.live | ledger.deleted
         histories: dict[str, list[str] | None] = {}
+        expired: list[str] = []
+        checked_at = time.time()
         for key in sorted(sessions):
             try:
                 histories[key] = [m.content for m in checker.get_history(key)]
+            except SessionExpired:
+                histories[key] = None
+                expired.append(key)
             except SessionNotFound:
                 histories[key] = None
         audit = audit_keys(checker.client, prefix, ttl=True, deleted=ledger.deleted)
         stored_metadata = {k: checker.get(k).metadata for k in shared}
     finally:
         checker.close()
+
+    # A worker that finished early leaves its private session idle: it expires TTL later (the
+    # shared ones once every worker finished). Only such a session may be expired, not missing.
+    def idle_since(key: str) -> float:
+        owner = next((p for p in finished if key.startswith(p)), None)
+        return finished[owner] if owner is not None else max(finished.values())
+
+    unexplained = [k for k in expired if checked_at - idle_since(k) < TTL - 0.5]
+    assert unexplained == [], f"expired while written within its TTL: {unexplained}"
+    ledger.live.difference_update(expired)
     verdict = check_histories(ledger, histories)
     metadata_lost = [
         f"{key} {name}"

@@ -59,6 +59,8 @@ class WorkerReport:
     """shared session → the value of this worker's own metadata entry last acknowledged."""
     metadata_unsure: list[str] = field(default_factory=list)
     elapsed: float = 0.0
+    finished_at: float = 0.0
+    """Wall-clock time the worker stopped writing: its private session expires TTL after."""
     crashed: str = ""
 
 
@@ -318,6 +320,7 @@ class Worker:
             done += sum(self.report.ops.values()) - before
         self.linger_end()
         self.report.elapsed = time.monotonic() - start
+        self.report.finished_at = time.time()
 
 
 def run_worker(plan_json: str) -> None:
