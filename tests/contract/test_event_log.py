@@ -218,7 +218,10 @@ async def test_an_expired_tree_deleted_or_created_again_before_a_reaper_logs_exp
     await store.create(Session(key="b"))
     await asyncio.sleep(0.2 * 17 / 16 + 0.1)
     assert await store.delete("a") is False
-    await store.create(Session(key="b"))
+    # The new b outlives the reap below however late that runs: created with ttl=0.2, it
+    # expired too when the reap came over 212 ms later (a busy machine), and was reaped.
+    lasting = make_store(ttl=60, lifecycle_hook=seen.append)
+    await lasting.create(Session(key="b"))
     a = [(e.type, e.key) for e in logged(backend, "a") if e.key == "a"]
     b = [(e.type, e.key) for e in logged(backend, "b") if e.key == "b"]
     assert a == [("create", "a"), ("expire", "a")]
