@@ -189,7 +189,9 @@ async def test_a_tree_left_to_expire_yields_one_expire_event(
     expires = [e for e in logged(backend, "gone") if e.type == "expire"]
     assert [(e.key, e.id) for e in expires] == [("gone", reaped[0].id)]
     assert [e.id for e in seen if e.type == "expire"] == [reaped[0].id]  # the reaper's hook only
-    assert await store.reap_expired() == []
+    # "gone" is reaped once. "kept" may have expired by now (the reads above build a cluster
+    # client each: over its 0.425 s on a busy VM), and its own expire is then right.
+    assert [e.key for e in await store.reap_expired()] in ([], ["kept"])
 
 
 async def test_creates_reap_what_expired_in_their_shard(
