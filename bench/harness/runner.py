@@ -111,7 +111,7 @@ class Bench:
         ttl_ms = int(TTL.total_seconds() * 1000)
         grace_ms = int(GRACE.total_seconds() * 1000)
         return [
-            msg.model_dump_json().encode(),
+            codec.encode_message(msg),  # the store's own stored form, byte for byte
             -MAX_TURNS,
             ttl_ms,
             ttl_ms + grace_ms,
@@ -132,12 +132,14 @@ class Bench:
         return messages
 
     def prefill_floor(self, keys: list[str], messages: Sequence[Message]) -> None:
-        """Give the floor's keys the same messages as the store's session."""
+        """Give the floor's keys the same messages as the store's session, in the same bytes
+        (the store's stored form: the floor parses exactly what the store decodes).
+        """
         raw: Any = self.client
         raw.hset(keys[1], "updated_at", time.time_ns() // 1000)
         for i in range(0, len(messages), PREFILL_BATCH):
             batch = messages[i : i + PREFILL_BATCH]
-            raw.rpush(keys[0], *(m.model_dump_json().encode() for m in batch))
+            raw.rpush(keys[0], *(codec.encode_message(m) for m in batch))
 
     def append_case(self, flavour: str, size: int) -> AppendCase:
         """Sessions of ``size`` messages for one append case, and its prebuilt inputs.

@@ -45,6 +45,9 @@ SMOKE = textwrap.dedent(
     venv = pathlib.Path(sys.prefix).resolve()
     assert venv in pathlib.Path(redis_session.__file__).resolve().parents, redis_session.__file__
     assert venv in lua_dir().resolve().parents, lua_dir()
+    from redis_session import codec
+
+    assert codec._FAST is not None  # the wheel's C decoder imports
     store = RedisStore.from_url("memory://")
     store.create(Session(key="w", history=[Message(role="user", content="a")]))
     store.append_message("w", Message(role="assistant", content="b"))
@@ -124,6 +127,9 @@ def test_sdist_holds_the_benchmarks_and_their_harness(sdist: Path) -> None:
         names = {n.split("/", 1)[-1] for n in archive.getnames()}
     harness = {p.relative_to(ROOT).as_posix() for p in (ROOT / "bench").rglob("*.py")}
     assert "bench/harness/runner.py" in harness and harness <= names
+    # the C decoder builds from the sdist: its source and the hook, not a module built here
+    assert {"hatch_build.py", "redis_session/_speedups.c", "redis_session/_speedups.pyi"} <= names
+    assert not any(n.endswith(".so") for n in names), sorted(n for n in names if ".so" in n)
 
 
 def test_wheel_holds_every_script_and_the_type_marker(wheel: Path) -> None:
@@ -146,7 +152,13 @@ def test_wheel_holds_the_library_the_cli_and_the_scripts_only(wheel: Path) -> No
     assert "redis_session/integrations/adk/adk_append_event.lua" in scripts  # the ADK's own
     assert "redis_session/cli/__init__.py" in modules
     package = {n for n in names if n.startswith("redis_session/")}
-    assert package == modules | scripts | {"redis_session/py.typed"}
+    # the C decoder: its stub always, the module built by hatch_build.py for this interpreter
+    # (a C compiler is at hand wherever the tests run), never its source
+    built = {n for n in package if n.startswith("redis_session/_speedups.") and n.endswith(".so")}
+    assert len(built) == 1, sorted(package)
+    assert "redis_session/_speedups.c" not in package
+    expected = modules | scripts | {"redis_session/py.typed", "redis_session/_speedups.pyi"}
+    assert package == expected | built
 
 
 @pytest.fixture(scope="module")

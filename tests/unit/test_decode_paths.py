@@ -9,6 +9,7 @@ path must accept it and return exactly what validation returns.
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -136,3 +137,158 @@ def test_a_foreign_element_is_corrupt_data_naming_it(foreign: bytes, at: int) ->
     items.insert(at, foreign)
     with pytest.raises(CorruptData, match=rf"'chat'.*message {at} is not a stored message"):
         decode_messages("chat", items)
+
+
+# -- the C decoder (_speedups.c) ----------------------------------------------------------------
+
+needs_c = pytest.mark.skipif(
+    codec._FAST is None, reason="the C decoder was not built (no C compiler at install)"
+)
+
+
+def test_the_c_decoder_is_built_where_ci_runs() -> None:
+    # CI installs from a checkout on a machine with a C compiler: a build that silently fell
+    # back to pure Python would leave every read at pydantic's speed unnoticed.
+    if os.environ.get("CI") == "true" and not os.environ.get("REDIS_SESSION_PURE_PYTHON"):
+        assert codec._FAST is not None
+
+
+def _fast(bodies: list[bytes]) -> list[Message | None]:
+    assert codec._FAST is not None
+    return codec._FAST(bodies)
+
+
+def _signed(m: Message) -> bool:
+    return any(c.thought_signature is not None for c in m.tool_calls)
+
+
+@needs_c
+@given(st.lists(messages, min_size=1, max_size=6))
+def test_the_c_decoder_returns_what_validation_returns(batch: list[Message]) -> None:
+    kept = []
+    for m in batch:
+        try:
+            kept.append((m, encode_message(m)))
+        except InvalidArgument:
+            continue
+    bodies = [body for _, body in kept]
+    got = _fast(bodies)
+    for (m, body), msg in zip(kept, got, strict=True):
+        if _signed(m):  # base64 in the stored form: left to validation, by design
+            assert msg is None
+            continue
+        assert msg is not None, body  # the encoder's every other shape: no fallback
+        assert _seen(msg) == _seen(_validated(body))
+
+
+def _mutations(body: bytes) -> st.SearchStrategy[bytes]:
+    tokens = [b'"', b"\\", b"}", b"{", b",", b":", b"]", b"[", b"0", b"9", b"Z", b"T", b" "]
+    tokens += [b"\x00", b"\x1f", b"\xff", b"\xc3", b"\\u", b"\\ud800", b"\\udc00", b"null", b"1"]
+    pieces = st.sampled_from(tokens) | st.binary(max_size=3)
+
+    def apply(edits: list[tuple[int, int, bytes]]) -> bytes:
+        out = body
+        for at, cut, piece in edits:
+            at %= len(out) + 1
+            out = out[:at] + piece + out[at + cut :]
+        return out
+
+    edit = st.tuples(st.integers(0, 10_000), st.integers(0, 3), pieces)
+    return st.lists(edit, min_size=1, max_size=3).map(apply)
+
+
+def _either(raw: bytes) -> Message | None:
+    """The pydantic path's message for ``raw``, None when validation rejects it."""
+    try:
+        msg: Message = codec._STORED(raw)
+    except (ValueError, TypeError):
+        return None
+    object.__setattr__(msg, "__class__", Message)
+    return msg
+
+
+@needs_c
+@given(st.data())
+def test_the_c_decoder_accepts_nothing_validation_rejects(data: st.DataObject) -> None:
+    # A damaged or foreign element is either left to validation (None) or read exactly as
+    # validation reads it: never a message validation would refuse or read otherwise.
+    m = data.draw(messages.filter(lambda m: not _signed(m)))
+    try:
+        body = encode_message(m)
+    except InvalidArgument:
+        return
+    raw = data.draw(_mutations(body))
+    (got,) = _fast([raw])
+    if got is not None:
+        expected = _either(raw)
+        assert expected is not None, raw
+        assert _seen(got) == _seen(expected)
+
+
+ESCAPES = [
+    (b'"caf\\u00e9 \\/ \\"q\\" \\\\ \\b\\f\\n\\r\\t"', 'café / "q" \\ \b\f\n\r\t'),
+    (b'"\\ud83d\\ude00 \\u0000 \\u20AC"', "\U0001f600 \x00 €"),
+    (b'"\xe6\x9d\xb1\xe4\xba\xac \xf0\x9f\x98\x80"', "東京 😀"),
+]
+
+
+@needs_c
+@pytest.mark.parametrize(("json_text", "text"), ESCAPES)
+def test_the_c_decoder_reads_every_json_escape(json_text: bytes, text: str) -> None:
+    stamp = b'"2024-02-29T23:59:59.000001Z"'
+    raw = b'{"id":"e","role":"user","content":' + json_text + b',"timestamp":' + stamp + b"}"
+    (got,) = _fast([raw])
+    assert got is not None and got.content == text
+    assert _seen(got) == _seen(_validated(raw))
+
+
+LEFT_TO_VALIDATION = [
+    b'{"id":"e","role":"user","content":"\\ud800","timestamp":"2024-01-01T00:00:00Z"}',
+    b'{"id":"e","role":"user","content":"\\udc00\\ud800","timestamp":"2024-01-01T00:00:00Z"}',
+    b'{"id":"e","role":"user","timestamp":"2023-02-29T00:00:00Z"}',
+    b'{"id":"e","role":"user","timestamp":"2024-01-01T24:00:00Z"}',
+    b'{"id":"e","role":"user","timestamp":"2024-01-01T00:00:00+00:00"}',
+    b'{"id":"e","role":"user","timestamp":"2024-01-01T00:00:00.5Z"}',
+    b'{"id":"e","role":"user","timestamp":"2024-W01-1T00:00:00.000000Z"}',
+    b'{"id":"e","role":"user","timestamp":"2024-01-01T00:00:00Z","content":"x"}',
+    b'{"id":"e", "role":"user","timestamp":"2024-01-01T00:00:00Z"}',
+    b'{"id":"e","role":"user","timestamp":"2024-01-01T00:00:00Z","tool_calls":[{"id":"c","name":"n","input":"i","thought_signature":"AA=="}]}',
+    b'{"id":"e","role":"user","timestamp":"2024-01-01T00:00:00Z","author":null}',
+]
+
+
+@needs_c
+@pytest.mark.parametrize("raw", LEFT_TO_VALIDATION)
+def test_the_c_decoder_leaves_other_forms_to_validation(raw: bytes) -> None:
+    (got,) = _fast([raw])
+    assert got is None
+    # and the read still gives what validation gives (or CorruptData naming the element)
+    try:
+        expected = [_validated(raw)]
+    except ValueError:
+        with pytest.raises(CorruptData, match="message 1 is not a stored message"):
+            decode_messages("k", [encode_message(Message(role="user")), raw])
+        return
+    assert [_seen(m) for m in decode_messages("k", [raw])] == [_seen(m) for m in expected]
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["c", "pydantic"])
+def test_both_decoders_read_a_history_alike(fast: bool) -> None:
+    batch = [
+        Message(role="user", content='héllo\n"q"'),
+        Message(
+            role="assistant", tool_calls=[ToolCall(id="c", name="n", input="{}", thought=True)]
+        ),
+        Message(role="tool", content="r", author="agent-b"),
+    ]
+    bodies = [encode_message(m) for m in batch]
+    saved = codec._FAST
+    if fast and saved is None:
+        pytest.skip("the C decoder was not built")
+    codec._FAST = saved if fast else None
+    try:
+        got = decode_messages("k", bodies)
+    finally:
+        codec._FAST = saved
+    assert got == batch
+    assert [_seen(m) for m in got] == [_seen(_validated(b)) for b in bodies]

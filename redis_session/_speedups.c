@@ -1,0 +1,448 @@
+/* redis_session._speedups: the stored form of a message back into a Message, in C.
+ *
+ * decode(items) reads each element that is exactly what codec.encode_message writes (compact
+ * JSON, its fields in the model's order, a timestamp "YYYY-MM-DDTHH:MM:SS[.ffffff]Z", plain tool
+ * calls) and builds the frozen Message (and ToolCall) instances that pydantic's validation of
+ * the codec's decode-only twin builds: the same field values and types, the same fields set,
+ * the timestamp in the tzinfo given to configure(). An element of any other form (another
+ * writer's JSON, a signed tool call, bytes that are not JSON) is None in the returned list: the
+ * codec validates those with pydantic, which also names the element that is not a message.
+ * Nothing here accepts what validation would reject; tests/unit/test_speedups.py checks that
+ * whatever decode returns equals what validation returns, for the encoder's every shape and
+ * for damaged elements.
+ *
+ * Built by hatch_build.py when a C compiler is at hand; without it the codec decodes with
+ * pydantic alone (same results, slower).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <datetime.h>
+#include <stdint.h>
+#include <string.h>
+
+static PyObject *roles;      /* {value: MessageRole member} */
+static PyObject *msg_cls;    /* Message */
+static PyObject *call_cls;   /* ToolCall */
+static PyObject *tz;         /* the tzinfo of a decoded timestamp */
+static PyObject *msg_dict;   /* Message.__dict__ template: the fields in order */
+static PyObject *call_dict;  /* ToolCall.__dict__ template */
+static PyObject *s_id, *s_role, *s_content, *s_timestamp, *s_tool_calls, *s_author;
+static PyObject *s_name, *s_input, *s_output, *s_thought;
+static PyObject *s_fields_set, *s_extra, *s_private;
+
+#define OK 1
+#define OTHER 0 /* not the encoder's form: the caller validates it */
+#define ERROR -1
+
+typedef struct {
+    const char *p;
+    const char *end;
+} Cursor;
+
+static int literal(Cursor *c, const char *text, Py_ssize_t n) {
+    if (c->end - c->p < n || memcmp(c->p, text, n) != 0) return 0;
+    c->p += n;
+    return 1;
+}
+#define LIT(c, s) literal((c), (s), (Py_ssize_t)(sizeof(s) - 1))
+
+static int hex4(const char *p, unsigned int *out) {
+    unsigned int v = 0;
+    for (int i = 0; i < 4; i++) {
+        char h = p[i];
+        v <<= 4;
+        if (h >= '0' && h <= '9') v |= (unsigned int)(h - '0');
+        else if (h >= 'a' && h <= 'f') v |= (unsigned int)(h - 'a' + 10);
+        else if (h >= 'A' && h <= 'F') v |= (unsigned int)(h - 'A' + 10);
+        else return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static char *utf8(char *w, unsigned int cp) {
+    if (cp < 0x80) {
+        *w++ = (char)cp;
+    } else if (cp < 0x800) {
+        *w++ = (char)(0xC0 | (cp >> 6));
+        *w++ = (char)(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        *w++ = (char)(0xE0 | (cp >> 12));
+        *w++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+        *w++ = (char)(0x80 | (cp & 0x3F));
+    } else {
+        *w++ = (char)(0xF0 | (cp >> 18));
+        *w++ = (char)(0x80 | ((cp >> 12) & 0x3F));
+        *w++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+        *w++ = (char)(0x80 | (cp & 0x3F));
+    }
+    return w;
+}
+
+/* Text as a new str: UTF-8 strictly (OTHER for bytes that are not, or a surrogate). */
+static int text(const char *p, Py_ssize_t n, PyObject **out) {
+    *out = PyUnicode_DecodeUTF8(p, n, NULL);
+    if (*out != NULL) return OK;
+    if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+        PyErr_Clear();
+        return OTHER;
+    }
+    return ERROR;
+}
+
+/* Whether any byte of v is below 0x20, a quote or a backslash (bytes of UTF-8 sequences, 0x80
+ * and above, are none of these). */
+static inline int special(uint64_t v) {
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    uint64_t quote = v ^ (ones * '"'), backslash = v ^ (ones * '\\');
+    uint64_t below = (v - ones * 0x20) & ~v;
+    return ((below | ((quote - ones) & ~quote) | ((backslash - ones) & ~backslash)) & highs) != 0;
+}
+
+/* A JSON string at the cursor (its opening quote) as a new str. OTHER for anything JSON
+ * forbids in a string (a raw control character, an unknown escape) and for a lone surrogate
+ * escape, which the codec leaves to validation. */
+static int string(Cursor *c, PyObject **out) {
+    if (c->p >= c->end || *c->p != '"') return OTHER;
+    const char *start = ++c->p, *p = start;
+    int escaped = 0;
+    uint64_t word;
+    while (c->end - p >= 8) { /* eight bytes at a time up to the first that may end the run */
+        memcpy(&word, p, 8);
+        if (special(word)) break;
+        p += 8;
+    }
+    while (p < c->end) {
+        unsigned char ch = (unsigned char)*p;
+        if (ch == '"') break;
+        if (ch < 0x20) return OTHER;
+        if (ch == '\\') {
+            escaped = 1;
+            p++;
+            if (p >= c->end) return OTHER;
+        }
+        p++;
+    }
+    if (p >= c->end) return OTHER;
+    c->p = p + 1;
+    if (!escaped) return text(start, p - start, out);
+    char *buf = PyMem_Malloc((size_t)(p - start));
+    if (buf == NULL) {
+        PyErr_NoMemory();
+        return ERROR;
+    }
+    char *w = buf;
+    const char *r = start;
+    while (r < p) {
+        if (*r != '\\') {
+            *w++ = *r++;
+            continue;
+        }
+        r++;
+        switch (*r++) {
+        case '"': *w++ = '"'; break;
+        case '\\': *w++ = '\\'; break;
+        case '/': *w++ = '/'; break;
+        case 'b': *w++ = '\b'; break;
+        case 'f': *w++ = '\f'; break;
+        case 'n': *w++ = '\n'; break;
+        case 'r': *w++ = '\r'; break;
+        case 't': *w++ = '\t'; break;
+        case 'u': {
+            unsigned int cp, low;
+            if (p - r < 4 || !hex4(r, &cp)) goto other;
+            r += 4;
+            if (cp >= 0xDC00 && cp <= 0xDFFF) goto other;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                if (p - r < 6 || r[0] != '\\' || r[1] != 'u' || !hex4(r + 2, &low)) goto other;
+                if (low < 0xDC00 || low > 0xDFFF) goto other;
+                r += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+            }
+            w = utf8(w, cp);
+            break;
+        }
+        default: goto other;
+        }
+    }
+    int status = text(buf, w - buf, out);
+    PyMem_Free(buf);
+    return status;
+other:
+    PyMem_Free(buf);
+    return OTHER;
+}
+
+static int digits(const char *p, int n, int *out) {
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+        v = v * 10 + (p[i] - '0');
+    }
+    *out = v;
+    return 1;
+}
+
+/* "YYYY-MM-DDTHH:MM:SS[.ffffff]Z" (with its quotes) as a new aware datetime. OTHER for any
+ * other form or a date that does not exist: validation says what it makes of those. */
+static int timestamp(Cursor *c, PyObject **out) {
+    const char *s = c->p + 1;
+    Py_ssize_t n;
+    if (c->end - c->p >= 22 && c->p[0] == '"' && c->p[20] == 'Z' && c->p[21] == '"') n = 20;
+    else if (c->end - c->p >= 29 && c->p[0] == '"' && c->p[27] == 'Z' && c->p[28] == '"') n = 27;
+    else return OTHER;
+    int y, mo, d, h, mi, se, us = 0;
+    if (s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':') return OTHER;
+    if (!digits(s, 4, &y) || !digits(s + 5, 2, &mo) || !digits(s + 8, 2, &d) ||
+        !digits(s + 11, 2, &h) || !digits(s + 14, 2, &mi) || !digits(s + 17, 2, &se))
+        return OTHER;
+    if (n == 27 && (s[19] != '.' || !digits(s + 20, 6, &us))) return OTHER;
+    static const int month_days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (y < 1 || mo < 1 || mo > 12 || d < 1 || h > 23 || mi > 59 || se > 59) return OTHER;
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (d > month_days[mo - 1] + (mo == 2 && leap)) return OTHER;
+    *out = PyDateTimeAPI->DateTime_FromDateAndTime(y, mo, d, h, mi, se, us, tz,
+                                                   PyDateTimeAPI->DateTimeType);
+    if (*out == NULL) return ERROR;
+    c->p += n + 2;
+    return OK;
+}
+
+/* A model instance holding dict as its fields, as pydantic-core builds a validated one. */
+static PyObject *instance(PyObject *cls, PyObject *dict, PyObject *fields) {
+    PyTypeObject *type = (PyTypeObject *)cls;
+    PyObject *obj = type->tp_alloc(type, 0);
+    if (obj == NULL) return NULL;
+    if (PyObject_GenericSetDict(obj, dict, NULL) < 0 ||
+        PyObject_GenericSetAttr(obj, s_fields_set, fields) < 0 ||
+        PyObject_GenericSetAttr(obj, s_extra, Py_None) < 0 ||
+        PyObject_GenericSetAttr(obj, s_private, Py_None) < 0) {
+        Py_DECREF(obj);
+        return NULL;
+    }
+    return obj;
+}
+
+/* Set dict[key] = value (a new reference, stolen) and add key to fields. */
+static int field(PyObject *dict, PyObject *fields, PyObject *key, PyObject *value) {
+    int failed = PyDict_SetItem(dict, key, value) < 0 || PySet_Add(fields, key) < 0;
+    Py_DECREF(value);
+    return failed ? ERROR : OK;
+}
+
+#define OTHERWISE                                                                                \
+    do {                                                                                         \
+        status = OTHER;                                                                          \
+        goto done;                                                                               \
+    } while (0)
+#define EXPECT(c, s)                                                                             \
+    do {                                                                                         \
+        if (!LIT((c), s)) OTHERWISE;                                                             \
+    } while (0)
+#define STEP(expr)                                                                               \
+    do {                                                                                         \
+        status = (expr);                                                                         \
+        if (status != OK) goto done;                                                             \
+    } while (0)
+#define STRING_FIELD(dict, fields, key)                                                          \
+    do {                                                                                         \
+        PyObject *value_;                                                                        \
+        STEP(string(c, &value_));                                                                \
+        STEP(field((dict), (fields), (key), value_));                                            \
+    } while (0)
+
+/* {"id":S,"name":S,"input":S[,"output":S][,"thought":true|false]} as a new ToolCall. */
+static int tool_call(Cursor *c, PyObject **out) {
+    int status = OTHER;
+    PyObject *dict = PyDict_Copy(call_dict), *fields = PySet_New(NULL);
+    if (dict == NULL || fields == NULL) {
+        status = ERROR;
+        goto done;
+    }
+    EXPECT(c, "{\"id\":");
+    STRING_FIELD(dict, fields, s_id);
+    EXPECT(c, ",\"name\":");
+    STRING_FIELD(dict, fields, s_name);
+    EXPECT(c, ",\"input\":");
+    STRING_FIELD(dict, fields, s_input);
+    if (LIT(c, ",\"output\":")) STRING_FIELD(dict, fields, s_output);
+    if (LIT(c, ",\"thought\":")) {
+        PyObject *flag = LIT(c, "true") ? Py_True : LIT(c, "false") ? Py_False : NULL;
+        if (flag == NULL) OTHERWISE;
+        STEP(field(dict, fields, s_thought, Py_NewRef(flag)));
+    }
+    EXPECT(c, "}");
+    *out = instance(call_cls, dict, fields);
+    status = *out == NULL ? ERROR : OK;
+done:
+    Py_XDECREF(dict);
+    Py_XDECREF(fields);
+    return status;
+}
+
+/* The tool calls' array (after its '[') as a new tuple. */
+static int tool_calls(Cursor *c, PyObject **out) {
+    PyObject *calls = PyList_New(0), *call = NULL;
+    int status = OTHER;
+    if (calls == NULL) return ERROR;
+    if (!LIT(c, "]")) {
+        do {
+            STEP(tool_call(c, &call));
+            int failed = PyList_Append(calls, call) < 0;
+            Py_DECREF(call);
+            if (failed) {
+                status = ERROR;
+                goto done;
+            }
+        } while (LIT(c, ","));
+        EXPECT(c, "]");
+    }
+    *out = PyList_AsTuple(calls);
+    status = *out == NULL ? ERROR : OK;
+done:
+    Py_DECREF(calls);
+    return status;
+}
+
+/* One stored element as a new Message (OK), OTHER, or ERROR with an exception set. */
+static int message(PyObject *raw, PyObject **out) {
+    if (!PyBytes_CheckExact(raw)) return OTHER;
+    Cursor cursor = {PyBytes_AS_STRING(raw), PyBytes_AS_STRING(raw) + PyBytes_GET_SIZE(raw)};
+    Cursor *c = &cursor;
+    int status = OTHER;
+    PyObject *dict = PyDict_Copy(msg_dict), *fields = PySet_New(NULL), *role = NULL, *value;
+    if (dict == NULL || fields == NULL) {
+        status = ERROR;
+        goto done;
+    }
+    EXPECT(c, "{\"id\":");
+    STRING_FIELD(dict, fields, s_id);
+    EXPECT(c, ",\"role\":");
+    STEP(string(c, &role));
+    PyObject *member = PyDict_GetItemWithError(roles, role);
+    if (member == NULL) {
+        status = PyErr_Occurred() ? ERROR : OTHER;
+        goto done;
+    }
+    STEP(field(dict, fields, s_role, Py_NewRef(member)));
+    if (LIT(c, ",\"content\":")) STRING_FIELD(dict, fields, s_content);
+    EXPECT(c, ",\"timestamp\":");
+    STEP(timestamp(c, &value));
+    STEP(field(dict, fields, s_timestamp, value));
+    if (LIT(c, ",\"tool_calls\":[")) {
+        STEP(tool_calls(c, &value));
+        STEP(field(dict, fields, s_tool_calls, value));
+    }
+    if (LIT(c, ",\"author\":")) STRING_FIELD(dict, fields, s_author);
+    EXPECT(c, "}");
+    if (c->p != c->end) OTHERWISE;
+    *out = instance(msg_cls, dict, fields);
+    status = *out == NULL ? ERROR : OK;
+done:
+    Py_XDECREF(dict);
+    Py_XDECREF(fields);
+    Py_XDECREF(role);
+    return status;
+}
+
+static PyObject *decode(PyObject *self, PyObject *items) {
+    if (msg_cls == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_speedups.configure() was not called");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(items, "decode() takes a sequence of stored elements");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *msg = NULL;
+        int status = message(PySequence_Fast_GET_ITEM(seq, i), &msg);
+        if (status == ERROR) {
+            Py_DECREF(out);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, status == OK ? msg : Py_NewRef(Py_None));
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
+static PyObject *template(PyObject *const *names, Py_ssize_t n, PyObject *defaults) {
+    PyObject *dict = PyDict_New();
+    if (dict == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *value = PyDict_GetItemWithError(defaults, names[i]);
+        if (value == NULL) {
+            if (!PyErr_Occurred()) PyErr_Format(PyExc_KeyError, "no default for %R", names[i]);
+            Py_DECREF(dict);
+            return NULL;
+        }
+        if (PyDict_SetItem(dict, names[i], value) < 0) {
+            Py_DECREF(dict);
+            return NULL;
+        }
+    }
+    return dict;
+}
+
+static PyObject *configure(PyObject *self, PyObject *args) {
+    PyObject *r, *m, *t, *z, *md, *cd;
+    if (!PyArg_ParseTuple(args, "O!O!O!OO!O!:configure", &PyDict_Type, &r, &PyType_Type, &m,
+                          &PyType_Type, &t, &z, &PyDict_Type, &md, &PyDict_Type, &cd))
+        return NULL;
+    PyObject *const message_names[] = {s_id, s_role, s_content, s_timestamp, s_tool_calls, s_author};
+    PyObject *const call_names[] = {s_id, s_name, s_input, s_output, s_thought,
+                                    PyUnicode_InternFromString("thought_signature")};
+    if (call_names[5] == NULL) return NULL;
+    PyObject *new_msg = template(message_names, 6, md), *new_call = template(call_names, 6, cd);
+    Py_DECREF(call_names[5]);
+    if (new_msg == NULL || new_call == NULL) {
+        Py_XDECREF(new_msg);
+        Py_XDECREF(new_call);
+        return NULL;
+    }
+    Py_XSETREF(msg_dict, new_msg);
+    Py_XSETREF(call_dict, new_call);
+    Py_XSETREF(roles, Py_NewRef(r));
+    Py_XSETREF(msg_cls, Py_NewRef(m));
+    Py_XSETREF(call_cls, Py_NewRef(t));
+    Py_XSETREF(tz, Py_NewRef(z));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"decode", decode, METH_O,
+     "decode(items) -> list: each stored element as a Message, None where it is not in the "
+     "encoder's form."},
+    {"configure", configure, METH_VARARGS,
+     "configure(roles, message_cls, tool_call_cls, tzinfo, message_defaults, call_defaults)"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_speedups", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+    PyDateTime_IMPORT;
+    if (PyDateTimeAPI == NULL) return NULL;
+#define INTERN(var, text)                                                                        \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+    INTERN(s_id, "id");
+    INTERN(s_role, "role");
+    INTERN(s_content, "content");
+    INTERN(s_timestamp, "timestamp");
+    INTERN(s_tool_calls, "tool_calls");
+    INTERN(s_author, "author");
+    INTERN(s_name, "name");
+    INTERN(s_input, "input");
+    INTERN(s_output, "output");
+    INTERN(s_thought, "thought");
+    INTERN(s_fields_set, "__pydantic_fields_set__");
+    INTERN(s_extra, "__pydantic_extra__");
+    INTERN(s_private, "__pydantic_private__");
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,17 @@
+"""The C decoder of stored messages (``_speedups.c``); see :func:`redis_session.codec._speedups`."""
+
+from collections.abc import Sequence
+from datetime import tzinfo
+from typing import Any
+
+from .models import Message
+
+def configure(
+    roles: dict[str, Any],
+    message_cls: type[Message],
+    tool_call_cls: type[Any],
+    tz: tzinfo,
+    message_defaults: dict[str, Any],
+    call_defaults: dict[str, Any],
+) -> None: ...
+def decode(items: Sequence[bytes]) -> list[Message | None]: ...
