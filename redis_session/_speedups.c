@@ -353,23 +353,29 @@ static PyObject *decode(PyObject *self, PyObject *items) {
     PyObject *seq = PySequence_Fast(items, "decode() takes a sequence of stored elements");
     if (seq == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject *out = PyList_New(n);
-    if (out == NULL) {
-        Py_DECREF(seq);
-        return NULL;
-    }
+    PyObject *out = PyList_New(n), *left = PyList_New(0);
+    if (out == NULL || left == NULL) goto error;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *msg = NULL;
         int status = message(PySequence_Fast_GET_ITEM(seq, i), &msg);
-        if (status == ERROR) {
-            Py_DECREF(out);
-            Py_DECREF(seq);
-            return NULL;
+        if (status == ERROR) goto error;
+        if (status == OTHER) {
+            PyObject *at = PyLong_FromSsize_t(i);
+            if (at == NULL) goto error;
+            int failed = PyList_Append(left, at) < 0;
+            Py_DECREF(at);
+            if (failed) goto error;
+            msg = Py_NewRef(Py_None);
         }
-        PyList_SET_ITEM(out, i, status == OK ? msg : Py_NewRef(Py_None));
+        PyList_SET_ITEM(out, i, msg);
     }
     Py_DECREF(seq);
-    return out;
+    return Py_BuildValue("(NN)", out, left);
+error:
+    Py_XDECREF(out);
+    Py_XDECREF(left);
+    Py_DECREF(seq);
+    return NULL;
 }
 
 static PyObject *template(PyObject *const *names, Py_ssize_t n, PyObject *defaults) {
@@ -417,8 +423,8 @@ static PyObject *configure(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"decode", decode, METH_O,
-     "decode(items) -> list: each stored element as a Message, None where it is not in the "
-     "encoder's form."},
+     "decode(items) -> (messages, left): each stored element as a Message, None where it is "
+     "not in the encoder's form, and the positions of those (ascending)."},
     {"configure", configure, METH_VARARGS,
      "configure(roles, message_cls, tool_call_cls, tzinfo, message_defaults, call_defaults)"},
     {NULL, NULL, 0, NULL}};

@@ -110,8 +110,9 @@ _STORED = TypeAdapter(_StoredMessage).validator.validate_json
 _LENIENT = TypeAdapter(_LenientStoredMessage)
 
 
-def _speedups() -> Callable[[Sequence[bytes]], list[Message | None]] | None:
-    """The C decoder's ``decode`` (``_speedups.c``), set up for this module's models; None
+def _speedups() -> Callable[[Sequence[bytes]], tuple[list[Message | None], list[int]]] | None:
+    """The C decoder's ``decode`` (``_speedups.c``: the messages, None for each element not in
+    the encoder's own form, and the positions of those), set up for this module's models; None
     where it was not built (no C compiler when the package was installed) or when
     ``REDIS_SESSION_PURE_PYTHON`` is set: reads then validate every element with pydantic.
     """
@@ -437,15 +438,14 @@ def _decode_plain(key: str, items: Sequence[bytes]) -> list[Message]:
         # The C decoder builds the models of the elements in the encoder's own form; an
         # element of any other form (None) is validated below, the whole read by the slow
         # path when one is not a message.
-        decoded: list[Message | None] = _FAST(items)
-        if None not in decoded:
-            return decoded  # type: ignore[return-value]  # no None, as just checked
+        decoded, left = _FAST(items)
+        if not left:
+            return decoded  # type: ignore[return-value]  # no None: none left
         try:
-            for i, fast in enumerate(decoded):
-                if fast is None:
-                    other: Message = _STORED(items[i])
-                    _set_attr(other, "__class__", Message)
-                    decoded[i] = other
+            for i in left:
+                other: Message = _STORED(items[i])
+                _set_attr(other, "__class__", Message)
+                decoded[i] = other
         except (ValidationError, ValueError, TypeError):
             pass
         else:
