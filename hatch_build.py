@@ -28,20 +28,29 @@ class SpeedupsBuildHook(BuildHookInterface):  # type: ignore[type-arg]
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         """Build the extension before hatch collects the wheel's files."""
-        if self.target_name != "wheel" or os.environ.get("REDIS_SESSION_PURE_PYTHON"):
+        if self.target_name != "wheel":
             return
         source = Path(self.root, "redis_session", "_speedups.c")
         name = f"_speedups{sysconfig.get_config_var('EXT_SUFFIX')}"
-        if version == "editable":
-            target = source.with_name(name)
+        if version == "editable":  # the checkout holds what this install built, or nothing
+            for old in source.parent.glob("_speedups*.so"):
+                old.unlink()
+        if os.environ.get("REDIS_SESSION_PURE_PYTHON"):
+            return
+        if version == "editable":  # beside the source, then renamed (same file system)
+            built = source.with_name(f".{name}.building")
         else:
-            target = Path(tempfile.mkdtemp(prefix="redis-session-build-"), name)
-        error = compile_extension(source, target)
+            built = Path(tempfile.mkdtemp(prefix="redis-session-build-"), name)
+        error = compile_extension(source, built)
         if error:
+            built.unlink(missing_ok=True)
             print(f"redis-session: C decoder not built ({error}); pure Python", file=sys.stderr)
             return
-        if version != "editable":
-            build_data["force_include"][str(target)] = f"redis_session/{name}"
+        if version == "editable":
+            # replaced, not written over: a process that has the old module loaded keeps it
+            os.replace(built, source.with_name(name))
+        else:
+            build_data["force_include"][str(built)] = f"redis_session/{name}"
         build_data["pure_python"] = False
         build_data["infer_tag"] = True
 
