@@ -31,7 +31,7 @@ from redis_session import AsyncRedisStore, RedisStore
 from redis_session._url import async_client, sync_client
 from redis_session.keys import KeySchema
 from tests.support.cluster import Cluster, start_cluster
-from tests.support.figures import FIGURES
+from tests.support.figures import FIGURES, Recorder
 from tests.support.sentinel import SERVICE, SentinelSetup, start_sentinel
 from tests.support.servers import Server, redis_binary, start, valkey_binary
 
@@ -281,6 +281,14 @@ async def store(make_store: StoreFactory) -> Any:
 
 
 # -- reliability figures ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def figures() -> Recorder:
+    """The session's figures recorder (``tests/support/figures.py``): the fault, cluster,
+    Sentinel and production-condition tests record what they measured in it."""
+    return FIGURES
+
 
 RELATED = re.compile(r"lost_repl|after_client_kill|would_have_duplicated")
 """Tests whose outcome belongs in the figures (they assert nothing lost or doubled)."""

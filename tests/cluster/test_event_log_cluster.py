@@ -18,6 +18,7 @@ from redis_session.errors import SessionError
 from tests.cluster.test_slot_migration import OpenSlot
 from tests.conftest import unique_prefix
 from tests.support.cluster import Cluster
+from tests.support.figures import Recorder
 from tests.support.servers import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(90)]
@@ -75,12 +76,25 @@ def run_sharded(cluster: Cluster, sharded: bool) -> tuple[int, int, int]:
     return len(set(live_got) & want), len(logged), after - before
 
 
-def test_sharded_events_stay_off_the_cluster_bus(cluster: Cluster) -> None:
+def test_sharded_events_stay_off_the_cluster_bus(cluster: Cluster, figures: Recorder) -> None:
     live, logged, bus = run_sharded(cluster, sharded=True)
     live_b, logged_b, bus_b = run_sharded(cluster, sharded=False)
     print(
         f"\nsharded: log {logged}/{EVENTS}, live {live}/{EVENTS}, publish_sent +{bus}; "
         f"broadcast: log {logged_b}/{EVENTS}, live {live_b}/{EVENTS}, publish_sent +{bus_b}"
+    )
+    figures.record_resource(
+        case=f"sharded_events=True on a {len(cluster.ports)}-node cluster: {EVENTS} end events "
+        "(tests/cluster/test_event_log_cluster.py)",
+        topology="cluster",
+        outcome=f"a live listen() got {live} of {EVENTS} and a listen(since='latest') {logged} "
+        f"of {EVENTS}; CLUSTER INFO cluster_stats_messages_publish_sent summed over the nodes "
+        f"grew by {bus} (with sharded_events=False the same {EVENTS} events: +{bus_b}, one per "
+        f"event per other node; live {live_b}, log {logged_b} of {EVENTS})",
+        errors={},
+        damaged=0,
+        lost=2 * EVENTS - logged - logged_b,
+        duplicated=0,  # run_sharded asserts the log listener got each event once
     )
     assert logged == logged_b == EVENTS
     assert live == live_b == EVENTS
@@ -98,17 +112,21 @@ class Forker:
     unknown: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
+    longest: float = 0.0
+    """The longest fork_child call, seconds (one that raised included)."""
 
     def run(self) -> None:
         for i in range(400):  # bounded
             if self.stop.is_set():
                 return
+            started = time.monotonic()
             try:
                 child = self.store.fork_child(self.root, f"a{i}")
                 self.acked.append(f"fork:{child.key}")
             except (redis.RedisError, OSError, SessionError) as exc:
                 self.unknown.append(f"a{i}")
                 self.errors.append(f"{type(exc).__name__}: {exc}")
+            self.longest = max(self.longest, time.monotonic() - started)
             time.sleep(0.01)
 
 
@@ -144,25 +162,57 @@ def follow(store: RedisStore, work: Any, root: str) -> tuple[Forker, list[str]]:
     return forker, got
 
 
-def check(forker: Forker, got: list[str]) -> None:
+def tally(forker: Forker, got: list[str]) -> tuple[list[str], list[str]]:
+    """The acknowledged forks whose event no listener delivered, and the events delivered
+    more than once."""
     counts = Counter(got)
-    doubled = [e for e, n in counts.items() if n > 1]
-    lost = [e for e in forker.acked if e not in counts]
+    return [e for e in forker.acked if e not in counts], [e for e, n in counts.items() if n > 1]
+
+
+def record(figures: Recorder, fault: str, client: str, forker: Forker, got: list[str],
+           outcome: str, topology: str = "cluster") -> None:  # fmt: skip
+    """The row of a fork writer followed by listeners through ``fault``."""
+    lost, doubled = tally(forker, got)
+    errors = Counter(e.split(":", 1)[0] for e in forker.errors)
+    seen = ", ".join(f"{name} x{n}" for name, n in errors.items()) or "no error"
+    figures.record(
+        fault,
+        client=client,
+        topology=topology,
+        injections=1,
+        outcome=f"a writer forking children of one root every 10 ms: {seen} "
+        f"({len(forker.unknown)} unknown outcomes), longest fork_child call "
+        f"{forker.longest:.2f} s; {outcome}; {len(forker.acked)} forks acknowledged, "
+        f"{len(got)} fork events delivered, each acknowledged fork's "
+        f"{'once' if not lost and not doubled else 'NOT once'}",
+        acknowledged=len(forker.acked),
+        lost=len(lost),
+        duplicated=sum(Counter(got)[e] - 1 for e in doubled),
+        unknown_outcome=len(forker.unknown),
+    )
+
+
+def check(forker: Forker, got: list[str]) -> None:
+    lost, doubled = tally(forker, got)
     assert not doubled, f"delivered twice: {doubled[:5]}"
     assert not lost, f"{len(lost)} acknowledged forks without their event: {lost[:5]}"
     assert len(forker.acked) >= 60, forker.errors[:3]
 
 
-def test_a_live_slot_migration_loses_no_event(cluster: Cluster) -> None:
+def test_a_live_slot_migration_loses_no_event(cluster: Cluster, figures: Recorder) -> None:
     store = RedisStore.from_url(cluster.url, prefix=unique_prefix(), cluster=True)
     store.create(Session(key="root"))
     log = store._core.schema.log_of("root")
     opened: list[OpenSlot] = []
 
+    open_for: list[float] = []
+
     def migrate() -> None:
+        started = time.monotonic()
         slot = OpenSlot(cluster, log)
         opened.append(slot)
         slot.finish_after(0.5).join(timeout=30)
+        open_for.append(time.monotonic() - started)
 
     try:
         forker, got = follow(store, migrate, "root")
@@ -173,12 +223,24 @@ def test_a_live_slot_migration_loses_no_event(cluster: Cluster) -> None:
         f"\nslot migration: {len(forker.acked)} forks acknowledged, {len(got)} events "
         f"delivered, {opened[0].moved} keys moved, {len(forker.unknown)} unknown outcomes"
     )
+    record(
+        figures,
+        f"live slot migration (MIGRATING/IMPORTING + MIGRATE, {opened[0].moved} keys) of the "
+        f"slot of a session tree and its event log, on a {len(cluster.ports)}-node cluster "
+        "(tests/cluster/test_event_log_cluster.py)",
+        "listen(since=cursor), closed halfway and resumed from listener.cursor",
+        forker,
+        got,
+        f"the slot open {open_for[0]:.2f} s (the log moved to its new node)",
+    )
     assert opened[0].moved > 0
     check(forker, got)
     store.close()
 
 
-def test_a_primary_failover_loses_no_acknowledged_event(cluster: Cluster) -> None:
+def test_a_primary_failover_loses_no_acknowledged_event(
+    cluster: Cluster, figures: Recorder
+) -> None:
     # wait_replicas=1: a change is acknowledged once its replica has it, so the promoted
     # replica holds its log entry (without WAIT an async-replicated write can be lost).
     store = RedisStore.from_url(
@@ -187,8 +249,10 @@ def test_a_primary_failover_loses_no_acknowledged_event(cluster: Cluster) -> Non
     store.create(Session(key="root"))
     log = store._core.schema.log_of("root")
     moved: list[int] = []
+    took: list[float] = []
 
     def failover() -> None:
+        started = time.monotonic()
         client: Any = cluster.client()
         primary = client.get_node_from_key(log)
         client.close()
@@ -208,11 +272,22 @@ def test_a_primary_failover_loses_no_acknowledged_event(cluster: Cluster) -> Non
                 node.close()
 
         assert moved and wait_until(promoted, 20, interval=0.1)
+        took.append(time.monotonic() - started)
 
     forker, got = follow(store, failover, "root")
     print(
         f"\ncluster failover: {len(forker.acked)} forks acknowledged, {len(got)} events "
         f"delivered, {len(forker.unknown)} unknown outcomes {forker.errors[:2]}"
+    )
+    record(
+        figures,
+        "cluster primary failover: CLUSTER FAILOVER on the replica of the node holding the "
+        "tree and its log (tests/cluster/test_event_log_cluster.py)",
+        "listen(since=cursor) riding through, then resumed from listener.cursor; writer "
+        "wait_replicas=1",
+        forker,
+        got,
+        f"the replica promoted {took[0]:.2f} s after CLUSTER FAILOVER",
     )
     check(forker, got)
     store.close()

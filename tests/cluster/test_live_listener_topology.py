@@ -27,6 +27,7 @@ from redis_session import RedisStore, Session
 from redis_session.aio import AsyncRedisStore
 from tests.conftest import unique_prefix
 from tests.support.cluster import Cluster, _cli_for, private_cluster
+from tests.support.figures import Recorder
 from tests.support.servers import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
@@ -52,6 +53,14 @@ class Heard:
     at: dict[int, float] = field(default_factory=dict)
     reconnects: int = 0
     error: BaseException | None = None
+    twice: int = 0
+    """Probes heard more than once."""
+
+    def hear(self, number: int) -> None:
+        if number in self.at:
+            self.twice += 1
+        else:
+            self.at[number] = time.monotonic()
 
 
 def _probe_number(key: str) -> int | None:
@@ -67,7 +76,7 @@ def listen_blocking(store: RedisStore, heard: Heard, stop: threading.Event) -> t
                 event = listener.get(timeout=0.2)
                 number = None if event is None else _probe_number(event.key)
                 if number is not None:
-                    heard.at.setdefault(number, time.monotonic())
+                    heard.hear(number)
         except BaseException as exc:  # the test fails on it
             heard.error = exc
         finally:
@@ -90,7 +99,7 @@ def listen_async(url: str, prefix: str, sharded: bool, heard: Heard, stop: threa
                 event = await listener.get(timeout=0.2)
                 number = None if event is None else _probe_number(event.key)
                 if number is not None:
-                    heard.at.setdefault(number, time.monotonic())
+                    heard.hear(number)
         finally:
             heard.reconnects = listener.reconnects
             await listener.aclose()
@@ -228,6 +237,26 @@ def publisher(cluster: Cluster, setup: Setup, sharded: bool, avoid: int) -> Call
     return spublish
 
 
+def record(figures: Recorder, fault: str, probe: Probe, setup: Setup, outcome: str,
+           lost: int, warnings: int) -> None:  # fmt: skip
+    """One row for the blocking and the asyncio listener of a topology test."""
+    figures.record(
+        fault,
+        client="store.listen() and asyncio store.listen() side by side, a probe event every "
+        f"{TICK * 1000:.0f} ms",
+        topology="cluster",
+        injections=1,
+        outcome=f"{outcome}; reconnects {setup.sync.reconnects} (blocking) and "
+        f"{setup.aio.reconnects} (asyncio), {warnings} WARNING(s) logged; probes heard "
+        f"{len(setup.sync.at):,} and {len(setup.aio.at):,} of {len(probe.sent):,} (the missed "
+        "ones in the gaps: pub/sub is at-most-once, as documented); *lost*: probes missed "
+        "after the bound",
+        acknowledged=len(probe.sent),
+        lost=lost,
+        duplicated=setup.sync.twice + setup.aio.twice,
+    )
+
+
 def warnings_of(caplog: pytest.LogCaptureFixture) -> int:
     return sum("missed" in r.getMessage() for r in caplog.records if r.name == "redis_session")
 
@@ -250,7 +279,7 @@ def move_slots_away_and_delete(cluster: Cluster, port: int) -> float:
 
 @pytest.mark.parametrize("sharded", [False, True], ids=["broadcast", "sharded"])
 def test_a_listener_whose_node_is_removed_hears_again_within_its_poll(
-    cluster: Cluster, sharded: bool, caplog: pytest.LogCaptureFixture
+    cluster: Cluster, sharded: bool, caplog: pytest.LogCaptureFixture, figures: Recorder
 ) -> None:
     caplog.set_level(logging.WARNING, logger="redis_session")
     setup = set_up(cluster, sharded)
@@ -270,6 +299,20 @@ def test_a_listener_whose_node_is_removed_hears_again_within_its_poll(
         probe.stop.set()
         setup.close()
     last = max(probe.sent.values())
+    resumes = [resumed_after(h, probe.sent, removed) for h in (setup.sync, setup.aio)]
+    record(
+        figures,
+        f"a live listener's node removed from the cluster ({'sharded' if sharded else 'broadcast'}"
+        " events): its slots rebalanced away, redis-cli --cluster del-node, then the node "
+        "stopped (tests/cluster/test_live_listener_topology.py)",
+        probe,
+        setup,
+        f"heard again {resumes[0]:.2f} s (blocking) and {resumes[1]:.2f} s (asyncio) after "
+        f"del-node (bound {MOVE_BOUND} s)",
+        sum(len(missed_after(h, probe.sent, removed + MOVE_BOUND, last))
+            for h in (setup.sync, setup.aio)),
+        warnings_of(caplog),
+    )  # fmt: skip
     for heard in (setup.sync, setup.aio):
         assert heard.error is None, f"{heard.name}: {heard.error!r}"
         resumed = resumed_after(heard, probe.sent, removed)
@@ -288,7 +331,7 @@ def test_a_listener_whose_node_is_removed_hears_again_within_its_poll(
 
 
 def test_a_listener_whose_node_dies_moves_to_a_live_node(
-    cluster: Cluster, caplog: pytest.LogCaptureFixture
+    cluster: Cluster, caplog: pytest.LogCaptureFixture, figures: Recorder
 ) -> None:
     caplog.set_level(logging.WARNING, logger="redis_session")
     setup = set_up(cluster, sharded=False)
@@ -306,6 +349,18 @@ def test_a_listener_whose_node_dies_moves_to_a_live_node(
         probe.stop.set()
         setup.close()
     last = max(probe.sent.values())
+    resumes = [resumed_after(h, probe.sent, killed) for h in (setup.sync, setup.aio)]
+    record(
+        figures,
+        "a live listener's node SIGKILLed (broadcast events), before any failover "
+        "(tests/cluster/test_live_listener_topology.py)",
+        probe,
+        setup,
+        f"heard again {resumes[0]:.2f} s (blocking) and {resumes[1]:.2f} s (asyncio) after "
+        "the kill (bound 1 s)",
+        sum(len(missed_after(h, probe.sent, killed + 1.0, last)) for h in (setup.sync, setup.aio)),
+        warnings_of(caplog),
+    )
     for heard in (setup.sync, setup.aio):
         assert heard.error is None, f"{heard.name}: {heard.error!r}"
         resumed = resumed_after(heard, probe.sent, killed)
@@ -322,7 +377,7 @@ def test_a_listener_whose_node_dies_moves_to_a_live_node(
 
 
 def test_a_sharded_listener_is_deaf_to_a_dead_nodes_slots_only(
-    cluster: Cluster, caplog: pytest.LogCaptureFixture
+    cluster: Cluster, caplog: pytest.LogCaptureFixture, figures: Recorder
 ) -> None:
     caplog.set_level(logging.WARNING, logger="redis_session")
     setup = set_up(cluster, sharded=True)
@@ -357,6 +412,22 @@ def test_a_sharded_listener_is_deaf_to_a_dead_nodes_slots_only(
         healthy_node.close()
     healthy_sent, victim_sent = probe.of(0), probe.of(SECOND)
     last = max(probe.sent.values())
+    both = (setup.sync, setup.aio)
+    deafs = [_longest_silence(h, healthy_sent, killed, failed_over) for h in both]
+    backs = [resumed_after(h, victim_sent, failed_over) for h in both]
+    record(
+        figures,
+        "a sharded live listener: the owner of one of its slots SIGKILLed, its replica "
+        "promoted (tests/cluster/test_live_listener_topology.py)",
+        probe,
+        setup,
+        f"failover {failed_over - killed:.1f} s after the kill; meanwhile a healthy node's "
+        f"slot: longest silence {deafs[0]:.2f} s (blocking), {deafs[1]:.2f} s (asyncio) "
+        f"(bound 0.5 s); the dead node's slot heard again {backs[0]:.2f} s and "
+        f"{backs[1]:.2f} s after the failover (bound {MOVE_BOUND} s)",
+        sum(len(missed_after(h, victim_sent, failed_over + MOVE_BOUND, last)) for h in both),
+        warnings_of(caplog),
+    )
     for heard in (setup.sync, setup.aio):
         assert heard.error is None, f"{heard.name}: {heard.error!r}"
         deaf = _longest_silence(heard, healthy_sent, killed, failed_over)

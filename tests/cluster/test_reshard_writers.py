@@ -14,14 +14,35 @@ import pytest
 
 from bench.bench_reshard import measure, primaries
 from tests.support.cluster import Cluster
+from tests.support.figures import Recorder
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
 
 
-def test_four_writers_see_no_error_while_redis_cli_reshards_their_slot(cluster: Cluster) -> None:
+def test_four_writers_see_no_error_while_redis_cli_reshards_their_slot(
+    cluster: Cluster, figures: Recorder
+) -> None:
     (_, source, _), (_, target, _) = primaries(cluster)[:2]
     result = measure(
         cluster, 100.0, source=source, target=target, writers=4, bystanders=1, settle=0.5
+    )
+    during = result["during"]
+    figures.record(
+        f"a slot of {result['mb_moved']:.0f} MB ({result['keys_moved']} keys) moved by "
+        "redis-cli --cluster reshard while 4 writers append to and read sessions of that slot "
+        "(tests/cluster/test_reshard_writers.py)",
+        client="RedisStore, failover_window=15; 1 bystander on another slot of the node",
+        topology="cluster",
+        injections=1,
+        outcome=f"{len(result['errors'])} errors raised to the callers; the move took "
+        f"{result['move_s']:.2f} s, {result['waited']} calls met the open slot and waited it "
+        f"out (during the move: {during['calls']} calls, p50 {during['p50_ms']:.1f} ms, "
+        f"longest {during['max_ms']:.0f} ms); {result['keys_left_on_source']} keys left on "
+        f"the source, {result['keys_on_target']} on the target",
+        acknowledged=result["appends_acked"],
+        lost=result["appends_lost"],
+        duplicated=result["appends_twice"],
+        errors=len(result["errors"]),
     )
     assert result["errors"] == []
     assert result["appends_lost"] == 0 and result["appends_twice"] == 0

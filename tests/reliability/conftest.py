@@ -1,6 +1,7 @@
-"""Fixtures of the reliability tests: servers of their own to hurt, and the figures recorder.
+"""Fixtures of the reliability tests: servers of their own to hurt.
 
-At the end of a run that collected these tests, the figures (what the fault and soak tests
+The figures recorder (``figures``) is ``tests/conftest.py``'s, shared with the cluster,
+Sentinel and production-condition tests. At the end of a run the figures (what those tests
 recorded, hypothesis's example counts of the fuzz tests, and the outcome of the related
 lost-reply and ``CLIENT KILL`` tests elsewhere in the suite) are written as JSON to
 ``$RS_FIGURES`` or ``build/reliability.json``; ``tools/reliability_report.py`` renders them.
@@ -16,13 +17,7 @@ import pytest
 
 from tests.conftest import IN_CI
 from tests.support.faults import OwnServer, server_binary, start_own
-from tests.support.figures import FIGURES, Recorder
-
-
-@pytest.fixture(scope="session")
-def figures() -> Recorder:
-    """The session's recorder (see ``tests/support/figures.py``)."""
-    return FIGURES
+from tests.support.figures import FIGURES
 
 
 @pytest.fixture

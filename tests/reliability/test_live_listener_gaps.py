@@ -18,6 +18,7 @@ import redis
 from redis_session import RedisStore, Session
 from redis_session.aio import AsyncRedisStore
 from tests.conftest import unique_prefix
+from tests.support.figures import Recorder
 from tests.support.servers import Server, redis_binary, restart_on, start, valkey_binary
 
 pytestmark = pytest.mark.redis
@@ -98,8 +99,15 @@ def _pubsub_clients(server: Server) -> int:
         admin.close()
 
 
-def _hears_again(store: RedisStore, listener: Any, seconds: float = 10.0) -> bool:
-    """Whether the listener receives an event created after the gap (others may come first)."""
+def _hears_again(
+    store: RedisStore,
+    listener: Any,
+    seconds: float = 10.0,
+    created: list[str] | None = None,
+    heard: list[str] | None = None,
+) -> bool:
+    """Whether the listener receives an event created after the gap (others may come first).
+    The keys it created are added to ``created``, those of the events it got to ``heard``."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         key = f"after-{time.monotonic_ns()}"
@@ -108,14 +116,30 @@ def _hears_again(store: RedisStore, listener: Any, seconds: float = 10.0) -> boo
         except redis.ConnectionError:  # the server is still coming back
             time.sleep(0.1)
             continue
+        if created is not None:
+            created.append(key)
         while (got := listener.get(timeout=0.3)) is not None:
+            if heard is not None:
+                heard.append(got.key)
             if got.key == key:
                 return True
     return False
 
 
+def _missing(store: RedisStore, keys: list[str]) -> int:
+    """How many of the sessions ``keys`` are not in the store (one pipeline of EXISTS)."""
+    pipe: Any = store.client.pipeline(transaction=False)
+    for key in keys:
+        pipe.exists(store._core.schema.session(key).meta)
+    return sum(not found for found in pipe.execute())
+
+
+def _twice(heard: list[str]) -> int:
+    return len(heard) - len(set(heard))
+
+
 def test_a_listener_redis_cuts_off_for_its_output_buffer_is_counted_and_logged(
-    server: Server, caplog: pytest.LogCaptureFixture
+    server: Server, caplog: pytest.LogCaptureFixture, figures: Recorder
 ) -> None:
     admin: Any = redis.Redis.from_url(server.url)
     limit = admin.config_get("client-output-buffer-limit")["client-output-buffer-limit"]
@@ -126,17 +150,39 @@ def test_a_listener_redis_cuts_off_for_its_output_buffer_is_counted_and_logged(
         store.create(Session(key="before"))
         got = listener.get(timeout=5.0)
         assert got is not None and listener.reconnects == 0
+        created: list[str] = []
+        heard: list[str] = []
         with caplog.at_level(logging.WARNING, logger="redis_session"):
             # The listener does not read meanwhile: ~4 kB events fill the sockets' buffers,
             # then pile up past 32 kB in Redis.
             for i in range(5000):
-                store.create(Session(key=f"{'x' * 4000}{i}"))
+                created.append(f"{'x' * 4000}{i}")
+                store.create(Session(key=created[-1]))
                 if i % 50 == 49 and _pubsub_clients(server) == 0:
                     break
             assert _pubsub_clients(server) == 0  # Redis cut it off
-            assert _hears_again(store, listener)
+            cut = time.monotonic()
+            assert _hears_again(store, listener, created=created, heard=heard)
+            back = time.monotonic() - cut
+        warnings = _gap_warnings(caplog)
+        missing = _missing(store, created)
+        figures.record(
+            "a live listener that does not read, client-output-buffer-limit pubsub 32kb 0 0: "
+            "Redis closes its connection (tests/reliability/test_live_listener_gaps.py)",
+            client="store.listen()",
+            injections=1,
+            outcome=f"{len(created):,} creates with ~4 kB keys until Redis cut the listener "
+            f"off; it heard a new event {back:.2f} s after the cut was seen, reconnects "
+            f"{listener.reconnects}, {warnings} WARNING(s) logged; it got {len(set(heard)):,} "
+            f"of the {len(created):,} events ({len(created) - len(set(heard)):,} missed in the "
+            f"gap: pub/sub is at-most-once, as documented); {missing} of the sessions "
+            "missing from the store",
+            acknowledged=len(created),
+            lost=missing,
+            duplicated=_twice(heard),
+        )
         assert listener.reconnects == 1
-        assert _gap_warnings(caplog) == 1
+        assert warnings == 1
     finally:
         listener.close()
         store.close()
@@ -144,7 +190,9 @@ def test_a_listener_redis_cuts_off_for_its_output_buffer_is_counted_and_logged(
         admin.close()
 
 
-def test_a_server_restart_is_counted_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_server_restart_is_counted_and_logged(
+    caplog: pytest.LogCaptureFixture, figures: Recorder
+) -> None:
     binary = redis_binary() or valkey_binary()
     assert binary is not None
     first = start(binary, "live-restart")
@@ -154,15 +202,35 @@ def test_a_server_restart_is_counted_and_logged(caplog: pytest.LogCaptureFixture
     try:
         store.create(Session(key="before"))
         assert listener.get(timeout=5.0) is not None
+        created: list[str] = []
+        heard: list[str] = []
         with caplog.at_level(logging.WARNING, logger="redis_session"):
             assert first.process is not None
+            killed = time.monotonic()
             first.process.kill()
             first.process.wait(timeout=10)
             first.process = None
             again = restart_on(first.port, binary, "live-restart")
-            assert _hears_again(store, listener)
+            down = time.monotonic() - killed
+            assert _hears_again(store, listener, created=created, heard=heard)
+            back = time.monotonic() - killed
+        warnings = _gap_warnings(caplog)
+        figures.record(
+            "server SIGKILLed and restarted empty on its port under a live listener "
+            "(tests/reliability/test_live_listener_gaps.py)",
+            client="store.listen()",
+            injections=1,
+            outcome=f"the server answered again {down:.2f} s after the kill; the listener "
+            f"heard a new event {back:.2f} s after it, reconnects {listener.reconnects}, "
+            f"{warnings} WARNING(s) logged; {len(created)} create(s) after the restart, "
+            f"{len(set(heard))} heard (the session made before the kill went with the "
+            "server: no persistence, not counted)",
+            acknowledged=len(created),
+            lost=_missing(store, created),
+            duplicated=_twice(heard),
+        )
         assert listener.reconnects == 1
-        assert _gap_warnings(caplog) == 1
+        assert warnings == 1
     finally:
         listener.close()
         store.close()

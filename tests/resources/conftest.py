@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import IN_CI
-from tests.support.figures import FIGURES, Recorder
+from tests.support.figures import FIGURES
 from tests.support.servers import Server, redis_binary, start, valkey_binary
 
 pytestmark = pytest.mark.redis
@@ -43,9 +43,3 @@ def private_server() -> Iterator[PrivateServer]:
     yield make
     for server in made:
         server.stop()
-
-
-@pytest.fixture(scope="session")
-def figures() -> Recorder:
-    """The session's figures recorder (written to build/reliability.json at the end)."""
-    return FIGURES

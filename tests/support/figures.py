@@ -1,9 +1,11 @@
 """Figures reported by the reliability tests, written as JSON at the end of the run.
 
-Each fault or soak test calls ``FIGURES.record(...)`` with what it injected and what it saw;
-``tests/reliability/conftest.py`` adds the outcome of related tests (lost-reply, fuzz example
-counts, the listener's ``CLIENT KILL`` tests) and writes everything to ``$RS_FIGURES`` or
-``build/reliability.json``; ``tools/reliability_report.py`` renders that as ``RELIABILITY.md``.
+Each fault or soak test (tests/reliability/, tests/cluster/, tests/failover/) calls
+``figures.record(...)`` with what it injected and what it saw (a ``topology`` field puts a
+cluster or Sentinel row in a table of its own); ``tests/conftest.py`` adds the outcome of related
+tests (lost-reply, fuzz example counts, the listener's ``CLIENT KILL`` tests) and writes
+everything to ``$RS_FIGURES`` or ``build/reliability.json``; ``tools/reliability_report.py``
+renders that as ``RELIABILITY.md``.
 """
 
 from __future__ import annotations
