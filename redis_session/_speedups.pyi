@@ -1,4 +1,4 @@
-"""The C decoder of stored messages (``_speedups.c``); see :func:`redis_session.codec._speedups`."""
+"""The C decoder of stored messages (``_speedups.c``); see :func:`.codec._c_decoder`."""
 
 from collections.abc import Sequence
 from datetime import tzinfo

@@ -110,7 +110,7 @@ _STORED = TypeAdapter(_StoredMessage).validator.validate_json
 _LENIENT = TypeAdapter(_LenientStoredMessage)
 
 
-def _speedups() -> Callable[[Sequence[bytes]], tuple[list[Message | None], list[int]]] | None:
+def _c_decoder() -> Callable[[Sequence[bytes]], tuple[list[Message | None], list[int]]] | None:
     """The C decoder's ``decode`` (``_speedups.c``: the messages, None for each element not in
     the encoder's own form, and the positions of those), set up for this module's models; None
     where it was not built (no C compiler when the package was installed) or when
@@ -141,7 +141,7 @@ def _defaults(model: type[BaseModel]) -> dict[str, Any]:
     }
 
 
-_FAST = _speedups()
+_FAST = _c_decoder()
 _set_attr = object.__setattr__
 _new_object = object.__new__
 M = TypeVar("M", bound=BaseModel)

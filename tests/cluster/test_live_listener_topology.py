@@ -16,6 +16,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,6 +178,23 @@ class Setup:
         assert not any(t.is_alive() for t in self.threads), "a listener did not stop"
 
 
+@contextmanager
+def probing(setup: Setup, probe: Probe) -> Iterator[None]:
+    """``probe`` publishing from a thread; the block (the fault) runs once both listeners have
+    heard 5 probes. Afterwards the probe stops, then the listeners (``setup.close``).
+    """
+    thread = threading.Thread(target=probe.run, daemon=True)
+    try:
+        thread.start()
+        assert wait_until(lambda: len(setup.sync.at) >= 5 and len(setup.aio.at) >= 5, 10)
+        yield
+        probe.stop.set()
+        thread.join(timeout=10)
+    finally:
+        probe.stop.set()
+        setup.close()
+
+
 def set_up(cluster: Cluster, sharded: bool) -> Setup:
     prefix = unique_prefix()
     store = RedisStore.from_url(cluster.url, prefix=prefix, cluster=True, sharded_events=sharded)
@@ -284,20 +302,12 @@ def test_a_listener_whose_node_is_removed_hears_again_within_its_poll(
     caplog.set_level(logging.WARNING, logger="redis_session")
     setup = set_up(cluster, sharded)
     probe = Probe([(0, publisher(cluster, setup, sharded, avoid=setup.node_port))])
-    thread = threading.Thread(target=probe.run, daemon=True)
-    try:
-        thread.start()
-        assert wait_until(lambda: len(setup.sync.at) >= 5 and len(setup.aio.at) >= 5, 10)
+    with probing(setup, probe):
         removed = move_slots_away_and_delete(cluster, setup.node_port)
         time.sleep(MOVE_BOUND + 1.0)
         cluster.kill(setup.node_port)  # then stopped, as an operator would
         stopped = time.monotonic()
         time.sleep(1.5)
-        probe.stop.set()
-        thread.join(timeout=10)
-    finally:
-        probe.stop.set()
-        setup.close()
     last = max(probe.sent.values())
     resumes = [resumed_after(h, probe.sent, removed) for h in (setup.sync, setup.aio)]
     record(
@@ -336,18 +346,10 @@ def test_a_listener_whose_node_dies_moves_to_a_live_node(
     caplog.set_level(logging.WARNING, logger="redis_session")
     setup = set_up(cluster, sharded=False)
     probe = Probe([(0, publisher(cluster, setup, False, avoid=setup.node_port))])
-    thread = threading.Thread(target=probe.run, daemon=True)
-    try:
-        thread.start()
-        assert wait_until(lambda: len(setup.sync.at) >= 5 and len(setup.aio.at) >= 5, 10)
+    with probing(setup, probe):
         cluster.kill(setup.node_port)
         killed = time.monotonic()
         time.sleep(3.0)  # well before the failover (node timeout 2 s, ~4 s): PUBLISH flows
-        probe.stop.set()
-        thread.join(timeout=10)
-    finally:
-        probe.stop.set()
-        setup.close()
     last = max(probe.sent.values())
     resumes = [resumed_after(h, probe.sent, killed) for h in (setup.sync, setup.aio)]
     record(
@@ -394,21 +396,15 @@ def test_a_sharded_listener_is_deaf_to_a_dead_nodes_slots_only(
         healthy_node.execute_command("SPUBLISH", healthy_channel, payload)
 
     probe = Probe([(0, on_healthy), (SECOND, publisher(cluster, setup, True, avoid=victim))])
-    thread = threading.Thread(target=probe.run, daemon=True)
     try:
-        thread.start()
-        assert wait_until(lambda: len(setup.sync.at) >= 5 and len(setup.aio.at) >= 5, 10)
-        cluster.kill(victim)
-        killed = time.monotonic()
-        promoted = wait_until(lambda: victim not in _owner_ports(admin, setup.channel), 15, 0.1)
-        failed_over = time.monotonic()
-        assert promoted, "no failover within 15 s"
-        time.sleep(MOVE_BOUND + 1.0)
-        probe.stop.set()
-        thread.join(timeout=10)
+        with probing(setup, probe):
+            cluster.kill(victim)
+            killed = time.monotonic()
+            promoted = wait_until(lambda: victim not in _owner_ports(admin, setup.channel), 15, 0.1)
+            failed_over = time.monotonic()
+            assert promoted, "no failover within 15 s"
+            time.sleep(MOVE_BOUND + 1.0)
     finally:
-        probe.stop.set()
-        setup.close()
         healthy_node.close()
     healthy_sent, victim_sent = probe.of(0), probe.of(SECOND)
     last = max(probe.sent.values())
