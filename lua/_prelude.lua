@@ -353,15 +353,35 @@ local function open_window(i, expected, first, last, step, extra)
   return win
 end
 
--- Whether the window holds digest d.
+-- Read into the window the buckets of digests (a list) it has not read yet, in one HMGET: a
+-- bucket is always read before it is looked in or rewritten (rewriting one not read would drop
+-- the digests it held).
+local function load_buckets(win, digests)
+  local fields, seen = {}, {}
+  for _, d in ipairs(digests) do
+    local b = bucket_of(d)
+    if win[b] == nil and not seen[b] then
+      seen[b] = true
+      fields[#fields + 1] = b
+    end
+  end
+  if #fields == 0 then return end
+  local got = redis.call('HMGET', KEYS[win.key], unpack(fields))
+  for n, b in ipairs(fields) do win[b] = got[n] or '' end
+end
+
+-- Whether the window holds digest d (its bucket read first if it was not).
 local function has(win, d)
-  return held_in(win[bucket_of(d)], d)
+  local b = bucket_of(d)
+  if win[b] == nil then load_buckets(win, {d}) end
+  return held_in(win[b], d)
 end
 
 -- Add digests (a list, none held) to the window, turning it over first when the current
 -- generation would pass size; written by save_window.
 local function add(win, digests, size)
   if #digests == 0 then return end
+  load_buckets(win, digests)
   if win.count > 0 and win.count + #digests > size then
     local all = {}
     for n = 1, 128 do all[n] = string.char(127 + n) end

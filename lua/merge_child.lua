@@ -72,12 +72,21 @@ local cg, ch, cn = positions(c[3], c[4], c[5], 9)
 if not cg then return ch end
 if mode == 'history' and cn - ch > tonumber(ARGV[22]) then return {STAGE, cn - ch} end
 
+-- A child's stored elements and their digests, the window's buckets of those read (one HMGET).
+local function digested(items)
+  local ds = {}
+  for i, m in ipairs(items) do ds[i] = string.sub(m, 1, 8) end
+  load_buckets(win, ds)
+  return items, ds
+end
+
 local digests, elements, taken = {}, {}, {}
 if mode == 'summary' then
   if not has(win, ARGV[11]) then digests[1], elements[1] = ARGV[11], ARGV[12] end
 elseif mode == 'history' then
-  for _, m in ipairs(redis.call('LRANGE', KEYS[9], 0, -1)) do
-    local d = string.sub(m, 1, 8)
+  local items, ds = digested(redis.call('LRANGE', KEYS[9], 0, -1))
+  for i, m in ipairs(items) do
+    local d = ds[i]
     if d ~= INHERITED and not taken[d] and not has(win, d) then
       digests[#digests + 1] = d
       elements[#elements + 1] = string.sub(m, 9)
@@ -95,8 +104,8 @@ if mode == 'staged' then
   push_all(KEYS[11], redis.call('LRANGE', KEYS[2], math.max(tonumber(ARGV[21]), h) - h, -1))
   redis.call('RENAME', KEYS[11], KEYS[2])
   g, h, n, added = g + 1, 0, redis.call('LLEN', KEYS[2]), tonumber(ARGV[22])
-  for _, m in ipairs(redis.call('LRANGE', KEYS[9], -tonumber(ARGV[4]), -1)) do
-    local d = string.sub(m, 1, 8)
+  local _, ds = digested(redis.call('LRANGE', KEYS[9], -tonumber(ARGV[4]), -1))
+  for _, d in ipairs(ds) do
     if d ~= INHERITED and not taken[d] and not has(win, d) then
       digests[#digests + 1] = d
       taken[d] = true

@@ -22,6 +22,7 @@ from redis_session import (
     Message,
     Session,
     SessionExpired,
+    codec,
 )
 from redis_session._requests import ScriptCall
 from tests.conftest import Backend, StoreFactory
@@ -261,6 +262,51 @@ async def test_merges_and_batches_use_the_same_window(make_store: StoreFactory) 
     batch = [msg("b0"), msg("b1")]
     assert await store.append_messages("p", batch) == 2
     assert await store.append_messages("p", [*batch, msg("b2")]) == 1
+
+
+def _same_bucket(msg_id: str, n: int, tag: str) -> list[Message]:
+    """``n`` messages whose ids' digests fall in the window bucket of ``msg_id``'s (the
+    prelude's bucket_of: the digest's first byte % 128)."""
+    bucket = codec.message_digest(msg_id)[0] % 128
+    ids = (f"{tag}{i}" for i in range(100_000))
+    chosen = [i for i in ids if codec.message_digest(i)[0] % 128 == bucket][:n]
+    return [Message(id=i, role="assistant", content=i) for i in chosen]
+
+
+@pytest.mark.parametrize("mode", ["history", "staged"])
+async def test_a_merge_keeps_the_ids_already_in_the_window(
+    make_store: StoreFactory, mode: str
+) -> None:
+    """A merge adds its child's ids to buckets it had not read: before, it rewrote such a
+    bucket with its own ids only, so that a retried append of an id in it (redis-py's retry
+    after a lost reply) was stored twice (found by the soak: one message in a read twice)."""
+    store = make_store(dedup_window=64)
+    if mode == "staged":
+        _core_of(store).limits.step_messages = 2  # a child of more: merged in steps
+    await store.create(Session(key="p"))
+    early = msg("early")
+    await store.append_message("p", early)
+    child = await store.fork_child("p", "a")
+    await store.append_child_messages(child.key, _same_bucket(early.id, 3, "c"))
+    assert await store.merge_child(child.key, "") == 3
+    assert await store.append_message("p", early) is False  # still in the window
+    assert contents(await store.get_history("p")).count("early") == 1
+
+
+@pytest.mark.parametrize("mode", ["history", "staged"])
+async def test_a_merge_skips_a_child_message_whose_id_the_parent_holds(
+    make_store: StoreFactory, mode: str
+) -> None:
+    store = make_store(dedup_window=64)
+    if mode == "staged":
+        _core_of(store).limits.step_messages = 1
+    await store.create(Session(key="p"))
+    both = msg("both")
+    await store.append_message("p", both)
+    child = await store.fork_child("p", "a")
+    await store.append_child_messages(child.key, [both, msg("own", "assistant")])
+    assert await store.merge_child(child.key, "") == 1  # "both" is in the parent's window
+    assert contents(await store.get_history("p")) == ["both", "own"]
 
 
 # -- popped content, metadata limits ----------------------------------------------------------

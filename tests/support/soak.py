@@ -141,7 +141,20 @@ class Worker:
         if ok:
             contents = [m.content for m in got]
             if len(set(contents)) != len(contents):
-                self.report.anomalies.append(f"a read of {key} held a message twice")
+                self.report.anomalies.append(self.repeated(key, contents))
+
+    def repeated(self, key: str, contents: list[str]) -> str:
+        """The anomaly of a read that held a content twice: which, where, and whether the
+        stored list holds it twice too (read by a store without a read cache)."""
+        twice = sorted({c for c in contents if contents.count(c) > 1})
+        where = [i for i, c in enumerate(contents) if c in twice]
+        fresh = RedisStore(self.store.client, prefix=self.plan.prefix, read_cache_bytes=0)
+        try:
+            stored = [m.content for m in fresh.get_history(key)]
+            also = f"stored {max(stored.count(c) for c in twice)} times"
+        except (redis.RedisError, SessionError) as exc:
+            also = f"stored list not read: {exc!r}"
+        return f"a read of {key} held {twice} twice (at {where} of {len(contents)}); {also}"
 
     def set_metadata(self, key: str) -> None:
         """Each worker writes its own entry; concurrent partial updates must keep them all."""
@@ -158,6 +171,9 @@ class Worker:
         ok, history = self.call("get_history", lambda: self.store.get_history(key))
         if not ok or len(history) < 4:
             return
+        contents = [m.content for m in history]
+        if len(set(contents)) != len(contents):  # a compaction would hide it from the end check
+            self.report.anomalies.append(self.repeated(key, contents))
         upto = self.rng.randrange(1, len(history) - 1)
         summary = self.content("sum")
         ok, n = self.call(
