@@ -17,6 +17,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <datetime.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -29,6 +30,9 @@ static PyObject *call_dict;  /* ToolCall.__dict__ template */
 static PyObject *s_id, *s_role, *s_content, *s_timestamp, *s_tool_calls, *s_author;
 static PyObject *s_name, *s_input, *s_output, *s_thought;
 static PyObject *s_fields_set, *s_extra, *s_private;
+/* The offsets of BaseModel's slots __pydantic_fields_set__, __pydantic_extra__ and
+ * __pydantic_private__ in a Message and in a ToolCall (-1: set by name). */
+static Py_ssize_t msg_slots[3] = {-1, -1, -1}, call_slots[3] = {-1, -1, -1};
 
 #define OK 1
 #define OTHER 0 /* not the encoder's form: the caller validates it */
@@ -208,18 +212,39 @@ static int timestamp(Cursor *c, PyObject **out) {
     return OK;
 }
 
-/* A model instance holding dict as its fields, as pydantic-core builds a validated one. */
+/* A model instance holding dict as its fields, as pydantic-core builds a validated one.
+ *
+ * Its __dict__ and its fields set are left out of the cyclic garbage collector (the instance
+ * itself stays in it): they hold strings, a role member, a timestamp, a tuple of tool calls,
+ * none of which leads back to them, so they can be in no cycle; CPython itself stops tracking
+ * such a dict at its first collection, and tracks it again when a value that can be in a cycle
+ * is stored in it. A read of 300 messages otherwise made ~900 tracked objects, each walked by
+ * every collection while it is young (measured: decode 279 -> 188 us with the collector off).
+ * From Python 3.14 on, where dicts may no longer be tracked again on their own, nothing is
+ * untracked. */
 static PyObject *instance(PyObject *cls, PyObject *dict, PyObject *fields) {
     PyTypeObject *type = (PyTypeObject *)cls;
     PyObject *obj = type->tp_alloc(type, 0);
     if (obj == NULL) return NULL;
-    if (PyObject_GenericSetDict(obj, dict, NULL) < 0 ||
-        PyObject_GenericSetAttr(obj, s_fields_set, fields) < 0 ||
-        PyObject_GenericSetAttr(obj, s_extra, Py_None) < 0 ||
-        PyObject_GenericSetAttr(obj, s_private, Py_None) < 0) {
+    const Py_ssize_t *slots = cls == msg_cls ? msg_slots : call_slots;
+    if (PyObject_GenericSetDict(obj, dict, NULL) < 0) {
         Py_DECREF(obj);
         return NULL;
     }
+    if (slots[0] >= 0) {  /* the slots of a fresh instance are NULL: filled in place */
+        *(PyObject **)((char *)obj + slots[0]) = Py_NewRef(fields);
+        *(PyObject **)((char *)obj + slots[1]) = Py_NewRef(Py_None);
+        *(PyObject **)((char *)obj + slots[2]) = Py_NewRef(Py_None);
+    } else if (PyObject_GenericSetAttr(obj, s_fields_set, fields) < 0 ||
+               PyObject_GenericSetAttr(obj, s_extra, Py_None) < 0 ||
+               PyObject_GenericSetAttr(obj, s_private, Py_None) < 0) {
+        Py_DECREF(obj);
+        return NULL;
+    }
+#if PY_VERSION_HEX < 0x030E0000
+    if (PyObject_GC_IsTracked(dict)) PyObject_GC_UnTrack(dict);
+    if (PyObject_GC_IsTracked(fields)) PyObject_GC_UnTrack(fields);
+#endif
     return obj;
 }
 
@@ -396,6 +421,24 @@ static PyObject *template(PyObject *const *names, Py_ssize_t n, PyObject *defaul
     return dict;
 }
 
+/* The offsets of cls's object slots names[0..2] (member descriptors of type T_OBJECT_EX) in
+ * out, or -1 in out[0] when one is not such a slot. */
+static int slot_offsets(PyObject *cls, PyObject *const *names, Py_ssize_t *out) {
+    out[0] = -1;
+    Py_ssize_t found[3];
+    for (int i = 0; i < 3; i++) {
+        PyObject *d = PyObject_GetAttr(cls, names[i]);
+        if (d == NULL) return ERROR;
+        int slot = Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+                   ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+        if (slot) found[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+        if (!slot) return OK;
+    }
+    memcpy(out, found, sizeof(found));
+    return OK;
+}
+
 static PyObject *configure(PyObject *self, PyObject *args) {
     PyObject *r, *m, *t, *z, *md, *cd;
     if (!PyArg_ParseTuple(args, "O!O!O!OO!O!:configure", &PyDict_Type, &r, &PyType_Type, &m,
@@ -418,6 +461,9 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     Py_XSETREF(msg_cls, Py_NewRef(m));
     Py_XSETREF(call_cls, Py_NewRef(t));
     Py_XSETREF(tz, Py_NewRef(z));
+    PyObject *const slot_names[] = {s_fields_set, s_extra, s_private};
+    if (slot_offsets(m, slot_names, msg_slots) < 0 || slot_offsets(t, slot_names, call_slots) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
