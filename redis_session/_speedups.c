@@ -7,7 +7,7 @@
  * the timestamp in the tzinfo given to configure(). An element of any other form (another
  * writer's JSON, a signed tool call, bytes that are not JSON) is None in the returned list: the
  * codec validates those with pydantic, which also names the element that is not a message.
- * Nothing here accepts what validation would reject; tests/unit/test_speedups.py checks that
+ * Nothing here accepts what validation would reject; tests/unit/test_decode_paths.py checks that
  * whatever decode returns equals what validation returns, for the encoder's every shape and
  * for damaged elements.
  *
