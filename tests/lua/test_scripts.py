@@ -211,13 +211,15 @@ def test_a_retried_compaction_script_changes_nothing(backend: Backend) -> None:
 
 
 def _window_probe(backend: Backend) -> Any:
-    """A script that runs the prelude's id window on KEYS[1]: ARGV[1] 'add' or 'has', the
+    """A script that runs the prelude's id window on KEYS[1]: ARGV[1] 'add' or 'has' (or
+    'blind': add, the window opened without reading the digests' buckets, as a merge does), the
     window size, then digests.
     """
     prelude = (lua_dir() / f"{PRELUDE}.lua").read_text()
     body = """
 local win = open_window(1, false, 3, #ARGV, 1)
-if ARGV[1] == 'add' then
+if ARGV[1] == 'blind' then win = open_window(1, false, 1, 0, 1) end
+if ARGV[1] == 'add' or ARGV[1] == 'blind' then
   local new = {}
   for i = 3, #ARGV do if not has(win, ARGV[i]) then new[#new + 1] = ARGV[i] end end
   add(win, new, tonumber(ARGV[2]))
@@ -242,6 +244,18 @@ def test_digest_lookup_is_aligned(backend: Backend) -> None:
     assert probe(keys=[ids], args=["has", 100, first, second, straddling, b"\x00nothing"]) == [
         1, 1, 0, 0,
     ]  # fmt: skip
+
+
+def test_a_bucket_is_read_before_it_is_looked_in_or_rewritten(backend: Backend) -> None:
+    """A window opened without a digest's bucket (a merge learns its child's ids only inside
+    the script) reads it when it looks for the digest or adds one to it: before, it rewrote the
+    bucket with the new digests alone, dropping those it held."""
+    ids = backend.schema.session("bl").ids
+    first, second = b"\x00AAAAAAA", b"\x80BBBBBBB"  # both in bucket 0
+    probe = _window_probe(backend)
+    assert probe(keys=[ids], args=["add", 100, first]) == 1
+    assert probe(keys=[ids], args=["blind", 100, first, second]) == 1  # first found: not added
+    assert probe(keys=[ids], args=["has", 100, first, second]) == [1, 1]
 
 
 def test_the_window_keeps_the_newest_ids_and_stays_bounded(backend: Backend) -> None:
