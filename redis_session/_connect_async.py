@@ -30,6 +30,7 @@ from ._endpoint import (
     fakeredis_module,
     memory_server,
     parse,
+    retry_cut,
     sentinel_target,
     where,
 )
@@ -38,20 +39,31 @@ from ._pools import ASYNC_CLUSTER_POOL, AsyncConnectedFirstPool, PacksWithHiredi
 
 class AsyncNoticingRetry(redis.asyncio.retry.Retry):
     """redis-py's retry policy, telling an :class:`Outage` of each failure and success. The
-    copies redis-py makes for each connection share the outage.
+    copies redis-py makes for each connection share the outage. Its exponential backoff
+    (``base`` * 2 ** failures, at most ``cap`` seconds; jittered below that or not) is not
+    slept past the deadline of :func:`retries_until`: the failure is raised instead.
     """
 
-    def __init__(self, backoff: Any, retries: int, outage: Outage) -> None:
+    def __init__(
+        self, backoff: Any, retries: int, outage: Outage, *, base: float, cap: float
+    ) -> None:
         super().__init__(backoff, retries)
         self.outage = outage
+        self.base, self.cap = base, cap
 
     async def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
         """As redis-py's, telling the outage of every failure and of the success."""
         outage = self.outage
+        failures = 0
 
         async def noticed(error: Exception, *count: Any) -> Any:
+            nonlocal failures
+            failures += 1
             outage.failed(error)
-            return await fail(error, *count)
+            handled = await fail(error, *count)
+            if retry_cut(min(self.cap, self.base * 2**failures)):
+                raise error
+            return handled
 
         result = await super().call_with_retry(do, noticed, *args, **kwargs)
         outage.recovered()
@@ -65,13 +77,13 @@ class AsyncHiredisSentinelPool(PacksWithHiredis, redis.asyncio.sentinel.Sentinel
 def _default_retry(url: str) -> AsyncNoticingRetry:
     outage = Outage(where(url), DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_SECONDS)
     backoff = ExponentialWithJitterBackoff(base=0.01, cap=1.0)
-    return AsyncNoticingRetry(backoff, DEFAULT_RETRY_ATTEMPTS, outage)
+    return AsyncNoticingRetry(backoff, DEFAULT_RETRY_ATTEMPTS, outage, base=0.01, cap=1.0)
 
 
 def _sentinel_retry(url: str) -> AsyncNoticingRetry:
     outage = Outage(where(url), SENTINEL_RETRY_ATTEMPTS, SENTINEL_RETRY_SECONDS)
     backoff = ExponentialBackoff(cap=1.0, base=0.05)
-    return AsyncNoticingRetry(backoff, SENTINEL_RETRY_ATTEMPTS, outage)
+    return AsyncNoticingRetry(backoff, SENTINEL_RETRY_ATTEMPTS, outage, base=0.05, cap=1.0)
 
 
 def async_client(

@@ -31,6 +31,7 @@ from ._endpoint import (
     fakeredis_module,
     memory_server,
     parse,
+    retry_cut,
     sentinel_target,
     where,
 )
@@ -39,20 +40,31 @@ from ._pools import CLUSTER_POOL, ConnectedFirstPool, PacksWithHiredis
 
 class NoticingRetry(redis.retry.Retry):
     """redis-py's retry policy, telling an :class:`Outage` of each failure and success. The
-    copies redis-py makes for each connection share the outage.
+    copies redis-py makes for each connection share the outage. Its exponential backoff
+    (``base`` * 2 ** failures, at most ``cap`` seconds; jittered below that or not) is not
+    slept past the deadline of :func:`retries_until`: the failure is raised instead.
     """
 
-    def __init__(self, backoff: Any, retries: int, outage: Outage) -> None:
+    def __init__(
+        self, backoff: Any, retries: int, outage: Outage, *, base: float, cap: float
+    ) -> None:
         super().__init__(backoff, retries)
         self.outage = outage
+        self.base, self.cap = base, cap
 
     def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
         """As redis-py's, telling the outage of every failure and of the success."""
         outage = self.outage
+        failures = 0
 
         def noticed(error: Exception, *count: Any) -> Any:
+            nonlocal failures
+            failures += 1
             outage.failed(error)
-            return fail(error, *count)
+            handled = fail(error, *count)
+            if retry_cut(min(self.cap, self.base * 2**failures)):
+                raise error
+            return handled
 
         result = super().call_with_retry(do, noticed, *args, **kwargs)
         outage.recovered()
@@ -66,13 +78,13 @@ class HiredisSentinelPool(PacksWithHiredis, redis.sentinel.SentinelConnectionPoo
 def _default_retry(url: str) -> NoticingRetry:
     outage = Outage(where(url), DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_SECONDS)
     backoff = ExponentialWithJitterBackoff(base=0.01, cap=1.0)
-    return NoticingRetry(backoff, DEFAULT_RETRY_ATTEMPTS, outage)
+    return NoticingRetry(backoff, DEFAULT_RETRY_ATTEMPTS, outage, base=0.01, cap=1.0)
 
 
 def _sentinel_retry(url: str) -> NoticingRetry:
     outage = Outage(where(url), SENTINEL_RETRY_ATTEMPTS, SENTINEL_RETRY_SECONDS)
     backoff = ExponentialBackoff(cap=1.0, base=0.05)
-    return NoticingRetry(backoff, SENTINEL_RETRY_ATTEMPTS, outage)
+    return NoticingRetry(backoff, SENTINEL_RETRY_ATTEMPTS, outage, base=0.05, cap=1.0)
 
 
 def sync_client(

@@ -7,8 +7,12 @@ URL, the embedded server of ``memory://NAME``, the keywords every client gets, a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+import time
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -27,6 +31,33 @@ DEFAULT_RETRY_SECONDS = 4.3
 SENTINEL_RETRY_ATTEMPTS = 24
 SENTINEL_RETRY_SECONDS = 12.0
 """About how long the 24 retries (base 50 ms, cap 1 s) of a Sentinel client last."""
+
+RETRY_DEADLINE: ContextVar[float | None] = ContextVar("redis_session_retry_deadline", default=None)
+"""A ``time.monotonic()`` past which the retry policy of a client from a URL sleeps no more:
+the failure is raised instead (set by a listener's ``get(timeout)``, see :func:`retries_until`).
+"""
+
+
+@contextlib.contextmanager
+def retries_until(deadline: float | None) -> Iterator[None]:
+    """Within it (this thread, or this asyncio task), a client from a URL retries a failed
+    command only while its next backoff ends before ``deadline`` (None: as always), so that a
+    call made by a caller who waits at most until then returns by then, with the failure.
+    """
+    token = RETRY_DEADLINE.set(deadline)
+    try:
+        yield
+    finally:
+        RETRY_DEADLINE.reset(token)
+
+
+def retry_cut(longest_backoff: float) -> bool:
+    """Whether a failed command must not be retried: a backoff of up to ``longest_backoff``
+    seconds would end past the deadline :func:`retries_until` set.
+    """
+    deadline = RETRY_DEADLINE.get()
+    return deadline is not None and time.monotonic() + longest_backoff >= deadline
+
 
 DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {"socket_timeout": 10.0, "socket_connect_timeout": 5.0}
 """Socket timeouts every client from a URL gets unless the caller says otherwise."""

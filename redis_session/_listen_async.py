@@ -31,6 +31,7 @@ import redis.asyncio
 
 from . import contracts, events
 from ._core import Core
+from ._endpoint import retries_until
 from ._follow import (
     CLOCK_MARGIN_MS,
     READ_COUNT,
@@ -694,6 +695,10 @@ class AsyncLogListener:
         """
         await self.start()
         deadline = None if timeout is None else time.monotonic() + timeout
+        with retries_until(deadline):  # a client from a URL retries no longer than that
+            return await self._next(deadline)
+
+    async def _next(self, deadline: float | None) -> SessionLifecycleEvent | None:
         while not self._closed:
             if self._buffer:
                 log_key, entry_id, event = self._buffer.popleft()

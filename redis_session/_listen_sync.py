@@ -30,6 +30,7 @@ import redis
 
 from . import contracts, events
 from ._core import Core
+from ._endpoint import retries_until
 from ._follow import (
     CLOCK_MARGIN_MS,
     READ_COUNT,
@@ -691,6 +692,10 @@ class LogListener:
         """
         self.start()
         deadline = None if timeout is None else time.monotonic() + timeout
+        with retries_until(deadline):  # a client from a URL retries no longer than that
+            return self._next(deadline)
+
+    def _next(self, deadline: float | None) -> SessionLifecycleEvent | None:
         while not self._closed:
             if self._buffer:
                 log_key, entry_id, event = self._buffer.popleft()

@@ -1,0 +1,84 @@
+"""A log listener's ``get(timeout)`` returns within its timeout while the server is away: the
+retries of a client from a URL stop where the wait ends (before, redis-py's 10 retries of a
+refused connection held one ``get(timeout=0.3)`` for 3-5 s), and nothing is lost once the
+server answers again. (The live pub/sub listener, ``listen()``, is left as it was.)"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+
+from redis_session import AsyncRedisStore, RedisStore, Session
+from tests.support.faults import OwnServer
+
+pytestmark = pytest.mark.redis
+
+SLACK = 0.25
+"""What a get may take past its timeout: the last command's own time on a loaded machine."""
+LIMITS = (0.3, 0.3, 1.0)
+"""The timeouts of the gets made while the server is away."""
+
+
+def timed_gets(get: Callable[[float], object]) -> list[float]:
+    """Run ``get`` with each of :data:`LIMITS`; each must return None; their durations."""
+    took = []
+    for timeout in LIMITS:
+        started = time.monotonic()
+        assert get(timeout) is None
+        took.append(time.monotonic() - started)
+    return took
+
+
+def test_a_log_listener_waits_no_longer_than_its_timeout_while_the_server_is_away(
+    own_server: Callable[..., OwnServer],
+) -> None:
+    server = own_server(persistent=True)  # the log outlives the restart
+    store = RedisStore.from_url(server.url, prefix="dl:")
+    listener = store.listen(since="earliest")
+    try:
+        store.create(Session(key="before"))
+        got = listener.get(timeout=5)
+        assert got is not None and got.key == "before"
+        server.kill(server.port)
+        took = timed_gets(listener.get)
+        assert all(t < limit + SLACK for t, limit in zip(took, LIMITS, strict=True)), took
+        server.restart(server.port)
+        server.wait_ready()
+        store.create(Session(key="after"))
+        got = listener.get(timeout=10)
+        assert got is not None and got.key == "after"  # nothing lost, nothing twice
+    finally:
+        listener.close()
+        store.close()
+
+
+def test_an_asyncio_log_listener_too(own_server: Callable[..., OwnServer]) -> None:
+    server = own_server(persistent=True)
+
+    async def main() -> list[float]:
+        async with AsyncRedisStore.from_url(server.url, prefix="dl:") as store:
+            listener = await store.listen(since="earliest")
+            try:
+                await store.create(Session(key="before"))
+                got = await listener.get(timeout=5)
+                assert got is not None and got.key == "before"
+                server.kill(server.port)
+                took = []
+                for timeout in LIMITS:
+                    started = time.monotonic()
+                    assert await listener.get(timeout=timeout) is None
+                    took.append(time.monotonic() - started)
+                server.restart(server.port)
+                server.wait_ready()
+                await store.create(Session(key="after"))
+                got = await listener.get(timeout=10)
+                assert got is not None and got.key == "after"  # nothing lost, nothing twice
+                return took
+            finally:
+                await listener.aclose()
+
+    took = asyncio.run(main())
+    assert all(t < limit + SLACK for t, limit in zip(took, LIMITS, strict=True)), took
