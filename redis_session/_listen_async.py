@@ -121,6 +121,8 @@ class AsyncEventListener:
         self.types = types
         self._closed = False
         self._pubsub: Any = None
+        self._subscribed = False
+        """Whether a subscription was ever made (``get`` makes the first one)."""
         self._shards = shards
         self._poll = poll
         self._next_look = time.monotonic() + poll
@@ -245,6 +247,7 @@ class AsyncEventListener:
             pubsub = self._client.pubsub(ignore_subscribe_messages=True)
             await pubsub.subscribe(self.channel)
         self._pubsub = pubsub
+        self._subscribed = True
         self._where = {}
         self._watch(pubsub)
 
@@ -388,8 +391,13 @@ class AsyncEventListener:
 
     async def get(self, timeout: float | None = None) -> SessionLifecycleEvent | None:
         """The next event, or None when ``timeout`` seconds pass (or the listener is closed)."""
-        await self.start()
+        if not self._subscribed:  # never subscribed yet; later, the loop subscribes again
+            await self.start()
         deadline = None if timeout is None else time.monotonic() + timeout
+        with retries_until(deadline):  # a client from a URL retries no longer than that
+            return await self._next(deadline)
+
+    async def _next(self, deadline: float | None) -> SessionLifecycleEvent | None:
         while not self._closed:
             left = 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
             try:

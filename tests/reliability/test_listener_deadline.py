@@ -1,7 +1,7 @@
-"""A log listener's ``get(timeout)`` returns within its timeout while the server is away: the
+"""A listener's ``get(timeout)`` returns within its timeout while the server is away: the
 retries of a client from a URL stop where the wait ends (before, redis-py's 10 retries of a
 refused connection held one ``get(timeout=0.3)`` for 3-5 s), and nothing is lost once the
-server answers again. (The live pub/sub listener, ``listen()``, is left as it was.)"""
+server answers again; the live pub/sub listener's too, which then subscribes again."""
 
 from __future__ import annotations
 
@@ -50,6 +50,36 @@ def test_a_log_listener_waits_no_longer_than_its_timeout_while_the_server_is_awa
         store.create(Session(key="after"))
         got = listener.get(timeout=10)
         assert got is not None and got.key == "after"  # nothing lost, nothing twice
+    finally:
+        listener.close()
+        store.close()
+
+
+def test_a_live_listener_too_and_it_hears_again_once_resubscribed(
+    own_server: Callable[..., OwnServer],
+) -> None:
+    """``listen()`` (pub/sub, at most once): its gets return by their timeout while the server
+    is away (before: one get(timeout=0.5) lasted the whole outage), and once it answers the
+    listener subscribes again and hears what is published after that."""
+    server = own_server()
+    store = RedisStore.from_url(server.url, prefix="dl:")
+    listener = store.listen()
+    try:
+        store.create(Session(key="before"))
+        got = listener.get(timeout=5)
+        assert got is not None and got.key == "before"
+        server.kill(server.port)
+        took = timed_gets(listener.get)
+        assert all(t < limit + SLACK for t, limit in zip(took, LIMITS, strict=True)), took
+        server.restart(server.port)
+        server.wait_ready()
+        heard = None
+        for n in range(40):  # bounded: each round publishes one event and waits 0.25 s
+            store.create(Session(key=f"after-{n}"))
+            if (heard := listener.get(timeout=0.25)) is not None:
+                break
+        assert heard is not None and heard.key.startswith("after-")
+        assert listener.reconnects >= 1  # the gap is counted
     finally:
         listener.close()
         store.close()
