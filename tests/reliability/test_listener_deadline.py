@@ -112,3 +112,35 @@ def test_an_asyncio_log_listener_too(own_server: Callable[..., OwnServer]) -> No
 
     took = asyncio.run(main())
     assert all(t < limit + SLACK for t, limit in zip(took, LIMITS, strict=True)), took
+
+
+def test_an_asyncio_live_listener_too(own_server: Callable[..., OwnServer]) -> None:
+    server = own_server()
+
+    async def main() -> list[float]:
+        async with AsyncRedisStore.from_url(server.url, prefix="dl:") as store:
+            listener = await store.listen()
+            try:
+                await store.create(Session(key="before"))
+                got = await listener.get(timeout=5)
+                assert got is not None and got.key == "before"
+                server.kill(server.port)
+                took = []
+                for timeout in LIMITS:
+                    started = time.monotonic()
+                    assert await listener.get(timeout=timeout) is None
+                    took.append(time.monotonic() - started)
+                server.restart(server.port)
+                server.wait_ready()
+                heard = None
+                for n in range(40):  # bounded, as above
+                    await store.create(Session(key=f"after-{n}"))
+                    if (heard := await listener.get(timeout=0.25)) is not None:
+                        break
+                assert heard is not None and heard.key.startswith("after-")
+                return took
+            finally:
+                await listener.aclose()
+
+    took = asyncio.run(main())
+    assert all(t < limit + SLACK for t, limit in zip(took, LIMITS, strict=True)), took
