@@ -61,7 +61,8 @@ class AsyncNoticingRetry(redis.asyncio.retry.Retry):
             failures += 1
             outage.failed(error)
             handled = await fail(error, *count)
-            if retry_cut(min(self.cap, self.base * 2**failures)):
+            longest = self.cap if failures >= 32 else min(self.cap, self.base * 2**failures)
+            if retry_cut(longest):
                 raise error
             return handled
 

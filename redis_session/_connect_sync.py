@@ -62,7 +62,8 @@ class NoticingRetry(redis.retry.Retry):
             failures += 1
             outage.failed(error)
             handled = fail(error, *count)
-            if retry_cut(min(self.cap, self.base * 2**failures)):
+            longest = self.cap if failures >= 32 else min(self.cap, self.base * 2**failures)
+            if retry_cut(longest):
                 raise error
             return handled
 

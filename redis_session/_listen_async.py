@@ -400,6 +400,7 @@ class AsyncEventListener:
     async def _next(self, deadline: float | None) -> SessionLifecycleEvent | None:
         while not self._closed:
             left = 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+            counted = self.reconnects
             try:
                 if self._pubsub is None:
                     await self._reconnect(deadline)
@@ -407,7 +408,9 @@ class AsyncEventListener:
                 self._erring_since = None
             except _TOPOLOGY_ERRORS as exc:
                 message = None
-                if self._one_node_failed():
+                if self.reconnects > counted and self._pubsub is not None:
+                    pass  # redis-py made the connection again (and resubscribed) before raising
+                elif self._one_node_failed():
                     await asyncio.sleep(min(BACKOFF_FIRST, left))
                 else:
                     if self._node is not None and not isinstance(exc, LeftCluster):

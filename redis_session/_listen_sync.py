@@ -398,6 +398,7 @@ class EventListener:
     def _next(self, deadline: float | None) -> SessionLifecycleEvent | None:
         while not self._closed:
             left = 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+            counted = self.reconnects
             try:
                 if self._pubsub is None:
                     self._reconnect(deadline)
@@ -405,7 +406,9 @@ class EventListener:
                 self._erring_since = None
             except _TOPOLOGY_ERRORS as exc:
                 message = None
-                if self._one_node_failed():
+                if self.reconnects > counted and self._pubsub is not None:
+                    pass  # redis-py made the connection again (and resubscribed) before raising
+                elif self._one_node_failed():
                     time.sleep(min(BACKOFF_FIRST, left))
                 else:
                     if self._node is not None and not isinstance(exc, LeftCluster):

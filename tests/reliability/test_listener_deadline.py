@@ -144,3 +144,30 @@ def test_an_asyncio_live_listener_too(own_server: Callable[..., OwnServer]) -> N
 
     took = asyncio.run(main())
     assert all(t < limit + SLACK for t, limit in zip(took, LIMITS, strict=True)), took
+
+
+def test_a_connection_made_again_by_redis_py_is_one_gap_even_when_the_deadline_cuts_in(
+    own_server: Callable[..., OwnServer],
+) -> None:
+    """redis-py makes a killed pub/sub connection again (and resubscribes) in its retry's
+    failure handler; when the deadline then cuts the retry, the listener does not subscribe a
+    second time: one gap, counted once (it was counted twice with waits under ~20 ms)."""
+    server = own_server()
+    store = RedisStore.from_url(server.url, prefix="dl:")
+    admin = server.client(socket_timeout=5)
+    listener = store.listen()
+    try:
+        store.create(Session(key="before"))
+        assert listener.get(timeout=5) is not None
+        before = listener.reconnects
+        admin.client_kill_filter(_type="pubsub")
+        for _ in range(50):  # bounded: 50 waits of 5 ms
+            listener.get(timeout=0.005)
+        assert listener.reconnects - before == 1
+        store.create(Session(key="after"))
+        got = listener.get(timeout=5)
+        assert got is not None and got.key == "after"
+    finally:
+        listener.close()
+        admin.close()
+        store.close()
