@@ -215,13 +215,15 @@ static int timestamp(Cursor *c, PyObject **out) {
 /* A model instance holding dict as its fields, as pydantic-core builds a validated one.
  *
  * Its __dict__ and its fields set are left out of the cyclic garbage collector (the instance
- * itself stays in it): they hold strings, a role member, a timestamp, a tuple of tool calls,
- * none of which leads back to them, so they can be in no cycle; CPython itself stops tracking
- * such a dict at its first collection, and tracks it again when a value that can be in a cycle
- * is stored in it. A read of 300 messages otherwise made ~900 tracked objects, each walked by
- * every collection while it is young (measured: decode 279 -> 188 us with the collector off).
- * From Python 3.14 on, where dicts may no longer be tracked again on their own, nothing is
- * untracked. */
+ * stays in it). The dict holds strings, a role member, a timestamp, a tuple of tool calls,
+ * none of which leads back to it, and CPython tracks a dict again when a value that can be in
+ * a cycle is stored in it. The fields set holds field names (pydantic adds nothing else); a
+ * set is never tracked again, so a cycle made by adding to it an object that refers back to
+ * the model would never be collected: a leak under such misuse only, taken for ~45 us a read
+ * of 300 messages (decode 256 -> 212 us). A read of 300 messages otherwise made ~900 tracked
+ * objects, each walked by every collection while it is young (279 us with all of them
+ * tracked, 188 us with the collector off). From Python 3.14 on, where dicts may no longer be
+ * tracked again on their own, nothing is untracked. */
 static PyObject *instance(PyObject *cls, PyObject *dict, PyObject *fields) {
     PyTypeObject *type = (PyTypeObject *)cls;
     PyObject *obj = type->tp_alloc(type, 0);
