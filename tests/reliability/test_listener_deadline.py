@@ -32,38 +32,16 @@ def timed_gets(get: Callable[[float], object]) -> list[float]:
     return took
 
 
-def test_a_log_listener_waits_no_longer_than_its_timeout_while_the_server_is_away(
-    own_server: Callable[..., OwnServer],
+@pytest.mark.parametrize("since", ["earliest", None])
+def test_a_listener_waits_no_longer_than_its_timeout_while_the_server_is_away(
+    own_server: Callable[..., OwnServer], since: str | None
 ) -> None:
-    server = own_server(persistent=True)  # the log outlives the restart
+    """The log listener (``since``: its log outlives the restart, nothing lost, nothing twice)
+    and the live one (None, pub/sub: before, one get(timeout=0.5) lasted the whole outage; once
+    the server answers it subscribes again, the gap counted, and hears what comes after)."""
+    server = own_server(persistent=since is not None)
     store = RedisStore.from_url(server.url, prefix="dl:")
-    listener = store.listen(since="earliest")
-    try:
-        store.create(Session(key="before"))
-        got = listener.get(timeout=5)
-        assert got is not None and got.key == "before"
-        server.kill(server.port)
-        took = timed_gets(listener.get)
-        assert all(t < limit + SLACK for t, limit in zip(took, LIMITS, strict=True)), took
-        server.restart(server.port)
-        server.wait_ready()
-        store.create(Session(key="after"))
-        got = listener.get(timeout=10)
-        assert got is not None and got.key == "after"  # nothing lost, nothing twice
-    finally:
-        listener.close()
-        store.close()
-
-
-def test_a_live_listener_too_and_it_hears_again_once_resubscribed(
-    own_server: Callable[..., OwnServer],
-) -> None:
-    """``listen()`` (pub/sub, at most once): its gets return by their timeout while the server
-    is away (before: one get(timeout=0.5) lasted the whole outage), and once it answers the
-    listener subscribes again and hears what is published after that."""
-    server = own_server()
-    store = RedisStore.from_url(server.url, prefix="dl:")
-    listener = store.listen()
+    listener = store.listen(since=since) if since else store.listen()
     try:
         store.create(Session(key="before"))
         got = listener.get(timeout=5)
@@ -78,48 +56,23 @@ def test_a_live_listener_too_and_it_hears_again_once_resubscribed(
             store.create(Session(key=f"after-{n}"))
             if (heard := listener.get(timeout=0.25)) is not None:
                 break
-        assert heard is not None and heard.key.startswith("after-")
-        assert listener.reconnects >= 1  # the gap is counted
+        assert heard is not None
+        assert heard.key == "after-0" if since else heard.key.startswith("after-")
+        assert since or listener.reconnects >= 1  # the live listener's gap is counted
     finally:
         listener.close()
         store.close()
 
 
-def test_an_asyncio_log_listener_too(own_server: Callable[..., OwnServer]) -> None:
-    server = own_server(persistent=True)
+@pytest.mark.parametrize("since", ["earliest", None])
+def test_asyncio_listeners_too(own_server: Callable[..., OwnServer], since: str | None) -> None:
+    """The log listener (``since``; its log outlives the restart: nothing lost, nothing twice)
+    and the live one (None; heard again once subscribed)."""
+    server = own_server(persistent=since is not None)
 
     async def main() -> list[float]:
         async with AsyncRedisStore.from_url(server.url, prefix="dl:") as store:
-            listener = await store.listen(since="earliest")
-            try:
-                await store.create(Session(key="before"))
-                got = await listener.get(timeout=5)
-                assert got is not None and got.key == "before"
-                server.kill(server.port)
-                took = []
-                for timeout in LIMITS:
-                    started = time.monotonic()
-                    assert await listener.get(timeout=timeout) is None
-                    took.append(time.monotonic() - started)
-                server.restart(server.port)
-                server.wait_ready()
-                await store.create(Session(key="after"))
-                got = await listener.get(timeout=10)
-                assert got is not None and got.key == "after"  # nothing lost, nothing twice
-                return took
-            finally:
-                await listener.aclose()
-
-    took = asyncio.run(main())
-    assert all(t < limit + SLACK for t, limit in zip(took, LIMITS, strict=True)), took
-
-
-def test_an_asyncio_live_listener_too(own_server: Callable[..., OwnServer]) -> None:
-    server = own_server()
-
-    async def main() -> list[float]:
-        async with AsyncRedisStore.from_url(server.url, prefix="dl:") as store:
-            listener = await store.listen()
+            listener = await (store.listen(since=since) if since else store.listen())
             try:
                 await store.create(Session(key="before"))
                 got = await listener.get(timeout=5)
@@ -133,11 +86,12 @@ def test_an_asyncio_live_listener_too(own_server: Callable[..., OwnServer]) -> N
                 server.restart(server.port)
                 server.wait_ready()
                 heard = None
-                for n in range(40):  # bounded, as above
+                for n in range(40):  # bounded: each round publishes one event, waits 0.25 s
                     await store.create(Session(key=f"after-{n}"))
                     if (heard := await listener.get(timeout=0.25)) is not None:
                         break
-                assert heard is not None and heard.key.startswith("after-")
+                assert heard is not None
+                assert heard.key == "after-0" if since else heard.key.startswith("after-")
                 return took
             finally:
                 await listener.aclose()
