@@ -381,7 +381,6 @@ end
 -- generation would pass size; written by save_window.
 local function add(win, digests, size)
   if #digests == 0 then return end
-  load_buckets(win, digests)
   if win.count > 0 and win.count + #digests > size then
     local all = {}
     for n = 1, 128 do all[n] = string.char(127 + n) end
@@ -393,6 +392,7 @@ local function add(win, digests, size)
     end
     win.count = 0
   end
+  load_buckets(win, digests)  -- none left to read after a turn-over (it read them all)
   local groups = {}
   for _, d in ipairs(digests) do
     local f = bucket_of(d)

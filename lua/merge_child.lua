@@ -72,19 +72,20 @@ local cg, ch, cn = positions(c[3], c[4], c[5], 9)
 if not cg then return ch end
 if mode == 'history' and cn - ch > tonumber(ARGV[22]) then return {STAGE, cn - ch} end
 
--- A child's stored elements and their digests, the window's buckets of those read (one HMGET).
-local function digested(items)
+-- The digests of a child's stored elements, the window's buckets of those read (one HMGET).
+local function digests_of(items)
   local ds = {}
   for i, m in ipairs(items) do ds[i] = string.sub(m, 1, 8) end
   load_buckets(win, ds)
-  return items, ds
+  return ds
 end
 
 local digests, elements, taken = {}, {}, {}
 if mode == 'summary' then
   if not has(win, ARGV[11]) then digests[1], elements[1] = ARGV[11], ARGV[12] end
 elseif mode == 'history' then
-  local items, ds = digested(redis.call('LRANGE', KEYS[9], 0, -1))
+  local items = redis.call('LRANGE', KEYS[9], 0, -1)
+  local ds = digests_of(items)
   for i, m in ipairs(items) do
     local d = ds[i]
     if d ~= INHERITED and not taken[d] and not has(win, d) then
@@ -104,8 +105,7 @@ if mode == 'staged' then
   push_all(KEYS[11], redis.call('LRANGE', KEYS[2], math.max(tonumber(ARGV[21]), h) - h, -1))
   redis.call('RENAME', KEYS[11], KEYS[2])
   g, h, n, added = g + 1, 0, redis.call('LLEN', KEYS[2]), tonumber(ARGV[22])
-  local _, ds = digested(redis.call('LRANGE', KEYS[9], -tonumber(ARGV[4]), -1))
-  for _, d in ipairs(ds) do
+  for _, d in ipairs(digests_of(redis.call('LRANGE', KEYS[9], -tonumber(ARGV[4]), -1))) do
     if d ~= INHERITED and not taken[d] and not has(win, d) then
       digests[#digests + 1] = d
       taken[d] = true
