@@ -45,9 +45,15 @@ class AsyncNoticingRetry(redis.asyncio.retry.Retry):
     """
 
     def __init__(
-        self, backoff: Any, retries: int, outage: Outage, *, base: float, cap: float
+        self,
+        backoff: type[ExponentialBackoff | ExponentialWithJitterBackoff],
+        retries: int,
+        outage: Outage,
+        *,
+        base: float,
+        cap: float,
     ) -> None:
-        super().__init__(backoff, retries)
+        super().__init__(backoff(cap=cap, base=base), retries)
         self.outage = outage
         self.base, self.cap = base, cap
 
@@ -77,14 +83,16 @@ class AsyncHiredisSentinelPool(PacksWithHiredis, redis.asyncio.sentinel.Sentinel
 
 def _default_retry(url: str) -> AsyncNoticingRetry:
     outage = Outage(where(url), DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_SECONDS)
-    backoff = ExponentialWithJitterBackoff(base=0.01, cap=1.0)
-    return AsyncNoticingRetry(backoff, DEFAULT_RETRY_ATTEMPTS, outage, base=0.01, cap=1.0)
+    return AsyncNoticingRetry(
+        ExponentialWithJitterBackoff, DEFAULT_RETRY_ATTEMPTS, outage, base=0.01, cap=1.0
+    )
 
 
 def _sentinel_retry(url: str) -> AsyncNoticingRetry:
     outage = Outage(where(url), SENTINEL_RETRY_ATTEMPTS, SENTINEL_RETRY_SECONDS)
-    backoff = ExponentialBackoff(cap=1.0, base=0.05)
-    return AsyncNoticingRetry(backoff, SENTINEL_RETRY_ATTEMPTS, outage, base=0.05, cap=1.0)
+    return AsyncNoticingRetry(
+        ExponentialBackoff, SENTINEL_RETRY_ATTEMPTS, outage, base=0.05, cap=1.0
+    )
 
 
 def async_client(

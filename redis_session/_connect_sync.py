@@ -46,9 +46,15 @@ class NoticingRetry(redis.retry.Retry):
     """
 
     def __init__(
-        self, backoff: Any, retries: int, outage: Outage, *, base: float, cap: float
+        self,
+        backoff: type[ExponentialBackoff | ExponentialWithJitterBackoff],
+        retries: int,
+        outage: Outage,
+        *,
+        base: float,
+        cap: float,
     ) -> None:
-        super().__init__(backoff, retries)
+        super().__init__(backoff(cap=cap, base=base), retries)
         self.outage = outage
         self.base, self.cap = base, cap
 
@@ -78,14 +84,14 @@ class HiredisSentinelPool(PacksWithHiredis, redis.sentinel.SentinelConnectionPoo
 
 def _default_retry(url: str) -> NoticingRetry:
     outage = Outage(where(url), DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_SECONDS)
-    backoff = ExponentialWithJitterBackoff(base=0.01, cap=1.0)
-    return NoticingRetry(backoff, DEFAULT_RETRY_ATTEMPTS, outage, base=0.01, cap=1.0)
+    return NoticingRetry(
+        ExponentialWithJitterBackoff, DEFAULT_RETRY_ATTEMPTS, outage, base=0.01, cap=1.0
+    )
 
 
 def _sentinel_retry(url: str) -> NoticingRetry:
     outage = Outage(where(url), SENTINEL_RETRY_ATTEMPTS, SENTINEL_RETRY_SECONDS)
-    backoff = ExponentialBackoff(cap=1.0, base=0.05)
-    return NoticingRetry(backoff, SENTINEL_RETRY_ATTEMPTS, outage, base=0.05, cap=1.0)
+    return NoticingRetry(ExponentialBackoff, SENTINEL_RETRY_ATTEMPTS, outage, base=0.05, cap=1.0)
 
 
 def sync_client(
