@@ -1,6 +1,9 @@
-"""A store's first read of a session: the ``get`` script for the meta hash and the positions,
-and a plain LRANGE behind it in the same round trip (no elements through Lua). The two are
-not atomic: a change between them must be seen, and the read then falls back to the script.
+"""A store's first read of a session, in one round trip with no elements through Lua: one
+pipeline of plain reads checked in Python as the ``get`` script checks them (the positions read
+again after the LRANGE), falling back to the script for anything a store does not write or a
+change between; on a cluster, the ``get`` script for the meta
+hash and the positions with a plain LRANGE behind it, which are not atomic: a change between
+them must be seen, and the read then falls back to the script.
 """
 
 from __future__ import annotations
@@ -37,12 +40,45 @@ def cold_store(backend: Backend, **options: Any) -> RedisStore:
     return store
 
 
+def first_read(store: RedisStore, request: Any) -> list[str]:
+    """The commands a first read sent besides Lua: those of its pipeline, or on a cluster
+    those pipelined behind the ``get`` script (whose byte budget is 0: it returns no element).
+    """
+    if store._core.schema.cluster:
+        assert isinstance(request, ScriptCall) and request.name == "get"
+        assert request.args[5] == 0
+        return [c[0] for c in request.after]
+    assert isinstance(request, Commands) and not request.transaction
+    return [c[0] for c in request.commands]
+
+
+def lrange_of(request: Any) -> tuple[Any, ...]:
+    """The LRANGE command of a first read's request."""
+    commands = request.after if isinstance(request, ScriptCall) else request.commands
+    (lrange,) = [c for c in commands if c[0] == "LRANGE"]
+    return tuple(lrange)
+
+
+def snapshot(store: RedisStore, with_meta: bool = True) -> list[str]:
+    """What a first read's pipeline holds (``with_meta``: the whole meta hash)."""
+    return ["TYPE", "HGETALL" if with_meta else "HMGET", "LRANGE", "HMGET", "LLEN"]
+
+
 def drive(store: RedisStore, op: Any, between: Callable[[], object] | None = None) -> Any:
     """Run a core operation on ``store``, recording its requests; a request with commands
     behind its script runs in two parts with ``between`` (another worker) in the middle.
     """
 
     def execute(request: Any) -> Any:
+        if (
+            isinstance(request, Commands)
+            and between is not None
+            and request.commands[0][0] == "TYPE"
+        ):
+            # a first read's pipeline: another worker between its meta hash and its LRANGE
+            first = store._execute(Commands(request.commands[:2], errors_as_values=True))
+            between()
+            return [*first, *store._execute(Commands(request.commands[2:], errors_as_values=True))]
         if isinstance(request, ScriptCall) and request.after and between is not None:
             alone = ScriptCall(request.name, request.keys, request.args, request.write)
             first = store._execute(alone)
@@ -62,13 +98,16 @@ def test_a_first_read_is_one_round_trip_without_the_elements_through_lua(
     store = cold_store(backend)
     session = drive(store, store._core.sessions.get("s"))
     (request,) = drive.requests  # type: ignore[attr-defined]
-    assert request.name == "get" and [c[0] for c in request.after] == ["LRANGE", "HMGET"]
-    assert request.args[5] == 0  # the script's byte budget: it returns no element
+    cluster = backend.cluster is not None
+    assert first_read(store, request) == (["LRANGE", "HMGET"] if cluster else snapshot(store))
     assert session == backend.sync_store().get("s")
     assert [m.content for m in session.history] == [f"m{i}" for i in range(60)]
     history = drive(store, store._core.sessions.get_history("s", 40))
     (request,) = drive.requests  # type: ignore[attr-defined]
-    assert request.after[0][2:] == (-40, -1)
+    assert first_read(store, request) == (
+        ["LRANGE", "HMGET"] if cluster else snapshot(store, with_meta=False)
+    )
+    assert lrange_of(request)[2:] == (-40, -1)
     assert [m.content for m in history] == [f"m{i}" for i in range(20, 60)]
 
 
@@ -105,8 +144,7 @@ def test_a_store_that_holds_the_newest_messages_reads_more_of_them_cold(
     # all of it: what it holds does not reach the head, so the elements come by LRANGE, not
     # through Lua, as for a session it never read
     session = drive(store, store._core.sessions.get("s"))
-    request = drive.requests[0]  # type: ignore[attr-defined]
-    assert [c[0] for c in request.after] == ["LRANGE", "HMGET"] and request.args[5] == 0
+    assert "LRANGE" in first_read(store, drive.requests[0])  # type: ignore[attr-defined]
     assert session == backend.sync_store(read_cache_bytes=0).get("s")
     writer.append_message("s", msg("m301"))
     again = drive(store, store._core.sessions.get("s"))  # it holds all of it now: the hot path
@@ -125,7 +163,7 @@ def test_a_long_history_is_read_on_in_steps_after_the_lrange(backend: Backend) -
     assert span is not None and SMALL_READ < span[1] + 1 < 130
     history = drive(store, store._core.sessions.get_history("s"))
     requests = drive.requests  # type: ignore[attr-defined]
-    assert requests[0].after and len(requests) > 2
+    assert "LRANGE" in first_read(store, requests[0]) and len(requests) > 2
     # no element through Lua: LRANGE, then the positions again (two requests on a cluster)
     names = step_names(requests[1:])
     assert names == ["LRANGE", "HMGET", "LLEN"] * (len(names) // 3) and names
@@ -204,25 +242,91 @@ def _raw_rpush(backend: Backend, writer: RedisStore) -> None:
 CHANGES = [_append, _pop, _pop_and_append, _compact, _trim, _recreate, _delete, _raw_rpush]
 
 
+def outcome(read: Callable[[], Any]) -> Any:
+    """What ``read`` returned, or the name of the exception it raised."""
+    try:
+        return read()
+    except Exception as exc:  # the read may see the session gone, as a fresh read does
+        return type(exc).__name__
+
+
 @pytest.mark.parametrize("change", CHANGES, ids=[c.__name__[1:] for c in CHANGES])
-def test_a_change_between_the_script_and_the_lrange_is_seen(
+def test_a_change_between_the_meta_hash_and_the_lrange_is_seen(
     backend: Backend, change: Callable[[Backend, RedisStore], None]
 ) -> None:
     writer = filled(backend, "s", 60)
     store = cold_store(backend)
     fresh = backend.sync_store(read_cache_bytes=0)
-    try:
-        got: Any = drive(store, store._core.sessions.get("s"), lambda: change(backend, writer))
-    except Exception as exc:  # the read may see the session gone, as a fresh read does
-        got = type(exc).__name__
+    got = outcome(
+        lambda: drive(store, store._core.sessions.get("s"), lambda: change(backend, writer))
+    )
     requests = drive.requests  # type: ignore[attr-defined]
-    assert requests[0].after and len(requests) >= 2  # read again, by the script
+    assert "LRANGE" in first_read(store, requests[0])
+    assert len(requests) >= 2  # read again, by the script
     assert not any(r.after for r in requests[1:] if isinstance(r, ScriptCall))
-    try:
-        expected: Any = fresh.get("s")
-    except Exception as exc:
-        expected = type(exc).__name__
-    assert got == expected
+    assert got == outcome(lambda: fresh.get("s"))
+
+
+def _wrong_type_ids(backend: Backend, writer: RedisStore) -> None:
+    sk = writer._core.trees.keys("s")[0]
+    writer._execute(Commands([("DEL", sk.ids), ("SET", sk.ids, "x")]))
+
+
+def _wrong_type_list(backend: Backend, writer: RedisStore) -> None:
+    sk = writer._core.trees.keys("s")[0]
+    writer._execute(Commands([("DEL", sk.msgs), ("SET", sk.msgs, "x")]))
+
+
+def _foreign_meta(backend: Backend, writer: RedisStore) -> None:
+    writer._execute(Commands([("HDEL", writer._core.trees.keys("s")[0].meta, "v")]))
+
+
+def _other_version(backend: Backend, writer: RedisStore) -> None:
+    writer._execute(Commands([("HSET", writer._core.trees.keys("s")[0].meta, "v", "9")]))
+
+
+def _evicted_meta(backend: Backend, writer: RedisStore) -> None:
+    writer._execute(Commands([("DEL", writer._core.trees.keys("s")[0].meta)]))
+
+
+def _bad_positions(backend: Backend, writer: RedisStore) -> None:
+    writer._execute(Commands([("HSET", writer._core.trees.keys("s")[0].meta, "n", "x")]))
+
+
+def _tokenless(backend: Backend, writer: RedisStore) -> None:
+    writer._execute(Commands([("HDEL", writer._core.trees.keys("s")[0].meta, "token")]))
+
+
+ODD = [
+    _wrong_type_ids,
+    _wrong_type_list,
+    _foreign_meta,
+    _other_version,
+    _evicted_meta,
+    _bad_positions,
+    _tokenless,
+]
+
+
+@pytest.mark.parametrize("with_meta", [True, False], ids=["get", "get_history"])
+@pytest.mark.parametrize("odd", ODD, ids=[c.__name__[1:] for c in ODD])
+def test_a_first_read_of_what_a_store_does_not_write_answers_as_the_script(
+    backend: Backend, odd: Callable[[Backend, RedisStore], None], with_meta: bool
+) -> None:
+    writer = filled(backend, "s", 60)
+    store = cold_store(backend)
+    fresh = backend.sync_store(read_cache_bytes=0)  # no element size known: the script alone
+    odd(backend, writer)
+    sessions = store._core.sessions
+    got = outcome(
+        lambda: drive(store, sessions.get("s") if with_meta else sessions.get_history("s"))
+    )
+    expected = outcome(lambda: fresh.get("s") if with_meta else fresh.get_history("s"))
+    requests = drive.requests  # type: ignore[attr-defined]
+    assert got == expected and expected != "ValueError"
+    if backend.cluster is None:  # refused by the pipeline's checks: read again by the script
+        assert first_read(store, requests[0]) == snapshot(store, with_meta)
+        assert len(requests) == 2 and requests[1].name == "get" and not requests[1].after
 
 
 @pytest.mark.parametrize("kind", ["plain", "script"])
@@ -277,7 +381,10 @@ def test_the_sync_pipeline_reloads_a_flushed_script(backend: Backend) -> None:
     store = cold_store(backend)
     store._client.script_flush()
     assert len(drive(store, store._core.sessions.get_history("s"))) == 60
-    assert drive.requests[0].after  # type: ignore[attr-defined]
+    assert "LRANGE" in first_read(store, drive.requests[0])  # type: ignore[attr-defined]
+    store._client.script_flush()  # outside a cluster the first read ran no script
+    assert len(drive(store, store._core.sessions.get_history("s", SMALL_READ))) == SMALL_READ
+    assert not drive.requests[0].after  # type: ignore[attr-defined]  # the script alone
 
 
 def test_a_sealed_session_reads_cold_and_opens(backend: Backend) -> None:
@@ -286,5 +393,6 @@ def test_a_sealed_session_reads_cold_and_opens(backend: Backend) -> None:
     store = backend.sync_store(read_cache_bytes=0, passphrase="cold pw", kdf_work=10)
     store.get("s")  # learns the element size (sealed elements: larger)
     session = drive(store, store._core.sessions.get("s"))
-    assert drive.requests[0].after and session.metadata == {"m": "1"}  # type: ignore[attr-defined]
+    assert "LRANGE" in first_read(store, drive.requests[0])  # type: ignore[attr-defined]
+    assert session.metadata == {"m": "1"}
     assert [m.content for m in session.history] == [f"m{i}" for i in range(40)]
