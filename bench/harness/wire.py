@@ -12,7 +12,7 @@ import redis.asyncio
 import redis.asyncio.connection
 import redis.connection
 
-from redis_session._core import Request, ScriptCall
+from redis_session._core import Commands, Request, ScriptCall
 from redis_session.scripts import script_source
 
 
@@ -87,3 +87,21 @@ def bare_script(client: Any, request: ScriptCall) -> Callable[[], Any]:
         return client.execute_command(*command)
 
     return send
+
+
+def bare_request(client: Any, request: Request) -> Callable[[], Any]:
+    """Send ``request`` as plain redis-py would: a script call as :func:`bare_script` does,
+    plain commands in one pipeline (each failed command's error in its reply's place).
+    """
+    if isinstance(request, ScriptCall):
+        return bare_script(client, request)
+    assert isinstance(request, Commands), request
+    commands = [tuple(c) for c in request.commands]
+
+    def send_all() -> Any:
+        pipe = client.pipeline(transaction=request.transaction)
+        for c in commands:
+            pipe.execute_command(*c)
+        return pipe.execute(raise_on_error=False)
+
+    return send_all
