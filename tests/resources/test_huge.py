@@ -138,19 +138,19 @@ def test_huge_operations_are_bounded_per_script_and_linear(
             lambda: store.discard_child(copies[-1].key),
         )
         # A store that read before (it knows the element size) reads a session new to it by
-        # a plain LRANGE of up to 2,000 elements behind the get script, then in steps.
+        # a plain LRANGE of up to 2,000 elements in a pipeline of plain reads, then in steps.
         cold = RedisStore.from_url(server.url, prefix=f"h{size}:")
         store.create(Session(key="q", history=[msg(BODY)]))
         cold.get("q")  # another session: "p" is new to it
         taken: list[bool] = []
-        read_cold = cold._core.reader._cold
+        read_cold = cold._core.reader._snapshot
 
         def spied(*args: Any) -> Any:
             got = yield from read_cold(*args)
             taken.append(got is not None)
             return got
 
-        cold._core.reader._cold = spied  # type: ignore[method-assign,assignment]
+        cold._core.reader._snapshot = spied  # type: ignore[method-assign,assignment]
         row["first get, by LRANGE"] = timed(raw, lambda: lengths.append(len(cold.get("p").history)))
         assert lengths[-1] == size + 1 and taken == [True]
         cold.close()
