@@ -117,9 +117,20 @@ local function root_refused(f)
   return nil
 end
 
+-- A list position field's value (a string, or false: missing, which reads as 0) as a number,
+-- or nil unless it is a whole number from 0 to 2^53 - 1 (Lua's numbers are exact up to it):
+-- a store writes no other.
+local function whole(v)
+  local x = tonumber(v or '0')
+  if x and x >= 0 and x <= 9007199254740991 and x % 1 == 0 then return x end
+  return nil
+end
+
 -- List positions of a session or child (meta fields g, h, n): generation, absolute head and
 -- tail (LLEN == n - h). Returns g, h, n, or nil and the DAMAGED reply when the list KEYS[l] is
--- missing though the session records messages (evicted). A list of another length was changed
+-- missing though the session records messages (evicted), or when the meta hash KEYS[l - 1]
+-- holds positions a store does not write (not whole numbers, a tail before the head:
+-- {DAMAGED, l - 1, 'positions'}). A list of another length was changed
 -- behind the store's back (another writer): its positions begin a new generation, which a
 -- writer records. g = nil with m: the caller did not read g (the hot path); false is returned
 -- for it unless the positions begin anew, when it is read from the meta hash KEYS[m]. (A field
@@ -127,14 +138,21 @@ end
 local function positions(g, h, n, l, m)
   local len = redis.pcall('LLEN', KEYS[l])
   if failed(len) then return nil, refusal(len, l) end
-  h, n = tonumber(h or '0'), tonumber(n or '0')
+  if g ~= nil then g = whole(g) end
+  h, n = whole(h), whole(n)
+  if g == nil and m == nil or not h or not n or n < h then
+    return nil, {DAMAGED, l - 1, 'positions'}
+  end
   if len == n - h then
-    if g == nil then return false, h, n end
-    return tonumber(g or '0'), h, n
+    if m ~= nil then return false, h, n end
+    return g, h, n
   end
   if len == 0 then return nil, {DAMAGED, l, 'length', 0, n - h} end
-  if g == nil then g = redis.call('HGET', KEYS[m], 'g') end
-  return tonumber(g or '0') + 1, 0, len
+  if m ~= nil then
+    g = whole(redis.call('HGET', KEYS[m], 'g'))
+    if not g then return nil, {DAMAGED, l - 1, 'positions'} end
+  end
+  return g + 1, 0, len
 end
 
 -- The elements of list KEYS[l] at absolute positions from .. to - 1 (the list holds h ..),

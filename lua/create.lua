@@ -6,7 +6,10 @@
 -- KEYS[9] the tree's event log stream
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] (unused: a new tree has no members)
 -- ARGV[4] id window   ARGV[5] session key (index member)
--- ARGV[6] call token (a retry of this very call finds it and answers OK again)
+-- ARGV[6] call token (a retry of this very call finds it and answers OK again; meta field
+--   'ct'). The session's token (meta field 'token', which readers compare to know the session
+--   they hold is this one) is the call token and the creation's server time: a session made
+--   again under the key, by a call of the same idempotency key too, has another token.
 -- ARGV[7 .. 10] the events group (see log_event)   ARGV[11] the event's fields (JSON members)
 -- ARGV[12] schema version   ARGV[13] key id the session is sealed with ('' = cleartext)
 -- ARGV[14] n = number of meta field/value pairs that follow, ARGV[15 .. 14+2n]
@@ -29,8 +32,8 @@
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset'}) or log_refused(9)
 if bad then return bad end
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  local f = redis.call('HMGET', KEYS[1], 'token', 'v', 'created_at')
-  if f[1] == ARGV[6] then return {OK, f[3], 0, '', 0, false} end
+  local f = redis.call('HMGET', KEYS[1], 'ct', 'v', 'created_at', 'token')
+  if (f[1] or f[4]) == ARGV[6] then return {OK, f[3], 0, '', 0, false} end  -- 'token' alone: an earlier layout's
   if not f[2] then return {DAMAGED, 1, 'foreign'} end  -- not a session: never taken over
   return {EXISTS}
 end
@@ -58,7 +61,8 @@ if ttl > 0 then
 end
 for _, v in ipairs({'h', 0, 'n', count, 'g', 0, 'updated_at', us}) do head[#head + 1] = v end
 redis.call('HSET', KEYS[1], unpack(head))
-redis.call('HSET', KEYS[1], 'created_at', us, 'token', ARGV[6], 'tg', 0, 'mb', mb)
+redis.call('HSET', KEYS[1], 'created_at', us, 'token', ARGV[6] .. '@' .. us, 'ct', ARGV[6], 'tg', 0,
+  'mb', mb)
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[5], KEYS[6], KEYS[7])
 hcall_from('HSET', KEYS[1], 15, 14 + 2 * n)
 local win = {key = 3, count = 0, dirty = {}}

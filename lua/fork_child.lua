@@ -8,6 +8,7 @@
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
 -- ARGV[5] parent key   ARGV[6] child key   ARGV[7] agent name   ARGV[8] config JSON
 -- ARGV[9] max messages (0 = all)   ARGV[10] N messages to inherit   ARGV[11] call token
+--   (meta field 'ct'; the child's 'token' is it and the fork's server time, as create's)
 -- ARGV[12 .. 15] the events group (see log_event)   ARGV[16] the event's fields (JSON members)
 -- ARGV[17] the caller's key id for the parent ('' = cleartext)
 -- ARGV[18] inherited messages staged in KEYS[9] by copy_range (0: copy them here), and
@@ -25,8 +26,8 @@ local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset'
 if bad then return bad end
 local staged = tonumber(ARGV[18])
 if redis.call('EXISTS', KEYS[8]) == 1 then
-  local c = redis.call('HMGET', KEYS[8], 'token', 'created_at')
-  if c[1] == ARGV[11] then
+  local c = redis.call('HMGET', KEYS[8], 'ct', 'created_at', 'token')
+  if (c[1] or c[3]) == ARGV[11] then  -- 'token' alone: an earlier layout's
     local reply = tree_changed(redis.call('HGET', KEYS[1], 'tg'))
     reply[1] = OK
     table.insert(reply, 2, c[2])
@@ -63,7 +64,8 @@ if staged == 0 and math.min(want, n - h) > tonumber(ARGV[20]) then return {STAGE
 
 local tg = tonumber(f[4] or '0') + 1
 redis.call('HSET', KEYS[8], 'v', '1', 'key', ARGV[6], 'parent', ARGV[5], 'agent', ARGV[7],
-  'config', ARGV[8], 'max', ARGV[9], 'created_at', us, 'token', ARGV[11], 'g', 0, 'h', 0)
+  'config', ARGV[8], 'max', ARGV[9], 'created_at', us, 'token', ARGV[11] .. '@' .. us,
+  'ct', ARGV[11], 'g', 0, 'h', 0)
 if staged == 0 then
   redis.call('DEL', KEYS[9], KEYS[10])
   if want > 0 then

@@ -12,6 +12,7 @@ else by the ``read_range`` script. See ``_cache`` for what is held.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -201,11 +202,10 @@ class Reader:
         if kind not in _WINDOW_TYPES or got.get(b"v") != codec.SCHEMA_VERSION or now != version:
             return None
         token = version[0] or b""
-        try:
-            g, h, n = (int(x or 0) for x in version[1:])
-        except ValueError:
-            return None
-        if not token or length != n - h:
+        if not token or not all(x is None or _WHOLE.fullmatch(x) for x in version[1:]):
+            return None  # the script says what a store does not write
+        g, h, n = (int(x or 0) for x in version[1:])
+        if length != n - h:
             return None
         start = h if last < 0 else max(h, n - last)
         if len(items) != min(span[1] - span[0] + 1 if span[0] >= 0 else n - start, n - start):
@@ -469,6 +469,9 @@ _VERSION_FIELDS = (b"token", b"g", b"h", b"n")
 """The meta hash's fields that change with every change a store makes to a session's list."""
 _READ_FIELDS = (b"v", *_VERSION_FIELDS, b"k", b"dk")
 """The meta hash's fields a first read of the history alone takes (:meth:`Reader._snapshot`)."""
+_WHOLE = re.compile(rb"\d{1,15}")
+"""A list position as a store writes it (what the scripts' ``whole`` takes, and less: no
+sign, space, exponent or hexadecimal form, which the script then judges)."""
 _WINDOW_TYPES = frozenset({b"none", b"hash"})
 """What ``TYPE`` may say of a session's id window (absent in a session written by no append)."""
 

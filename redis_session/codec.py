@@ -608,7 +608,7 @@ def _raw_fields(key: str, meta: Mapping[bytes, bytes] | Sequence[bytes]) -> dict
 _BYTES_ONLY = frozenset({bytes})
 _NOT_METADATA = frozenset(
     (*_SCALAR_NAMES, b"v", b"key", b"created_at", b"updated_at", b"token", b"g", b"h", b"n",
-     b"x", b"tg", b"mb", b"k", b"dk", b"kc", b"ended_at")
+     b"x", b"tg", b"mb", b"k", b"dk", b"kc", b"ended_at", b"ct")
 )  # fmt: skip
 """Fields of a session's meta hash that are not metadata entries (``m:`` / ``e:`` fields; any
 other field is looked at for its prefix as well)."""

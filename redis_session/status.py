@@ -171,6 +171,11 @@ def damage(where: str, damaged: Damaged) -> str:
             f"every data key of the session was removed before its deadline (evicted under "
             f"memory pressure, or by hand); {where!r} is missing"
         )
+    if what == "positions":
+        return (
+            f"Redis key {where!r} records list positions that are not whole numbers this store "
+            "writes (changed by another writer): the session is damaged"
+        )
     if what in ("members", "length"):
         kind = "children" if what == "members" else "messages"
         return (

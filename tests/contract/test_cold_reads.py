@@ -267,6 +267,31 @@ def test_a_change_between_the_meta_hash_and_the_lrange_is_seen(
     assert got == outcome(lambda: fresh.get("s"))
 
 
+def test_a_session_made_again_by_a_create_of_the_same_key_between_is_seen(
+    backend: Backend,
+) -> None:
+    # The same idempotency key, the same length, the same positions: only the session's token
+    # (its own per creation) tells the two apart.
+    writer = backend.sync_store()
+
+    def made(word: str) -> None:
+        history = [msg(f"{word}{i}") for i in range(60)]
+        session = Session(key="s", metadata={"who": word}, history=history)
+        writer.create(session, idempotency_key="same")
+
+    made("old")
+    store = cold_store(backend)
+
+    def remade() -> None:
+        writer.delete("s")
+        made("new")
+
+    got = outcome(lambda: drive(store, store._core.sessions.get("s"), remade))
+    assert len(drive.requests) >= 2  # type: ignore[attr-defined]  # read again, by the script
+    assert got == backend.sync_store(read_cache_bytes=0).get("s")
+    assert got.metadata == {"who": "new"} and got.history[0].content == "new0"
+
+
 def _wrong_type_ids(backend: Backend, writer: RedisStore) -> None:
     sk = writer._core.trees.keys("s")[0]
     writer._execute(Commands([("DEL", sk.ids), ("SET", sk.ids, "x")]))
@@ -289,8 +314,26 @@ def _evicted_meta(backend: Backend, writer: RedisStore) -> None:
     writer._execute(Commands([("DEL", writer._core.trees.keys("s")[0].meta)]))
 
 
-def _bad_positions(backend: Backend, writer: RedisStore) -> None:
-    writer._execute(Commands([("HSET", writer._core.trees.keys("s")[0].meta, "n", "x")]))
+def _positions(**fields: str) -> Callable[[Backend, RedisStore], None]:
+    """A hostile writer's list positions (meta fields g, h, n) for session "s"."""
+
+    def change(backend: Backend, writer: RedisStore) -> None:
+        meta = writer._core.trees.keys("s")[0].meta
+        writer._execute(Commands([("HSET", meta, *(x for kv in fields.items() for x in kv))]))
+
+    change.__name__ = "_positions_" + "_".join(f"{k}={v!r}" for k, v in fields.items())
+    return change
+
+
+BAD_POSITIONS = [
+    _positions(n="x"),
+    _positions(h=""),
+    _positions(n="6_0"),  # a number to Python's int(), not to Lua
+    _positions(g=""),
+    _positions(g="1.5"),
+    _positions(h="-1", n="59"),
+    _positions(h=str(2**53 + 1), n=str(2**53 + 61)),  # past Lua's exact numbers
+]
 
 
 def _tokenless(backend: Backend, writer: RedisStore) -> None:
@@ -303,7 +346,7 @@ ODD = [
     _foreign_meta,
     _other_version,
     _evicted_meta,
-    _bad_positions,
+    *BAD_POSITIONS,
     _tokenless,
 ]
 
@@ -324,6 +367,8 @@ def test_a_first_read_of_what_a_store_does_not_write_answers_as_the_script(
     expected = outcome(lambda: fresh.get("s") if with_meta else fresh.get_history("s"))
     requests = drive.requests  # type: ignore[attr-defined]
     assert got == expected and expected != "ValueError"
+    if odd in BAD_POSITIONS:  # the script names them: the meta hash, not a Lua error
+        assert expected == "CorruptData"
     if backend.cluster is None:  # refused by the pipeline's checks: read again by the script
         assert first_read(store, requests[0]) == snapshot(store, with_meta)
         assert len(requests) == 2 and requests[1].name == "get" and not requests[1].after

@@ -15,6 +15,7 @@ import pytest
 from redis_session import (
     ChildAlreadyMerged,
     ChildNotFound,
+    ChildSessionConfig,
     DuplicateSession,
     InvalidArgument,
     Message,
@@ -116,3 +117,41 @@ async def test_delete_again_with_its_key_returns_the_first_result(
     assert await quick.delete("q", idempotency_key="del-q") is False
     gone = backend.schema.session("d").gone
     assert 0 < backend.sync_client().pttl(gone) <= 86_400_000
+
+
+async def test_a_session_made_again_by_a_create_of_the_same_key_is_read_anew(
+    make_store: StoreFactory,
+) -> None:
+    # Each creation has its own token (readers compare it to know the session they hold), so
+    # a store that holds the first session reads the second, not the first one's messages
+    # under the second one's positions.
+    writer, reader = make_store(), make_store()
+
+    async def made(word: str) -> None:
+        history = [Message(role="user", content=f"{word}{i}") for i in range(40)]
+        session = Session(key="s", metadata={"who": word}, history=history)
+        await writer.create(session, idempotency_key="same")
+
+    await made("old")
+    assert (await reader.get("s")).history[-1].content == "old39"  # held now
+    assert await writer.delete("s") is True
+    await made("new")
+    got = await reader.get("s")
+    assert got.metadata == {"who": "new"}
+    assert [m.content for m in got.history] == [f"new{i}" for i in range(40)]
+    # the first call's retry still finds the session it made (here: the second's)
+    again = await writer.create(Session(key="s"), idempotency_key="same")
+    assert again.created_at == got.created_at
+
+
+async def test_a_child_forked_again_by_the_same_key_is_read_anew(make_store: StoreFactory) -> None:
+    writer, reader = make_store(), make_store()
+    await writer.create(Session(key="p", history=[Message(role="user", content="a")]))
+    config = ChildSessionConfig(inherit_history=1)
+    child = await writer.fork_child("p", "helper", config, idempotency_key="fork-1")
+    assert [m.content for m in (await reader.get_child(child.key)).history] == ["a"]  # held
+    await writer.discard_child(child.key)
+    await writer.append_message("p", Message(role="user", content="b"))
+    again = await writer.fork_child("p", "helper", config, idempotency_key="fork-1")
+    assert again.key == child.key  # the same call's key: a child of the same key, made again
+    assert [m.content for m in (await reader.get_child(child.key)).history] == ["b"]
