@@ -47,18 +47,21 @@ CLIENT_COMMANDS: Mapping[str, Sent] = MappingProxyType(
         "del": Sent("fork_child: dropping a staged copy whose source changed"),
         "exists": Sent("repair_index: probing index shards (cluster); the ADK index's prune"),
         "hget": Sent("get_salt, get_checksum, get_secret; a lost keyring restored from a session"),
-        "hgetall": Sent("migrate_secrets, the keyring, rekey"),
+        "hgetall": Sent("get: a first read's meta hash; migrate_secrets, the keyring, rekey"),
         "hkeys": Sent("list_secrets"),
         "hmget": Sent("list_sessions, the keyring, rekey, restoring a lost keyring, get"),
         "lrange": Sent(
-            "get, get_history: a first read's messages behind the get script, "
+            "get, get_history: a first read's messages (behind the get script on a cluster), "
             "a long read's plain steps"
         ),
         "hset": Sent("set_salt; migrate_secrets: staging many secrets"),
         "pexpire": Sent("migrate_secrets: the staging hash's TTL; the ADK index's TTL"),
         "sadd": Sent("registering index shards (cluster)"),
         "smembers": Sent("list_sessions: the index shards (cluster)"),
-        "type": Sent("list_sessions, delete, ls, stats: naming the type of another program's key"),
+        "type": Sent(
+            "get, get_history: a first read's check of the id window; list_sessions, delete, ls, "
+            "stats: naming the type of another program's key"
+        ),
         "zrange": Sent("children_of, delete, rekey: a session's children"),
         "zrevrange": Sent("list_sessions"),
         "zrangebyscore": Sent("the expire reaper: index entries whose tree's deadline passed"),
@@ -87,7 +90,9 @@ CLIENT_COMMANDS: Mapping[str, Sent] = MappingProxyType(
         "cluster|slots": Sent("a cluster client learning which node serves which slot", True),
         "command": Sent("a cluster client learning where commands keep their keys", True),
         # the command line's own reads
-        "llen": Sent("redis-session ls, show: message counts; a long read's plain steps"),
+        "llen": Sent(
+            "redis-session ls, show: message counts; a first read's and a long read's checks"
+        ),
         "memory|usage": Sent("redis-session stats"),
     }
 )

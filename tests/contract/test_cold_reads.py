@@ -8,7 +8,7 @@ them must be seen, and the read then falls back to the script.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -59,15 +59,34 @@ def lrange_of(request: Any) -> tuple[Any, ...]:
     return tuple(lrange)
 
 
+def read_again(requests: Sequence[Any]) -> bool:
+    """Whether a first read fell back to the ``get`` script alone after its first request."""
+    return any(isinstance(r, ScriptCall) and r.name == "get" and not r.after for r in requests[1:])
+
+
 def snapshot(store: RedisStore, with_meta: bool = True) -> list[str]:
     """What a first read's pipeline holds (``with_meta``: the whole meta hash)."""
     return ["TYPE", "HGETALL" if with_meta else "HMGET", "LRANGE", "HMGET", "LLEN"]
 
 
-def drive(store: RedisStore, op: Any, between: Callable[[], object] | None = None) -> Any:
-    """Run a core operation on ``store``, recording its requests; a request with commands
-    behind its script runs in two parts with ``between`` (another worker) in the middle.
+def drive(
+    store: RedisStore,
+    op: Any,
+    between: Callable[[], object] | None = None,
+    after_lrange: bool = False,
+) -> Any:
+    """Run a core operation on ``store``, recording its requests; a first read's request runs
+    in two parts with ``between`` (another worker) in the middle: before its LRANGE (after the
+    meta hash, or the script on a cluster), or with ``after_lrange`` just after it (before
+    the positions are read again).
     """
+
+    def split(commands: Sequence[Any], first: list[Any]) -> list[Any]:
+        at = [c[0] for c in commands].index("LRANGE") + (1 if after_lrange else 0)
+        head = store._execute(Commands(commands[:at], errors_as_values=True)) if at else []
+        assert between is not None
+        between()
+        return [*first, *head, *store._execute(Commands(commands[at:], errors_as_values=True))]
 
     def execute(request: Any) -> Any:
         if (
@@ -75,15 +94,10 @@ def drive(store: RedisStore, op: Any, between: Callable[[], object] | None = Non
             and between is not None
             and request.commands[0][0] == "TYPE"
         ):
-            # a first read's pipeline: another worker between its meta hash and its LRANGE
-            first = store._execute(Commands(request.commands[:2], errors_as_values=True))
-            between()
-            return [*first, *store._execute(Commands(request.commands[2:], errors_as_values=True))]
+            return split(request.commands, [])  # a first read's pipeline
         if isinstance(request, ScriptCall) and request.after and between is not None:
             alone = ScriptCall(request.name, request.keys, request.args, request.write)
-            first = store._execute(alone)
-            between()
-            return [first, *store._execute(Commands(request.after, errors_as_values=True))]
+            return split(request.after, [store._execute(alone)])
         return store._execute(request)
 
     requests: list[Any] = []
@@ -145,6 +159,7 @@ def test_a_store_that_holds_the_newest_messages_reads_more_of_them_cold(
     # through Lua, as for a session it never read
     session = drive(store, store._core.sessions.get("s"))
     assert "LRANGE" in first_read(store, drive.requests[0])  # type: ignore[attr-defined]
+    assert not read_again(drive.requests)  # type: ignore[attr-defined]
     assert session == backend.sync_store(read_cache_bytes=0).get("s")
     writer.append_message("s", msg("m301"))
     again = drive(store, store._core.sessions.get("s"))  # it holds all of it now: the hot path
@@ -164,6 +179,7 @@ def test_a_long_history_is_read_on_in_steps_after_the_lrange(backend: Backend) -
     history = drive(store, store._core.sessions.get_history("s"))
     requests = drive.requests  # type: ignore[attr-defined]
     assert "LRANGE" in first_read(store, requests[0]) and len(requests) > 2
+    assert not read_again(requests)
     # no element through Lua: LRANGE, then the positions again (two requests on a cluster)
     names = step_names(requests[1:])
     assert names == ["LRANGE", "HMGET", "LLEN"] * (len(names) // 3) and names
@@ -239,7 +255,23 @@ def _raw_rpush(backend: Backend, writer: RedisStore) -> None:
     writer._execute(Commands([("RPUSH", sk.msgs, element)]))
 
 
-CHANGES = [_append, _pop, _pop_and_append, _compact, _trim, _recreate, _delete, _raw_rpush]
+def _merge(backend: Backend, writer: RedisStore) -> None:
+    child = writer.fork_child("s", "helper")  # merged as its history (no summary)
+    writer.append_child_message(child.key, msg("from the child"))
+    writer.merge_child(child.key, "")
+
+
+CHANGES = [
+    _append,
+    _pop,
+    _pop_and_append,
+    _compact,
+    _trim,
+    _recreate,
+    _delete,
+    _raw_rpush,
+    _merge,
+]
 
 
 def outcome(read: Callable[[], Any]) -> Any:
@@ -250,21 +282,33 @@ def outcome(read: Callable[[], Any]) -> Any:
         return type(exc).__name__
 
 
+@pytest.mark.parametrize("after_lrange", [False, True], ids=["before", "after"])
 @pytest.mark.parametrize("change", CHANGES, ids=[c.__name__[1:] for c in CHANGES])
-def test_a_change_between_the_meta_hash_and_the_lrange_is_seen(
-    backend: Backend, change: Callable[[Backend, RedisStore], None]
+def test_a_change_around_the_lrange_is_seen(
+    backend: Backend, change: Callable[[Backend, RedisStore], None], after_lrange: bool
 ) -> None:
+    # Before: the meta hash (or the script) read the old session, the LRANGE the new one;
+    # after: the LRANGE read the old one, the positions read again the new one.
     writer = filled(backend, "s", 60)
     store = cold_store(backend)
     fresh = backend.sync_store(read_cache_bytes=0)
+    before = fresh.get("s")
     got = outcome(
-        lambda: drive(store, store._core.sessions.get("s"), lambda: change(backend, writer))
+        lambda: drive(
+            store, store._core.sessions.get("s"), lambda: change(backend, writer), after_lrange
+        )
     )
     requests = drive.requests  # type: ignore[attr-defined]
     assert "LRANGE" in first_read(store, requests[0])
-    assert len(requests) >= 2  # read again, by the script
     assert not any(r.after for r in requests[1:] if isinstance(r, ScriptCall))
-    assert got == outcome(lambda: fresh.get("s"))
+    after = outcome(lambda: fresh.get("s"))
+    assert got in (before, after)  # one snapshot, never a mix
+    if after_lrange and change is _raw_rpush and backend.cluster is not None:
+        # The LRANGE read the list as the script saw it; the raw RPUSH after it changes no
+        # position, and the cluster path reads no LLEN: the session as it was (a snapshot).
+        assert got == before and len(requests) == 1
+    else:
+        assert len(requests) >= 2 and got == after  # seen: read again, by the script
 
 
 def test_a_session_made_again_by_a_create_of_the_same_key_between_is_seen(
@@ -392,7 +436,7 @@ def test_a_change_between_two_steps_is_seen(
     # one snapshot: the session as the first step read it (an append since is not part of
     # it), or as it is after the change (read again from the start), never a mix
     assert got in (before, after)
-    if change not in (_append, _raw_rpush):  # a change that is not an append at the tail
+    if change not in (_append, _raw_rpush, _merge):  # a change that is not an append at the tail
         assert got == after
 
 
@@ -427,6 +471,7 @@ def test_the_sync_pipeline_reloads_a_flushed_script(backend: Backend) -> None:
     store._client.script_flush()
     assert len(drive(store, store._core.sessions.get_history("s"))) == 60
     assert "LRANGE" in first_read(store, drive.requests[0])  # type: ignore[attr-defined]
+    assert len(drive.requests) == 1  # type: ignore[attr-defined]
     store._client.script_flush()  # outside a cluster the first read ran no script
     assert len(drive(store, store._core.sessions.get_history("s", SMALL_READ))) == SMALL_READ
     assert not drive.requests[0].after  # type: ignore[attr-defined]  # the script alone
@@ -439,5 +484,6 @@ def test_a_sealed_session_reads_cold_and_opens(backend: Backend) -> None:
     store.get("s")  # learns the element size (sealed elements: larger)
     session = drive(store, store._core.sessions.get("s"))
     assert "LRANGE" in first_read(store, drive.requests[0])  # type: ignore[attr-defined]
+    assert not read_again(drive.requests)  # type: ignore[attr-defined]  # taken, and opened
     assert session.metadata == {"m": "1"}
     assert [m.content for m in session.history] == [f"m{i}" for i in range(40)]
