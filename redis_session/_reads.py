@@ -241,7 +241,7 @@ class Reader:
         behind the store).
         """
         meta, msgs = read_keys[0], read_keys[1]
-        after = (("LRANGE", msgs, *span), ("HMGET", meta, "token", "g", "h", "n"))
+        after = (("LRANGE", msgs, *span), ("HMGET", meta, *_VERSION_FIELDS))
         first = contracts.get(read_keys, **cold, budget=0, held_head="", after=after)
         script, items, now = yield first
         if isinstance(script, Exception):
@@ -341,7 +341,7 @@ class Reader:
                 count = max(1, min(n - upto, COLD_READ_MESSAGES, budget))
                 lo = upto - h
                 lrange = ("LRANGE", msgs, lo, lo + count - 1)
-                check_after = [("HMGET", meta, "token", "g", "h", "n"), ("LLEN", msgs)]
+                check_after = [("HMGET", meta, *_VERSION_FIELDS), ("LLEN", msgs)]
                 if self.schema.cluster:  # a cluster pipeline may send a redirected command
                     (got,) = yield Commands([lrange], errors_as_values=True)  # after the rest
                     now, length = yield Commands(check_after, errors_as_values=True)
@@ -466,7 +466,8 @@ class Reader:
 
 
 _VERSION_FIELDS = (b"token", b"g", b"h", b"n")
-"""The meta hash's fields that change with every change a store makes to a session's list."""
+"""The meta hash's fields that change with every change a store makes to a session's list
+(read again after a plain ``LRANGE``: a first read's, a long read's steps)."""
 _READ_FIELDS = (b"v", *_VERSION_FIELDS, b"k", b"dk")
 """The meta hash's fields a first read of the history alone takes (:meth:`Reader._snapshot`)."""
 _WHOLE = re.compile(rb"\d{1,15}")
