@@ -388,6 +388,29 @@ def delete(
     return ScriptCall("delete", keys, args)
 
 
+class DiscardedBatch(NamedTuple):
+    done: Any
+    """1 when the delete the batch belongs to was done before (nothing discarded), else 0."""
+    event_ids: Any
+    """Per child, in order: its ``discard`` event's id when it was live (``b''``: no log),
+    else 0 (merged, damaged, or no longer a member)."""
+
+
+@_contract("root log gone *children", "call_token events *children", DiscardedBatch)
+def discard_children(
+    keys: Sequence[Key],
+    *,
+    call_token: str,
+    events: Events,
+    children: Sequence[bytes],
+) -> ScriptCall:
+    """``keys``: the root keys, the log, the gone key, then meta, msgs, ids and staging list
+    per child; ``call_token``: the delete's (``""``: none); ``children``: per child, its key
+    as read and the fields of its ``discard`` event (a batch of a delete: see ``delete``).
+    """
+    return ScriptCall("discard_children", keys, [call_token, *events, *children])
+
+
 class Ended(NamedTuple):
     ended_at: Any
     """Microseconds since the epoch (the server's clock), when the session was ended."""

@@ -30,6 +30,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "create",
     "delete",
     "discard_child",
+    "discard_children",
     "end_session",
     "finish_rekey",
     "fork_child",

@@ -11,7 +11,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from redis_session import ChildSession, Message, RedisStore, Session
+from redis_session import ChildSession, Message, RedisStore, Session, _sessions
+from redis_session._eventlog import entry_event
 from tests.conftest import Backend
 from tests.support.proxy import LossyProxy
 
@@ -128,3 +129,35 @@ def test_the_callers_own_retry_with_its_idempotency_key_returns_the_first_result
         assert [m.content for m in setup.get_history("p")] == ["0", "merged"]
     elif name == "discard":
         assert setup.children_of("p") == []
+
+
+@pytest.mark.parametrize("lost", [0, 1, 2], ids=["first-batch", "second-batch", "the-delete"])
+def test_a_batched_delete_retried_after_a_lost_reply_logs_each_event_once(
+    real_backend: Backend, monkeypatch: pytest.MonkeyPatch, lost: int
+) -> None:
+    """A delete of more children than a script takes (two batches, then the session): the
+    reply of script ``lost`` (from 0) is lost and redis-py sends it again; each child is
+    discarded and logged once, and the delete (with its idempotency key) answers True."""
+    monkeypatch.setattr(_sessions, "DELETE_BATCH", 2)
+    assert real_backend.server is not None
+    setup = real_backend.sync_store()
+    setup.create(Session(key="p"))
+    kids = [setup.fork_child("p", f"a{n}").key for n in range(5)]
+    log = real_backend.schema.log_of("p")
+    raw = real_backend.sync_client()
+    before = raw.xlen(log)
+    with LossyProxy(real_backend.server.port) as proxy:
+        client = redis.Redis(port=proxy.port, socket_timeout=5)
+        store = RedisStore(client, prefix=real_backend.prefix)
+        store.get_history("p")
+        proxy.drop_replies_to(b"EVALSHA", 1, skip=lost)
+        assert store.delete("p", idempotency_key="d-1") is True
+        assert proxy.dropped == 1
+        client.close()
+    events = [entry_event(i, f) for i, f in raw.xrange(log)][before:]
+    assert [(e.type if e else None, e.child_key if e else None) for e in events] == [
+        *(("discard", k) for k in kids),
+        ("delete", ""),
+    ]
+    gone = real_backend.schema.session("p").gone
+    assert [bytes(k) for k in real_backend.session_keys()] == [gone.encode()]  # the key's record

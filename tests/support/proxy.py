@@ -1,8 +1,9 @@
 """A loopback TCP proxy that can lose a reply after the server applied the request.
 
-``drop_replies_to(b"EVALSHA", n)``: for the next ``n`` requests containing that marker, the
-request is forwarded, the server's reply is read and thrown away, and the client's connection
-is closed, which is what a network fault after the write looks like to redis-py.
+``drop_replies_to(b"EVALSHA", n)``: for the next ``n`` requests containing that marker (after
+``skip`` more that pass), the request is forwarded, the server's reply is read and thrown
+away, and the client's connection is closed, which is what a network fault after the write
+looks like to redis-py.
 """
 
 from __future__ import annotations
@@ -21,18 +22,22 @@ class LossyProxy:
         self._lock = threading.Lock()
         self._marker = b""
         self._to_drop = 0
+        self._to_skip = 0
         self.dropped = 0
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._accept_thread = threading.Thread(target=self._accept, daemon=True)
 
-    def drop_replies_to(self, marker: bytes, count: int = 1) -> None:
+    def drop_replies_to(self, marker: bytes, count: int = 1, skip: int = 0) -> None:
         with self._lock:
-            self._marker, self._to_drop = marker, count
+            self._marker, self._to_drop, self._to_skip = marker, count, skip
 
     def _arm(self, chunk: bytes) -> bool:
         with self._lock:
             if self._to_drop > 0 and self._marker in chunk:
+                if self._to_skip > 0:
+                    self._to_skip -= 1
+                    return False
                 self._to_drop -= 1
                 return True
         return False
