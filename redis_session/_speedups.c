@@ -216,7 +216,7 @@ static int timestamp(Cursor *c, PyObject **out) {
  *
  * The instance, its __dict__ and its fields set are left out of the cyclic garbage collector.
  * The dict holds strings, a role member, a timestamp, a tuple of tool calls (models made here,
- * also untracked), none of which leads back to it, and CPython tracks a dict again when a value
+ * the tuple and they untracked too), none of which leads back to it, and CPython tracks a dict again when a value
  * that can be in a cycle is stored in it; the fields set holds field names. The models are
  * frozen: only a caller that stores into one past that (object.__setattr__, or adding to
  * model_fields_set) an object that refers back to it makes a cycle, which is then never
@@ -330,6 +330,11 @@ static int tool_calls(Cursor *c, PyObject **out) {
     }
     *out = PyList_AsTuple(calls);
     status = *out == NULL ? ERROR : OK;
+#if PY_VERSION_HEX < 0x030E0000
+    /* Of models left out of the collector (see instance): a collection untracks a tuple only
+     * when what it holds is not a kind of object that may be tracked. */
+    if (status == OK && PyObject_GC_IsTracked(*out)) PyObject_GC_UnTrack(*out);
+#endif
 done:
     Py_DECREF(calls);
     return status;

@@ -315,6 +315,7 @@ def test_the_c_decoders_models_are_out_of_the_collector_and_freed_by_refcount() 
     (got,) = _fast([encode_message(m)])
     assert got is not None and got == m
     assert not gc.is_tracked(got) and not gc.is_tracked(got.tool_calls[0])
+    assert not gc.is_tracked(got.tool_calls)
     assert not gc.is_tracked(got.__dict__) and not gc.is_tracked(got.model_fields_set)
     copied = got.model_copy(update={"content": "y"})  # a model made from it: as any other
     assert gc.is_tracked(copied) and copied.content == "y" and got.content == "x"
