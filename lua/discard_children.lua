@@ -1,7 +1,7 @@
 -- discard_children: remove one batch of a session's children on the way to its delete, so that
--- deleting a session with many children is made of bounded steps (each child costs ~10-25 us
--- of server time: its checks, its keys unlinked, its event) instead of one script that keeps
--- every other client waiting.
+-- deleting a session with many children is made of bounded steps (each child costs 15-45 us
+-- of server time on a 2-core VM: its checks, its keys unlinked, its event) instead of one
+-- script that keeps every other client waiting.
 -- KEYS: root log gone *children
 -- ARGV: call_token events *children
 -- OK: done event_ids
@@ -13,7 +13,8 @@
 -- ARGV[6 ..] per child, as read from KEYS[6]: its key, the fields of its 'discard' event ('' for
 --         a damaged member: none)
 -- Reply: {OK, 0, per child the id of its 'discard' event when it was live ('' with no log), else
---        0 (merged, damaged, or no longer a member: nothing done for it)}
+--        0 (not live: merged or damaged, removed without an event; or no longer a member: left
+--        alone)}
 --        | {OK, 1} when KEYS[9] holds ARGV[1]: the delete this batch belongs to was done (a
 --          session created under the key since keeps its children)
 --        | {WRONG_TYPE, i, type} | {DAMAGED, i, 'foreign'} (KEYS[i] is another program's key, a
@@ -22,10 +23,11 @@
 -- them. A child still a member of KEYS[6] is removed whatever its state (as delete removes it:
 -- a merge lease does not keep it); one that is not any more is left alone, so that the batch
 -- applied twice (a retry after a lost reply) removes and logs nothing twice. A live parent
--- records each discard (tombstone, tree generation, child count) as discard_child does, so
--- that a session whose delete stops between batches is a consistent session with fewer
--- children. The first writes (UNLINK, ZREM) are ones Redis makes when it is out of memory:
--- like delete, the batches free memory at maxmemory.
+-- records each removal as the store's other removals do: a discarded child's tombstone 'd'
+-- (as discard_child), a merged one's 'm' at its merge time (as a merge that prunes it), the
+-- tree generation, the child count; so that a session whose delete stops between batches is a
+-- consistent session with fewer children. The first writes (UNLINK, ZREM) are ones Redis
+-- makes when it is out of memory: like delete, the batches free memory at maxmemory.
 local types = {'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'stream', 'string'}
 for i = 10, #KEYS, 4 do types[i], types[i + 1], types[i + 2], types[i + 3] = 'hash', 'list', 'hash', 'list' end
 local bad = wrong_type(types)
@@ -33,7 +35,7 @@ if bad then return bad end
 if ARGV[1] ~= '' and redis.call('GET', KEYS[9]) == ARGV[1] then return {OK, 1} end
 local f = redis.call('HMGET', KEYS[1], 'v', 'tg', 'x')
 if not f[1] and redis.call('EXISTS', KEYS[1]) == 1 then return {DAMAGED, 1, 'foreign'} end
-local reply, live, gone, members = {OK, 0}, {}, {}, {}
+local reply, live, merged, gone, members = {OK, 0}, {}, {}, {}, {}
 for n = 1, (#ARGV - 5) / 2 do
   local member, k = ARGV[4 + 2 * n], 6 + 4 * n
   -- hashes this store wrote hold 'v' (an absent one reads as {false, false}: not live)
@@ -42,6 +44,8 @@ for n = 1, (#ARGV - 5) / 2 do
   reply[2 + n] = 0
   if redis.call('ZSCORE', KEYS[6], member) then
     live[n] = f[1] and c[1] and not c[2] and ARGV[5 + 2 * n] ~= ''
+    local at = f[1] and c[1] and c[2] and string.match(c[2], '^%d+$')
+    if at and #at <= 16 then merged[n] = at end  -- as a merge writes it (else: no tombstone)
     members[#members + 1] = member
     for j = k, k + 3 do gone[#gone + 1] = KEYS[j] end
   end
@@ -57,6 +61,8 @@ for n = 1, (#ARGV - 5) / 2 do
   if live[n] then
     tombstone('d', ARGV[4 + 2 * n], us)
     reply[2 + n] = log_event(8, 2, 'discard', ARGV[5 + 2 * n], now)
+  elseif merged[n] then  -- as a merge that prunes it: a retried merge still finds its success
+    tombstone('m', ARGV[4 + 2 * n], merged[n])
   end
 end
 if f[1] then

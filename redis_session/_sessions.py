@@ -33,10 +33,9 @@ DELETE_BATCH = 100
 """The most children one script of a delete removes: a session with more loses them a batch
 at a time first (``discard_children``), so that no script of a delete keeps the server
 longer than 100 children's worth (each 15-45 µs of server time measured on a 2-core VM: its
-checks, its keys unlinked, its ``discard`` event)."""
-MAX_DELETE_BATCHES = 20_000
-"""Batches a delete sends at most (2,000,000 children): a bound on its loop should children
-be forked as fast as it removes them."""
+checks, its keys unlinked, its ``discard`` event). A delete sends at most as many batches as
+the children it first counted fill, plus ``DELETE_ATTEMPTS`` (children forked meanwhile), then
+gives up with :class:`ConcurrentChange`."""
 
 
 class Fence(NamedTuple):
@@ -258,14 +257,17 @@ class Sessions:
         draft = new_event(LifecycleEventType.DELETE, key)
         log_key = self.events.log_of(key)
         events = self.events.events_of(key)
-        attempts, batches = 0, 0
+        attempts, batches = 0, None
         while attempts < DELETE_ATTEMPTS:
             # One more than a batch: a session with more children than a script should take
             # at once loses them a batch at a time first (see discard_children.lua).
             (members,) = yield from self.index.reads([("ZRANGE", sk.kids, 0, DELETE_BATCH)], key)
             if len(members) > DELETE_BATCH:
-                batches += 1
-                if batches > MAX_DELETE_BATCHES:
+                if batches is None:  # the bound: as many as the children counted now fill
+                    (count,) = yield from self.index.reads([("ZCARD", sk.kids)], key)
+                    batches = int(count) // DELETE_BATCH + DELETE_ATTEMPTS
+                batches -= 1
+                if batches < 0:
                     break
                 child_keys, children, drafts = self._children_args(key, members[:DELETE_BATCH])
                 batch_keys = [*keys, log_key, sk.gone, *child_keys]
@@ -276,7 +278,8 @@ class Sessions:
                     contracts.DiscardedBatch, check(reply, Ctx(key, batch_keys))
                 )
                 self.trees.forget(key)
-                if batch.done:  # this call's delete was done before (a lost reply)
+                if batch.done:  # this call's delete was done before (as delete.lua answers it)
+                    yield Emit(draft.event(b""))
                     return True
                 for each, event_id in zip(drafts, batch.event_ids or (), strict=False):
                     if each is not None and not isinstance(event_id, int):  # 0: not live

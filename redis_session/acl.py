@@ -62,6 +62,7 @@ CLIENT_COMMANDS: Mapping[str, Sent] = MappingProxyType(
             "get, get_history: a first read's check of the id window; list_sessions, delete, ls, "
             "stats: naming the type of another program's key"
         ),
+        "zcard": Sent("delete: counting the children of a session deleted in batches"),
         "zrange": Sent("children_of, delete, rekey: a session's children"),
         "zrevrange": Sent("list_sessions"),
         "zrangebyscore": Sent("the expire reaper: index entries whose tree's deadline passed"),

@@ -19,6 +19,14 @@ from tests.support.proxy import LossyProxy
 pytestmark = pytest.mark.slow
 
 
+def load_scripts(store: RedisStore) -> None:
+    """Load every script of ``store`` first: the reply the proxy drops is then the one of the
+    script applied, never a NOSCRIPT answered before it is loaded (which would test nothing).
+    """
+    for script in store._scripts.values():
+        store._client.script_load(script.script)
+
+
 def _ops() -> list[tuple[str, Callable[[RedisStore, dict[str, Any]], object]]]:
     return [
         ("create", lambda s, ctx: s.create(Session(key="new", agent_id="x"))),
@@ -57,6 +65,7 @@ def test_retried_after_a_lost_reply_applies_once(
         client = redis.Redis(port=proxy.port, socket_timeout=5)
         store = RedisStore(client, prefix=real_backend.prefix)
         store.get_history("p")  # connect, and learn nothing that the fault could hide
+        load_scripts(store)
         proxy.drop_replies_to(b"EVALSHA", 1)
         op(store, ctx)  # no exception: the retry found this call's own success
         assert proxy.dropped == 1
@@ -112,6 +121,7 @@ def test_the_callers_own_retry_with_its_idempotency_key_returns_the_first_result
         client = redis.Redis(port=proxy.port, socket_timeout=2, retry=Retry(NoBackoff(), 0))
         store = RedisStore(client, prefix=real_backend.prefix)
         store.get_history("p")
+        load_scripts(store)
         proxy.drop_replies_to(b"EVALSHA", 1)
         with pytest.raises((redis.ConnectionError, redis.TimeoutError)):
             op(store, ctx)  # applied, but its reply was lost
@@ -150,6 +160,7 @@ def test_a_batched_delete_retried_after_a_lost_reply_logs_each_event_once(
         client = redis.Redis(port=proxy.port, socket_timeout=5)
         store = RedisStore(client, prefix=real_backend.prefix)
         store.get_history("p")
+        load_scripts(store)
         proxy.drop_replies_to(b"EVALSHA", 1, skip=lost)
         assert store.delete("p", idempotency_key="d-1") is True
         assert proxy.dropped == 1
