@@ -70,6 +70,15 @@ local function wrong_type(types)
   return nil
 end
 
+-- types (for wrong_type) with the types of the children's keys from KEYS[first] on, four per
+-- child as a delete passes them: meta hash, msgs list, ids hash, staging list.
+local function with_children(types, first)
+  for i = first, #KEYS, 4 do
+    types[i], types[i + 1], types[i + 2], types[i + 3] = 'hash', 'list', 'hash', 'list'
+  end
+  return types
+end
+
 -- A redis.pcall reply that is an error rather than a value.
 local function failed(reply)
   return type(reply) == 'table' and reply.err ~= nil

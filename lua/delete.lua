@@ -26,8 +26,7 @@
 -- freed by UNLINK (in the background when large), so a huge session does not block Redis.
 local types = {'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'string', 'string', 'list',
   'stream', 'string'}
-for i = 13, #KEYS, 4 do types[i], types[i + 1], types[i + 2], types[i + 3] = 'hash', 'list', 'hash', 'list' end
-local bad = wrong_type(types)
+local bad = wrong_type(with_children(types, 13))
 if bad then return bad end
 if ARGV[2] ~= '' and redis.call('GET', KEYS[12]) == ARGV[2] then
   return {OK, 1, ''}

@@ -29,8 +29,7 @@
 -- consistent session with fewer children. The first writes (UNLINK, ZREM) are ones Redis
 -- makes when it is out of memory: like delete, the batches free memory at maxmemory.
 local types = {'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'stream', 'string'}
-for i = 10, #KEYS, 4 do types[i], types[i + 1], types[i + 2], types[i + 3] = 'hash', 'list', 'hash', 'list' end
-local bad = wrong_type(types)
+local bad = wrong_type(with_children(types, 10))
 if bad then return bad end
 if ARGV[1] ~= '' and redis.call('GET', KEYS[9]) == ARGV[1] then return {OK, 1} end
 local f = redis.call('HMGET', KEYS[1], 'v', 'tg', 'x')

@@ -5,7 +5,7 @@ append, compact, pop.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from . import codec, contracts
 from ._args import call_token, non_negative_int, optional_str, text, token
@@ -36,6 +36,15 @@ longer than 100 children's worth (each 15-45 µs of server time measured on a 2-
 checks, its keys unlinked, its ``discard`` event). A delete sends at most as many batches as
 the children it first counted fill, plus ``DELETE_ATTEMPTS`` (children forked meanwhile), then
 gives up with :class:`ConcurrentChange`."""
+
+
+def _discards(drafts: Sequence[Draft | None], event_ids: Sequence[Any] | None) -> Op[None]:
+    """The ``discard`` events a delete's script logged: one per child that was live (its id;
+    0 for one that was not, None for a damaged member, which has no draft).
+    """
+    for each, event_id in zip(drafts, event_ids or (), strict=False):
+        if each is not None and not isinstance(event_id, int):
+            yield Emit(each.event(event_id))
 
 
 class Fence(NamedTuple):
@@ -281,9 +290,7 @@ class Sessions:
                 if batch.done:  # this call's delete was done before (as delete.lua answers it)
                     yield Emit(draft.event(b""))
                     return True
-                for each, event_id in zip(drafts, batch.event_ids or (), strict=False):
-                    if each is not None and not isinstance(event_id, int):  # 0: not live
-                        yield Emit(each.event(event_id))
+                yield from _discards(drafts, batch.event_ids)
                 continue
             attempts += 1
             child_keys, children, drafts = self._children_args(key, members)
@@ -302,9 +309,7 @@ class Sessions:
                 existed = bool(deleted.existed)
                 self.trees.forget(key)
                 if existed:
-                    for each, event_id in zip(drafts, deleted.event_ids or (), strict=False):
-                        if each is not None and not isinstance(event_id, int):  # 0: not live
-                            yield Emit(each.event(event_id))
+                    yield from _discards(drafts, deleted.event_ids)
                     yield Emit(draft.event(deleted.event_id))
                 elif deleted.event_id:  # it had expired unseen: its expire event, logged now
                     expired = draft._replace(type=LifecycleEventType.EXPIRE.value)

@@ -216,8 +216,9 @@ static int timestamp(Cursor *c, PyObject **out) {
  *
  * The instance, its __dict__ and its fields set are left out of the cyclic garbage collector.
  * The dict holds strings, a role member, a timestamp, a tuple of tool calls (models made here,
- * the tuple and they untracked too), none of which leads back to it, and CPython tracks a dict again when a value
- * that can be in a cycle is stored in it; the fields set holds field names. The models are
+ * the tuple and they untracked too), none of which leads back to it, and CPython tracks a
+ * dict again when a value that can be in a cycle is stored in it; the fields set holds field
+ * names. The models are
  * frozen: only a caller that stores into one past that (object.__setattr__, or adding to
  * model_fields_set) an object that refers back to it makes a cycle, which is then never
  * collected (a leak under such misuse only; refcounting frees every model as before). Taken
