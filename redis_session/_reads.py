@@ -193,11 +193,17 @@ class Reader:
                 ("LLEN", msgs),
             ],
             errors_as_values=True,
+            read_only=True,
         )
         if any(isinstance(r, Exception) for r in replies):
             return None
         kind, values, items, now, length = replies
-        got = values if with_meta else dict(zip(_READ_FIELDS, values, strict=True))
+        if not with_meta:
+            got = dict(zip(_READ_FIELDS, values, strict=True))
+        elif isinstance(values, list):  # HGETALL as RESP2 sends it, not through redis-py
+            got = dict(zip(values[::2], values[1::2], strict=True))
+        else:
+            got = values
         version = [got.get(f) for f in _VERSION_FIELDS]
         if kind not in _WINDOW_TYPES or got.get(b"v") != codec.SCHEMA_VERSION or now != version:
             return None
@@ -346,7 +352,9 @@ class Reader:
                     (got,) = yield Commands([lrange], errors_as_values=True)  # after the rest
                     now, length = yield Commands(check_after, errors_as_values=True)
                 else:
-                    got, now, length = yield Commands([lrange, *check_after], errors_as_values=True)
+                    got, now, length = yield Commands(
+                        [lrange, *check_after], errors_as_values=True, read_only=True
+                    )
                 if not any(isinstance(r, Exception) for r in (got, now, length)):
                     now_token, now_g, now_h, now_n = now
                     if (

@@ -43,8 +43,8 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from ._connect_async import async_client, async_close, async_refresh
-from ._connect_sync import sync_client, sync_close, sync_refresh
+from ._connect_async import async_client, async_close, async_refresh, async_replies
+from ._connect_sync import sync_client, sync_close, sync_refresh, sync_replies
 from ._endpoint import SENTINEL_SCHEME, parse
 from ._pools import HiredisPacker, pack_with_hiredis
 from .errors import InvalidArgument
@@ -57,6 +57,7 @@ __all__ = [
     "async_node_client",
     "async_refresh",
     "async_remake",
+    "async_replies",
     "check_client",
     "is_failover_error",
     "pack_with_hiredis",
@@ -64,6 +65,7 @@ __all__ = [
     "sync_close",
     "sync_node_client",
     "sync_refresh",
+    "sync_replies",
 ]
 
 

@@ -296,10 +296,16 @@ class AsyncRedisStore:
             if request.after:
                 return await self._script_then(request)
             # EVALSHA by hand rather than through Script.__call__: the same reload on NOSCRIPT,
-            # without its per-call copies (this is the append hot path).
+            # without its per-call copies (this is the append hot path); on a pooled
+            # connection directly when the client is one the store made (async_replies).
             script = self._scripts[request.name]
             client: Any = self._clients.current()
             command = ("EVALSHA", script.sha, len(request.keys), *request.keys, *request.args)
+            replies = await _url.async_replies(client, (command,))
+            if replies is not None and not isinstance(replies[0], redis.exceptions.NoScriptError):
+                if isinstance(replies[0], Exception):
+                    raise replies[0]
+                return replies[0]
             try:
                 return await client.execute_command(*command)
             except redis.exceptions.NoScriptError:
@@ -313,6 +319,14 @@ class AsyncRedisStore:
         if request.direct:
             return [await self._direct(command) for command in request.commands]
         client = self._clients.current()  # redis-py leaves execute_command untyped
+        if request.read_only and not request.transaction:
+            replies = await _url.async_replies(client, request.commands)
+            if replies is not None:
+                if not request.errors_as_values:
+                    for reply in replies:
+                        if isinstance(reply, Exception):
+                            raise reply
+                return replies
         if len(request.commands) == 1 and not request.transaction:
             try:
                 return [await client.execute_command(*request.commands[0])]

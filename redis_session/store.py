@@ -292,10 +292,16 @@ class RedisStore:
             if request.after:
                 return self._script_then(request)
             # EVALSHA by hand rather than through Script.__call__: the same reload on NOSCRIPT,
-            # without its per-call copies (this is the append hot path).
+            # without its per-call copies (this is the append hot path); on a pooled
+            # connection directly when the client is one the store made (async_replies).
             script = self._scripts[request.name]
             client: Any = self._client
             command = ("EVALSHA", script.sha, len(request.keys), *request.keys, *request.args)
+            replies = _url.sync_replies(client, (command,))
+            if replies is not None and not isinstance(replies[0], redis.exceptions.NoScriptError):
+                if isinstance(replies[0], Exception):
+                    raise replies[0]
+                return replies[0]
             try:
                 return client.execute_command(*command)
             except redis.exceptions.NoScriptError:
@@ -309,6 +315,14 @@ class RedisStore:
         if request.direct:
             return [self._direct(command) for command in request.commands]
         client = self._client  # redis-py leaves execute_command untyped
+        if request.read_only and not request.transaction:
+            replies = _url.sync_replies(client, request.commands)
+            if replies is not None:
+                if not request.errors_as_values:
+                    for reply in replies:
+                        if isinstance(reply, Exception):
+                            raise reply
+                return replies
         if len(request.commands) == 1 and not request.transaction:
             try:
                 return [client.execute_command(*request.commands[0])]
