@@ -13,5 +13,6 @@ def configure(
     tz: tzinfo,
     message_defaults: dict[str, Any],
     call_defaults: dict[str, Any],
+    fields_set_cls: type[set[str]],
 ) -> None: ...
 def decode(items: Sequence[bytes]) -> tuple[list[Message | None], list[int]]: ...
