@@ -143,6 +143,10 @@ class ReadCache:
                 self._entries.move_to_end(key)
             return entry
 
+    def holds(self, key: str) -> bool:
+        """Whether an entry for ``key`` is held (not counted as a read of it)."""
+        return key in self._entries
+
     def put(self, key: str, entry: Held) -> bool:
         """Hold ``entry`` for ``key``, unless it alone passes the bound or it would evict others
         to hold a key not held and not turned away lately (see the module docstring); whether

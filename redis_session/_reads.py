@@ -405,14 +405,15 @@ class Reader:
 
     # -- what a store holds ---------------------------------------------------------------------
 
-    def twin(self, body: bytes, msg: Message) -> Message | None:
+    def twin(self, key: str, body: bytes, msg: Message) -> Message | None:
         """``msg``'s decoded twin (:func:`codec.twin_of`; ``msg`` is one that
-        :func:`codec.twin_ready` holds ready and ``body`` its stored form), taken when it is
-        encoded, so that a change made to ``msg`` later (past its frozen guard) cannot reach a
-        read; None when the store keeps no own appends (it holds nothing it reads) or
-        ``body`` is too long to keep.
+        :func:`codec.twin_ready` holds ready and ``body`` its stored form), to be appended to
+        session ``key``, taken when it is encoded, so that a change made to ``msg`` later
+        (past its frozen guard) cannot reach a read; None when the store does not hold
+        ``key`` (its next read of it is a first read, which parses what it reads: a worker
+        of a fleet without session affinity) or ``body`` is too long to keep.
         """
-        if self.cache.max_bytes and len(body) <= OWN_APPEND_BYTES:
+        if len(body) <= OWN_APPEND_BYTES and self.cache.holds(key):
             return codec.twin_of(msg)
         return None
 
@@ -464,13 +465,13 @@ class Reader:
             if held.ids is not None and new:  # a sealed element copied within its session
                 new = codec.distinct_from(key, held.repeats, new)
             messages, entry = held.extended(self.cache.lock, h, wanted, new, size)
-        else:
-            note_read(False, len(items))
-            ids = {m.id for m in new} if sealed else None
-            entry = Held(*version, start, list(new), 0, len(new), size, ids, h)
-            messages = list(new)  # the caller's own, not the cache's list
-        self.cache.put(key, entry)
-        return messages
+            self.cache.put(key, entry)
+            return messages
+        note_read(False, len(items))
+        ids = {m.id for m in new} if sealed else None
+        if self.cache.put(key, Held(*version, start, new, 0, len(new), size, ids, h)):
+            return list(new)  # the caller's own, not the cache's list (which grows in place)
+        return new
 
 
 _VERSION_FIELDS = (b"token", b"g", b"h", b"n")

@@ -398,7 +398,7 @@ class Sessions:
         tree = self.trees.get(key)
         body, ready = codec.stored_form(msg)
         codec.check_size(body, o.max_message_bytes, "msg")
-        twin = self.reader.twin(body, msg) if ready else None
+        twin = self.reader.twin(key, body, msg) if ready else None
         reply = yield contracts.append_message(
             keys if tree is None else (*keys, *tree[1]),
             head=self.trees.head(key),
@@ -479,7 +479,7 @@ class Sessions:
 
         twins = (
             [
-                (body, self.reader.twin(body, msg) if codec.twin_ready(msg) else None)
+                (body, self.reader.twin(key, body, msg) if codec.twin_ready(msg) else None)
                 for msg, body in zip(messages, pairs[1::2], strict=True)
             ]
             if self.keyring.passphrase is None

@@ -623,6 +623,12 @@ _SESSION_FIELDS_NOT_ENDED = _SESSION_FIELDS - {"ended_at"}
 
 def _raw_fields(key: str, meta: Mapping[bytes, bytes] | Sequence[bytes]) -> dict[bytes, bytes]:
     """A hash's fields by name (bytes), from HGETALL's mapping or a script's flat list."""
+    if (
+        type(meta) is dict
+        and _BYTES_ONLY.issuperset(map(type, meta))
+        and _BYTES_ONLY.issuperset(map(type, meta.values()))
+    ):
+        return meta  # HGETALL's reply as RESP3 brings it: read, never changed here
     if type(meta) is not list and isinstance(meta, Mapping):
         return {bytes(f): bytes(v) for f, v in meta.items()}
     if len(meta) % 2:

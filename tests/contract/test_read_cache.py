@@ -102,10 +102,13 @@ def test_own_appends_are_read_back_without_parsing_as_a_fresh_store_reads_them(
 def test_own_appends_kept_at_hand_are_bounded(backend: Backend) -> None:
     store = backend.sync_store()
     store.create(Session(key="s"))
+    store.append_message("s", msg("before"))  # a session it does not hold: its next read
+    assert not store._core.reader.own_appends  # is a first read, which parses (a fleet's)
+    store.get("s")
     for i in range(300):
         store.append_message("s", msg(f"m{i}"))
     assert 0 < len(store._core.reader.own_appends) <= 256
-    assert len(store.get("s").history) == 300
+    assert len(store.get("s").history) == 301
     for kept_none in (backend.sync_store(read_cache_bytes=0),
                       backend.sync_store(passphrase="own appends", kdf_work=WORK)):  # fmt: skip
         kept_none.create(Session(key="t"))
