@@ -84,7 +84,7 @@ def measure_fleet(bench: Bench, size: FleetSize) -> None:
     def turn(i: int) -> object:
         c0 = time.thread_time_ns()
         store, key = workers[routed[i]], keys[turns[i]]
-        held = store._core.reader.cache.get(key) is not None
+        held = store._core.reader.cache.holds(key)
         store.append_message(key, new[i])
         out = store.get(key)
         t[2].ns.append(time.thread_time_ns() - c0)
