@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from tests.support.extras import hiding, page_requirements
 
@@ -215,9 +216,28 @@ def _runs(page: str, line: int, argv: list[str], cwd: Path) -> None:
 def test_python_block_runs_as_written(
     page: str, line: int, code: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    if "127.0.0.1:6379" in code:
-        request.getfixturevalue("local_redis")
-    _runs(page, line, [sys.executable, "-W", "error", "-c", code], tmp_path)
+    if "127.0.0.1:6379" not in code:
+        _runs(page, line, [sys.executable, "-W", "error", "-c", code], tmp_path)
+        return
+    request.getfixturevalue("local_redis")
+    # The block deletes its sessions; its store's event log and keyring outlive them by
+    # design. Its prefixes' keys that were not there before are removed after it.
+    patterns = [f"{name}:*" for name in set(_EXAMPLE_PREFIX.findall(code))]
+    client = redis.Redis(*LOCAL_REDIS)
+    try:
+        before = {k for p in patterns for k in client.scan_iter(match=p, count=1000)}
+        try:
+            _runs(page, line, [sys.executable, "-W", "error", "-c", code], tmp_path)
+        finally:
+            after = {k for p in patterns for k in client.scan_iter(match=p, count=1000)}
+            if after - before:
+                client.delete(*(after - before))
+    finally:
+        client.close()
+
+
+_EXAMPLE_PREFIX = re.compile(r"""prefix\s*=\s*f["']([\w-]+):\{uuid""")
+"""The fixed part of a prefix an example makes unique (``prefix=f"quickstart:{uuid…}:"``)."""
 
 
 @pytest.mark.parametrize(("page", "line", "code"), SHELL, ids=ids(SHELL))
