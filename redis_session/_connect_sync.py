@@ -128,16 +128,17 @@ _OWN_POOLS = (ConnectedFirstPool, HiredisSentinelPool)
 
 
 def sync_replies(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any] | None:
-    """The replies of ``commands`` (each safe to send again: reads, and the store's scripts,
+    """The replies of ``commands`` (each safe to send twice: reads, and the store's scripts,
     idempotent by ids and tokens), sent in one write on a connection of the pool of ``client``
     (one :func:`sync_client` made) and read as they come, each error reply as its exception
     in its place: what redis-py's pipeline answers for them, without its per-command Python
     (measured: ~50 µs less for a first read's five commands, ~15 µs for an append's script).
+    A connection that fails is closed and the commands sent again under the connection's own
+    retry policy, as redis-py sends a command (the same attempts, backoff and outage notices).
 
-    None: send them through redis-py instead, which retries them as its policy says: a client
-    of another kind (a caller's own, whose redis-py metrics and instrumentation see every
-    command; a cluster; fakeredis; a client of one connection), or a connection that failed,
-    which is closed first (its replies lost, as when redis-py retries).
+    None: a client of another kind, whose commands go through redis-py: a caller's own (so
+    that redis-py's metrics and instrumentation see every command), a cluster, fakeredis, a
+    client of one connection.
     """
     pool: Any = getattr(client, "connection_pool", None)
     if type(client) is not redis.Redis or type(pool) not in _OWN_POOLS:
@@ -145,27 +146,28 @@ def sync_replies(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any] 
     if client.connection is not None:
         return None
     connection = pool.get_connection()
-    replies: list[Any] = []
-    try:
+
+    def exchange() -> list[Any]:
         connection.send_packed_command(connection.pack_commands(commands))
+        replies: list[Any] = []
         for _ in commands:
             try:
                 replies.append(connection.read_response())
             except redis.exceptions.ResponseError as exc:
                 replies.append(exc)
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+        return replies
+
+    def failed(error: Exception, *count: Any) -> None:
         connection.disconnect()
-        return None
-    except BaseException:  # cancelled, interrupted: replies may be left unread
+
+    try:
+        got: list[Any] = connection.retry.call_with_retry(exchange, failed)
+        return got
+    except BaseException:  # out of retries, cancelled, interrupted: replies may be unread
         connection.disconnect()
         raise
     finally:
         pool.release(connection)
-    retry = getattr(connection, "retry", None)
-    outage = getattr(retry, "outage", None)
-    if outage is not None and outage.down:
-        outage.recovered()
-    return replies
 
 
 def _sentinel_pool(client: Any) -> Any:
