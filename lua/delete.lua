@@ -4,10 +4,10 @@
 -- OK: existed event_id event_ids
 -- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] the session's pop key
 -- KEYS[9] its turn key   KEYS[10] its wake list   KEYS[11] the tree's event log stream
--- KEYS[12] the session's 'gone' string (a caller's delete token, kept after the delete)
+-- KEYS[12] the session's 'gone' string (a delete's call token, kept after the delete)
 -- KEYS[13 ..] child meta, child msgs, child ids, child staging list for each child, in the
 --         order the caller read them from KEYS[6]
--- ARGV[1] session key (index member)   ARGV[2] the caller's call token ('': none)
+-- ARGV[1] session key (index member)   ARGV[2] this call's token ('': none)
 -- ARGV[3] how long KEYS[12] keeps it, ms (0: not kept)   ARGV[4 .. 7] the events group (see
 --         log_event)   ARGV[8] the event's fields (JSON members)   ARGV[9 ..] per child, as read
 --         from KEYS[6]: its key, the fields of its 'discard' event ('' for a damaged member: none)

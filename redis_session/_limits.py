@@ -26,6 +26,11 @@ WRITE_ATTEMPTS = 8
 """Sends of one write whose key, tree or sealed versions kept changing under it."""
 READ_ATTEMPTS = 4
 """Reads in steps begun again after the list changed under them."""
+DELETE_RETRY_MS = 60_000
+"""How long a delete called without an idempotency key keeps its own fresh call token (in the
+session's ``gone:`` string, at most ``expired_grace``), so that redis-py's retry of it after a
+lost reply (a ``from_url`` client's: ~4 s, ~12 s through Sentinel) answers True, the first
+send's result."""
 SCAN_COUNT = 1000
 """Index entries (or keys) one step of a listing reads at most."""
 

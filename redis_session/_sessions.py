@@ -14,7 +14,7 @@ from ._args import session as session_arg
 from ._eventlog import Draft, EventLog, new_event
 from ._index import Index
 from ._keyring import Keyring
-from ._limits import STAGE_LEASE_MS, Limits
+from ._limits import DELETE_RETRY_MS, STAGE_LEASE_MS, Limits
 from ._reads import Reader
 from ._requests import Emit, Op, ScriptCall
 from ._trees import Trees
@@ -261,7 +261,12 @@ class Sessions:
 
     def delete(self, key: str, given_token: str | None = None) -> Op[bool]:
         key = check_key(key)
-        call = "" if given_token is None else call_token(given_token)
+        # A fresh token without an idempotency key: kept only as long as redis-py's retry of
+        # this very call may come (its reply lost), which then answers True as the first did.
+        call = call_token(given_token)
+        kept = self.options.grace_ms
+        if given_token is None:
+            kept = min(kept, DELETE_RETRY_MS)
         sk, keys = self.trees.keys(key)
         draft = new_event(LifecycleEventType.DELETE, key)
         log_key = self.events.log_of(key)
@@ -299,7 +304,7 @@ class Sessions:
                 all_keys,
                 session_key=key,
                 call_token=call,
-                gone_ms=self.options.grace_ms,
+                gone_ms=kept,
                 events=events,
                 event=draft.fields,
                 children=children,

@@ -149,10 +149,14 @@ class Backend:
         return text in self.schema.index_registries or text == log or text.startswith(log + ":{")
 
     def session_keys(self) -> list[bytes]:
-        """Every key under this backend's prefix but the store-wide ones, sorted."""
+        """Every key under this backend's prefix but the store-wide ones and the ``gone:``
+        strings a delete leaves for a while (its call token, for redis-py's retry of it:
+        ``tests/contract/test_sessions.py`` checks their deadline), sorted.
+        """
         raw = self.sync_client()
         found = (bytes(k) for k in raw.scan_iter(match=f"{self.prefix}*", count=1000))
-        return sorted(k for k in found if not self.is_store_wide(k))
+        gone = f"{self.prefix}gone:".encode()
+        return sorted(k for k in found if not self.is_store_wide(k) and not k.startswith(gone))
 
     def sync_client(self, *, kept: bool = True, **kwargs: Any) -> Any:
         """A new client, closed after the test (``kept=False``: nothing here keeps it alive)."""

@@ -348,12 +348,14 @@ def _check(store: RedisStore, keys: list[str], ledger: _Ledger, result: DemoResu
 
 def cleanup(store: RedisStore, config: DemoConfig) -> int:
     """Delete the demo's sessions (and their children), then the event logs of its prefix
-    (which outlive sessions: the demo's prefix is its own); returns how many existed.
+    and the deletes' call tokens (which outlive sessions, the tokens for a minute: the demo's
+    prefix is its own); returns how many existed.
     """
     keys = [f"chat:{i}" for i in range(config.sessions)]
     existed = sum(store.delete(key) for key in keys)
     logs = sorted({store.extension.log_of(key) for key in keys})
-    store.run(_commands([("DEL", log) for log in logs]))
+    tokens = [store.extension.schema.session(key).gone for key in keys]
+    store.run(_commands([("DEL", name) for name in (*logs, *tokens)]))
     return existed
 
 

@@ -22,6 +22,7 @@ from redis_session import (
     StaleExpectation,
     ToolCall,
 )
+from redis_session._limits import DELETE_RETRY_MS
 from tests.conftest import Backend, StoreFactory
 
 
@@ -160,6 +161,26 @@ async def test_delete_is_idempotent_and_unlists(store: Any) -> None:
     assert await store.list_sessions() == []
     await store.create(Session(key="d"))
     assert (await store.get("d")).history == []
+
+
+async def test_a_delete_without_a_key_keeps_its_token_a_minute_at_most(
+    make_store: StoreFactory, backend: Backend
+) -> None:
+    # Its fresh call token stays in the session's gone: string for redis-py's retry of the
+    # same call after a lost reply (tests/reliability/test_lost_replies.py), then goes; never
+    # longer than expired_grace, and not kept at all with expired_grace=0.
+    raw = backend.sync_client()
+    for grace, bound in ((None, DELETE_RETRY_MS), (5, 5_000), (0, None)):
+        store = make_store() if grace is None else make_store(expired_grace=grace)
+        await store.create(Session(key="d"))
+        assert await store.delete("d") is True
+        gone = backend.schema.session("d").gone
+        if bound is None:
+            assert not raw.exists(gone)
+        else:
+            assert 0 < raw.pttl(gone) <= bound
+            raw.delete(gone)
+    assert backend.session_keys() == []
 
 
 async def test_append_keeps_order_and_bumps_updated_at(store: Any) -> None:

@@ -206,6 +206,8 @@ class KeyAudit:
     """Keys of sessions whose deletion was acknowledged."""
     tombstones: int = 0
     """Ended children remembered (in ``done`` zsets; at most 100 per session)."""
+    delete_tokens: int = 0
+    """Deletes' call tokens kept for a retry of the delete (``gone:`` strings, with a TTL)."""
     unknown_keys: list[str] = field(default_factory=list)
 
     @property
@@ -254,6 +256,9 @@ def audit_keys(
             continue
         if ttl and ttls[name] == -1:
             audit.without_ttl.append(name)
+        if kind == "gone" and session_key_of(body) is not None:
+            audit.delete_tokens += 1
+            continue
         decoded = session_key_of(body)
         if decoded is None or kind not in SESSION_KINDS + CHILD_KINDS:
             audit.unknown_keys.append(name)
