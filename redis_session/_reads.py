@@ -198,12 +198,10 @@ class Reader:
         if any(isinstance(r, Exception) for r in replies):
             return None
         kind, values, items, now, length = replies
-        if not with_meta:
-            got = dict(zip(_READ_FIELDS, values, strict=True))
-        elif isinstance(values, list):  # HGETALL as RESP2 sends it, not through redis-py
-            got = dict(zip(values[::2], values[1::2], strict=True))
+        if with_meta:  # HGETALL's fields (a flat list as RESP2 sends it, not through redis-py)
+            got = codec.raw_fields(str(meta), values)
         else:
-            got = values
+            got = dict(zip(_READ_FIELDS, values, strict=True))
         version = [got.get(f) for f in _VERSION_FIELDS]
         if kind not in _WINDOW_TYPES or got.get(b"v") != codec.SCHEMA_VERSION or now != version:
             return None
