@@ -293,8 +293,12 @@ LIVE_CHILDREN = 2_000
 """Live children of a deleted session (one script for all of them took 24-46 ms here)."""
 
 
-REPEATED = frozenset({"create", "fork_child", "merge_child", "discard_child", "read_group"})
-"""The operations the SLOWLOG test runs hundreds of times, each costing the same."""
+REPEATED = frozenset(
+    {"create", "fork_child", "merge_child", "discard_child", "read_group", "end", "delete"}
+)
+"""The operations the SLOWLOG test runs hundreds of times (``delete``: 200 of a session without
+children, and one of 200 live children, whose script takes the last 100 of them: under 1 ms
+here, while a stall of the VM read 14 ms on 2026-12-06)."""
 
 
 STALL_SHARE = 0.02
@@ -352,7 +356,8 @@ def test_only_rare_short_stalls_of_a_repeated_operation_are_taken_for_the_machin
     assert over_the_bound({"merge_child": few}, {"merge_child": 12})[0]
     assert over_the_bound({"merge_child": [*[7_000] * 300, 11_000]}, calls)[0]  # near it
     assert over_the_bound({"merge_child": [*typical, 45_000]}, calls)[0]  # far over: over
-    assert over_the_bound({"delete": [11_000]}, {"delete": 1})[0]  # run once: over
+    assert over_the_bound({"compact_messages": [11_000]}, {"compact_messages": 1})[0]  # once
+    assert over_the_bound({"delete": [11_000]}, {"delete": 1})[0]  # a repeated one run once
     assert not over_the_bound({"HMGET": [13_000]}, {"HMGET": 6_000})[0]  # a plain read's stall
     assert over_the_bound({"merge_child": typical}, calls) == ([], [])
 
