@@ -35,7 +35,13 @@ from ._endpoint import (
     sentinel_target,
     where,
 )
-from ._pools import ASYNC_CLUSTER_POOL, AsyncConnectedFirstPool, PacksWithHiredis
+from ._pools import (
+    ASYNC_CLUSTER_POOL,
+    AsyncConnectedFirstPool,
+    PacksWithHiredis,
+    async_borrow,
+    async_give_back,
+)
 
 
 class AsyncNoticingRetry(redis.asyncio.retry.Retry):
@@ -146,7 +152,7 @@ async def async_replies(client: Any, commands: Sequence[tuple[Any, ...]]) -> lis
         return None
     if client.connection is not None:
         return None
-    connection = await pool.get_connection()
+    connection, short = await async_borrow(pool)
 
     async def exchange() -> list[Any]:
         await connection.send_packed_command(connection.pack_commands(commands))
@@ -168,7 +174,7 @@ async def async_replies(client: Any, commands: Sequence[tuple[Any, ...]]) -> lis
         await connection.disconnect()
         raise
     finally:
-        await pool.release(connection)
+        await async_give_back(pool, connection, short)
 
 
 def _sentinel_pool(client: Any) -> Any:

@@ -36,7 +36,13 @@ from ._endpoint import (
     sentinel_target,
     where,
 )
-from ._pools import CLUSTER_POOL, ConnectedFirstPool, PacksWithHiredis
+from ._pools import (
+    CLUSTER_POOL,
+    ConnectedFirstPool,
+    PacksWithHiredis,
+    sync_borrow,
+    sync_give_back,
+)
 
 
 class NoticingRetry(redis.retry.Retry):
@@ -145,7 +151,7 @@ def sync_replies(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any] 
         return None
     if client.connection is not None:
         return None
-    connection = pool.get_connection()
+    connection, short = sync_borrow(pool)
 
     def exchange() -> list[Any]:
         connection.send_packed_command(connection.pack_commands(commands))
@@ -167,7 +173,7 @@ def sync_replies(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any] 
         connection.disconnect()
         raise
     finally:
-        pool.release(connection)
+        sync_give_back(pool, connection, short)
 
 
 def _sentinel_pool(client: Any) -> Any:

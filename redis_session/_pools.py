@@ -9,6 +9,8 @@ cluster node has a pool (an asyncio one holds its connections itself).
 
 from __future__ import annotations
 
+import os
+import queue
 from collections.abc import Callable, MutableSequence
 from typing import Any
 
@@ -135,3 +137,103 @@ class AsyncConnectedFirstPool(PacksWithHiredis, redis.asyncio.BlockingConnection
         """A connection from the pool, a connected one first when there is one."""
         _connected_last(self._available_connections)
         return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+
+# -- The direct path's checkout (see redis_session._url.sync_replies / async_replies) ----------
+#
+# redis-py's pools take 12-15 µs to hand out and take back a connection (measured, redis-py
+# 8.2: the queue's condition, the pool's observability records, its maintenance and fork
+# checks), against ~3 µs for what a pooled connection must pass before a request: taken under
+# the pool's own lock, checked by the pool's own ensure_connection (unread data: pending push
+# notifications applied, a closed socket made again), put back with the waiters woken. A
+# checkout taken so is not counted in redis-py's pool metrics (nor is the request: see
+# production.md). Only for the pools of ``from_url``'s clients, when none of what redis-py's
+# full path does on top applies; else the pool's own get_connection and release.
+
+
+def sync_borrow(pool: Any) -> tuple[Any, bool]:
+    """A connected connection of ``pool`` and whether it was taken by the short checkout (then
+    :func:`sync_give_back` puts it back the same way): the newest idle one, when it is
+    connected, the pool is :class:`ConnectedFirstPool`, not in maintenance and of this process.
+    """
+    if (
+        type(pool) is ConnectedFirstPool
+        and not getattr(pool, "_in_maintenance", True)
+        and pool.pid == os.getpid()
+    ):
+        lifo = pool.pool
+        connection = None
+        with lifo.mutex:
+            idle = lifo.queue
+            if idle and idle[-1] is not None and idle[-1].is_connected:
+                connection = idle.pop()
+                lifo.not_full.notify()
+        if connection is not None:
+            try:
+                pool.ensure_connection(connection)
+            except BaseException:
+                sync_give_back(pool, connection, True)
+                raise
+            return connection, True
+    return pool.get_connection(), False
+
+
+def sync_give_back(pool: Any, connection: Any, short: bool) -> None:
+    """Put ``connection`` back into ``pool`` as :func:`sync_borrow` took it (``short``), a
+    connection marked for a reconnect closed first; waiters for a connection are woken.
+    """
+    if not short:
+        pool.release(connection)
+        return
+    if connection.should_reconnect():
+        connection.disconnect()
+    try:
+        if getattr(pool, "_in_maintenance", False):
+            with pool._lock:
+                pool.pool.put_nowait(connection)
+        else:
+            pool.pool.put_nowait(connection)
+    except queue.Full:  # a pool made anew meanwhile (as redis-py's release, dropped)
+        pass
+
+
+async def async_borrow(pool: Any) -> tuple[Any, bool]:
+    """The asyncio flavour of :func:`sync_borrow`, for :class:`AsyncConnectedFirstPool`
+    (taken without awaiting: no other task runs between), when no streaming credential
+    provider needs redis-py's re-authentication on release.
+    """
+    if (
+        type(pool) is AsyncConnectedFirstPool
+        and not getattr(pool, "_in_maintenance", True)
+        and not pool._lock.locked()
+        and pool.connection_kwargs.get("credential_provider") is None
+    ):
+        idle = pool._available_connections
+        if idle and idle[-1].is_connected:
+            connection = idle.pop()
+            pool._in_use_connections.add(connection)
+            try:
+                await pool.ensure_connection(connection)
+            except BaseException:
+                await async_give_back(pool, connection, True)
+                raise
+            return connection, True
+    return await pool.get_connection(), False
+
+
+async def async_give_back(pool: Any, connection: Any, short: bool) -> None:
+    """The asyncio flavour of :func:`sync_give_back`: put back without awaiting when no task
+    waits for a connection, the pool's lock is free and the connection needs no reconnect;
+    else by the pool's own release (which wakes the waiters).
+    """
+    if (
+        short
+        and connection in pool._in_use_connections
+        and not pool._condition._waiters
+        and not pool._lock.locked()
+        and not connection.should_reconnect()
+    ):
+        pool._in_use_connections.remove(connection)
+        pool._available_connections.append(connection)
+        return
+    await pool.release(connection)
