@@ -151,13 +151,18 @@ class AsyncConnectedFirstPool(PacksWithHiredis, redis.asyncio.BlockingConnection
 # full path does on top applies; else the pool's own get_connection and release.
 
 
+SYNC_SHORT_CHECKOUT = hasattr(redis.BlockingConnectionPool, "ensure_connection")
+"""Whether a blocking pool has the check the short checkout relies on (redis-py >= 8.2)."""
+
+
 def sync_borrow(pool: Any) -> tuple[Any, bool]:
     """A connected connection of ``pool`` and whether it was taken by the short checkout (then
     :func:`sync_give_back` puts it back the same way): the newest idle one, when it is
     connected, the pool is :class:`ConnectedFirstPool`, not in maintenance and of this process.
     """
     if (
-        type(pool) is ConnectedFirstPool
+        SYNC_SHORT_CHECKOUT
+        and type(pool) is ConnectedFirstPool
         and not getattr(pool, "_in_maintenance", True)
         and pool.pid == os.getpid()
     ):
@@ -204,7 +209,7 @@ async def async_borrow(pool: Any) -> tuple[Any, bool]:
     """
     if (
         type(pool) is AsyncConnectedFirstPool
-        and not getattr(pool, "_in_maintenance", True)
+        and not getattr(pool, "_in_maintenance", True)  # (a redis-py without it: the full one)
         and not pool._lock.locked()
         and pool.connection_kwargs.get("credential_provider") is None
     ):

@@ -14,16 +14,24 @@ import time
 from typing import Any
 
 import pytest
+import redis
 
 from redis_session import _pools
 from redis_session._url import async_client, sync_client
 from tests.conftest import Backend
+
+SYNC_SHORT = pytest.mark.skipif(
+    not _pools.SYNC_SHORT_CHECKOUT,
+    reason="redis-py < 8.2: a blocking pool has no ensure_connection, every checkout is its own",
+)
+REDIS_PY_8_2 = tuple(int(p) for p in redis.__version__.split(".")[:2]) >= (8, 2)
 
 
 def _idle(pool: Any) -> list[Any]:
     return [c for c in pool.pool.queue if c is not None]
 
 
+@SYNC_SHORT
 def test_the_short_checkout_takes_the_newest_connected_one_and_puts_it_back(
     real_backend: Backend,
 ) -> None:
@@ -43,6 +51,7 @@ def test_the_short_checkout_takes_the_newest_connected_one_and_puts_it_back(
         client.close()
 
 
+@SYNC_SHORT
 def test_an_unconnected_pool_a_fork_or_maintenance_take_redis_py_s_checkout(
     real_backend: Backend,
 ) -> None:
@@ -66,6 +75,7 @@ def test_an_unconnected_pool_a_fork_or_maintenance_take_redis_py_s_checkout(
         client.close()
 
 
+@SYNC_SHORT
 def test_a_thread_waiting_for_a_connection_is_woken_by_a_short_give_back(
     real_backend: Backend,
 ) -> None:
@@ -87,6 +97,7 @@ def test_a_thread_waiting_for_a_connection_is_woken_by_a_short_give_back(
         client.close()
 
 
+@SYNC_SHORT
 def test_unread_data_or_a_server_closed_socket_is_made_again_before_a_request(
     real_backend: Backend,
 ) -> None:
@@ -116,6 +127,7 @@ def test_unread_data_or_a_server_closed_socket_is_made_again_before_a_request(
         admin.close()
 
 
+@SYNC_SHORT
 def test_a_connection_marked_for_a_reconnect_is_closed_when_given_back(
     real_backend: Backend,
 ) -> None:
@@ -172,7 +184,10 @@ async def test_asyncio_unread_data_and_redis_py_s_checkout_where_it_applies(
         await connection.send_command("GET", key)  # its reply left unread
         await asyncio.sleep(0.05)
         await _pools.async_give_back(pool, connection, short)
-        assert await client.get("{nothing}") is None
+        if REDIS_PY_8_2:  # 8.1's own check leaves it unread with maintenance notifications on
+            assert await client.get("{nothing}") is None
+        else:
+            await client.connection_pool.disconnect()
         pool._in_maintenance = True
         connection, short = await _pools.async_borrow(pool)
         assert not short
@@ -233,4 +248,7 @@ async def test_a_store_s_requests_take_the_short_checkout(
             await astore.close()
     finally:
         setattr(module, name, borrow)
-    assert counts[True] >= 6 and counts[False] <= 1, counts  # redis-py's: the first only
+    if flavour == "sync" and not _pools.SYNC_SHORT_CHECKOUT:
+        assert counts[True] == 0 and counts[False] >= 6, counts
+    else:
+        assert counts[True] >= 6 and counts[False] <= 1, counts  # redis-py's: the first only
