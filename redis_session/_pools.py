@@ -152,7 +152,8 @@ class AsyncConnectedFirstPool(PacksWithHiredis, redis.asyncio.BlockingConnection
 
 
 SYNC_SHORT_CHECKOUT = hasattr(redis.BlockingConnectionPool, "ensure_connection")
-"""Whether a blocking pool has the check the short checkout relies on (redis-py >= 8.2)."""
+"""Whether a blocking pool has the check the short checkout relies on (redis-py 8.2 has it,
+8.1 had it inline in ``get_connection``)."""
 
 
 def sync_borrow(pool: Any) -> tuple[Any, bool]:
