@@ -151,26 +151,18 @@ class AsyncConnectedFirstPool(PacksWithHiredis, redis.asyncio.BlockingConnection
 # full path does on top applies; else the pool's own get_connection and release.
 
 
-SYNC_SHORT_CHECKOUT = hasattr(redis.BlockingConnectionPool, "ensure_connection")
-"""Whether a blocking pool has the check the short checkout relies on (redis-py 8.2 has it,
-8.1 had it inline in ``get_connection``)."""
-
-
 def sync_borrow(pool: Any) -> tuple[Any, bool]:
     """A connected connection of ``pool`` and whether it was taken by the short checkout (then
-    :func:`sync_give_back` puts it back the same way): the newest idle one, when it is
-    connected, the pool is :class:`ConnectedFirstPool`, not in maintenance and of this process.
+    :func:`sync_give_back` puts it back the same way): the newest connected idle one (as
+    :class:`ConnectedFirstPool` hands out), when the pool is one, not in maintenance and of
+    this process.
     """
-    if (
-        SYNC_SHORT_CHECKOUT
-        and type(pool) is ConnectedFirstPool
-        and not getattr(pool, "_in_maintenance", True)
-        and pool.pid == os.getpid()
-    ):
+    if type(pool) is ConnectedFirstPool and not pool._in_maintenance and pool.pid == os.getpid():
         lifo = pool.pool
         connection = None
         with lifo.mutex:
             idle = lifo.queue
+            _connected_last(idle)
             if idle and idle[-1] is not None and idle[-1].is_connected:
                 connection = idle.pop()
                 lifo.not_full.notify()
@@ -194,7 +186,7 @@ def sync_give_back(pool: Any, connection: Any, short: bool) -> None:
     if connection.should_reconnect():
         connection.disconnect()
     try:
-        if getattr(pool, "_in_maintenance", False):
+        if pool._in_maintenance:
             with pool._lock:
                 pool.pool.put_nowait(connection)
         else:
@@ -210,11 +202,12 @@ async def async_borrow(pool: Any) -> tuple[Any, bool]:
     """
     if (
         type(pool) is AsyncConnectedFirstPool
-        and not getattr(pool, "_in_maintenance", True)  # (a redis-py without it: the full one)
+        and not pool._in_maintenance
         and not pool._lock.locked()
         and pool.connection_kwargs.get("credential_provider") is None
     ):
         idle = pool._available_connections
+        _connected_last(idle)
         if idle and idle[-1].is_connected:
             connection = idle.pop()
             pool._in_use_connections.add(connection)

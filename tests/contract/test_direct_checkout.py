@@ -11,6 +11,7 @@ import asyncio
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -19,127 +20,115 @@ from redis_session import _pools
 from redis_session._url import async_client, sync_client
 from tests.conftest import Backend
 
-SYNC_SHORT = pytest.mark.skipif(
-    not _pools.SYNC_SHORT_CHECKOUT,
-    reason="this redis-py's blocking pool has no ensure_connection: every checkout is its own",
-)
+
+@pytest.fixture
+def own(real_backend: Backend) -> Iterator[Callable[..., Any]]:
+    """Makes clients as ``from_url`` does (``sync_client``) for the backend; closed after."""
+    made: list[Any] = []
+
+    def make(**options: Any) -> Any:
+        made.append(sync_client(real_backend.url, **options))
+        return made[-1]
+
+    yield make
+    for client in made:
+        client.close()
 
 
 def _idle(pool: Any) -> list[Any]:
     return [c for c in pool.pool.queue if c is not None]
 
 
-@SYNC_SHORT
 def test_the_short_checkout_takes_the_newest_connected_one_and_puts_it_back(
-    real_backend: Backend,
+    own: Callable[..., Any],
 ) -> None:
-    client: Any = sync_client(real_backend.url)
+    client = own()
     pool = client.connection_pool
-    try:
-        client.ping()  # one connected connection, idle
-        (first,) = _idle(pool)
-        connection, short = _pools.sync_borrow(pool)
-        assert short and connection is first and _idle(pool) == []
-        connection.send_command("PING")
-        assert connection.read_response() in (b"PONG", "PONG", True)
-        _pools.sync_give_back(pool, connection, short)
-        assert _idle(pool) == [first] and pool.pool.queue[-1] is first
-        assert client.ping() is True  # redis-py's own checkout finds it as it left it
-    finally:
-        client.close()
+    client.ping()  # one connected connection, idle
+    (first,) = _idle(pool)
+    connection, short = _pools.sync_borrow(pool)
+    assert short and connection is first and _idle(pool) == []
+    connection.send_command("PING")
+    assert connection.read_response() in (b"PONG", "PONG", True)
+    _pools.sync_give_back(pool, connection, short)
+    assert _idle(pool) == [first] and pool.pool.queue[-1] is first
+    assert client.ping() is True  # redis-py's own checkout finds it as it left it
 
 
-@SYNC_SHORT
 def test_an_unconnected_pool_a_fork_or_maintenance_take_redis_py_s_checkout(
-    real_backend: Backend,
+    own: Callable[..., Any],
 ) -> None:
-    client: Any = sync_client(real_backend.url)
+    client = own()
     pool = client.connection_pool
-    try:
-        connection, short = _pools.sync_borrow(pool)  # nothing connected yet: redis-py's
-        assert not short and connection.is_connected
-        _pools.sync_give_back(pool, connection, short)
-        pool._in_maintenance = True
-        connection, short = _pools.sync_borrow(pool)
-        assert not short
-        _pools.sync_give_back(pool, connection, short)
-        pool._in_maintenance = False
-        pool.pid = -1  # as after a fork: redis-py's checkout makes the pool anew
-        connection, short = _pools.sync_borrow(pool)
-        assert not short and pool.pid == os.getpid()
-        _pools.sync_give_back(pool, connection, short)
-        assert _pools.sync_borrow(pool)[1] is True
-    finally:
-        client.close()
+    connection, short = _pools.sync_borrow(pool)  # nothing connected yet: redis-py's
+    assert not short and connection.is_connected
+    _pools.sync_give_back(pool, connection, short)
+    pool._in_maintenance = True
+    connection, short = _pools.sync_borrow(pool)
+    assert not short
+    _pools.sync_give_back(pool, connection, short)
+    pool._in_maintenance = False
+    pool.pid = -1  # as after a fork: redis-py's checkout makes the pool anew
+    connection, short = _pools.sync_borrow(pool)
+    assert not short and pool.pid == os.getpid()
+    _pools.sync_give_back(pool, connection, short)
+    assert _pools.sync_borrow(pool)[1] is True
 
 
-@SYNC_SHORT
 def test_a_thread_waiting_for_a_connection_is_woken_by_a_short_give_back(
-    real_backend: Backend,
+    own: Callable[..., Any],
 ) -> None:
-    client: Any = sync_client(real_backend.url, max_connections=1)
+    client = own(max_connections=1)
     pool = client.connection_pool
     got: list[Any] = []
-    try:
-        client.ping()
-        connection, short = _pools.sync_borrow(pool)
-        assert short
-        waiter = threading.Thread(target=lambda: got.append(client.get("{x}")))
-        waiter.start()
-        time.sleep(0.2)
-        assert waiter.is_alive() and got == []  # the only connection is out: it waits
-        _pools.sync_give_back(pool, connection, short)
-        waiter.join(timeout=5)
-        assert not waiter.is_alive() and got == [None]
-    finally:
-        client.close()
+    client.ping()
+    connection, short = _pools.sync_borrow(pool)
+    assert short
+    waiter = threading.Thread(target=lambda: got.append(client.get("{x}")))
+    waiter.start()
+    time.sleep(0.2)
+    assert waiter.is_alive() and got == []  # the only connection is out: it waits
+    _pools.sync_give_back(pool, connection, short)
+    waiter.join(timeout=5)
+    assert not waiter.is_alive() and got == [None]
 
 
-@SYNC_SHORT
 def test_unread_data_or_a_server_closed_socket_is_made_again_before_a_request(
-    real_backend: Backend,
+    real_backend: Backend, own: Callable[..., Any]
 ) -> None:
-    client: Any = sync_client(real_backend.url)
-    admin: Any = sync_client(real_backend.url)
+    client = own()
+    admin = own()
     pool = client.connection_pool
     key = f"{real_backend.prefix}{{x}}:k"
-    try:
-        client.set(key, "v")
-        connection, short = _pools.sync_borrow(pool)
-        connection.send_command("GET", key)  # its reply left unread on the connection
-        time.sleep(0.05)
-        _pools.sync_give_back(pool, connection, short)
-        assert client.get("{nothing}") is None  # not the stale b"v"
-        assert len(_idle(pool)) == 1
-        idle_id = client.client_id()
-        admin.client_kill_filter(_id=idle_id)
-        time.sleep(0.05)
-        connection, short = _pools.sync_borrow(pool)  # its socket closed: made again
-        assert short
-        connection.send_command("CLIENT", "ID")
-        assert connection.read_response() != idle_id
-        _pools.sync_give_back(pool, connection, short)
-        client.delete(key)
-    finally:
-        client.close()
-        admin.close()
+    client.set(key, "v")
+    connection, short = _pools.sync_borrow(pool)
+    connection.send_command("GET", key)  # its reply left unread on the connection
+    time.sleep(0.05)
+    _pools.sync_give_back(pool, connection, short)
+    assert client.get("{nothing}") is None  # not the stale b"v"
+    assert len(_idle(pool)) == 1
+    idle_id = client.client_id()
+    admin.client_kill_filter(_id=idle_id)
+    time.sleep(0.05)
+    connection, short = _pools.sync_borrow(pool)  # its socket closed: made again
+    assert short
+    connection.send_command("CLIENT", "ID")
+    assert connection.read_response() != idle_id
+    _pools.sync_give_back(pool, connection, short)
+    client.delete(key)
 
 
-@SYNC_SHORT
 def test_a_connection_marked_for_a_reconnect_is_closed_when_given_back(
-    real_backend: Backend,
+    own: Callable[..., Any],
 ) -> None:
-    client: Any = sync_client(real_backend.url)
+    client = own()
     pool = client.connection_pool
-    try:
-        client.ping()
-        connection, short = _pools.sync_borrow(pool)
-        assert short
-        connection.should_reconnect = lambda: True
-        _pools.sync_give_back(pool, connection, short)
-        assert not connection.is_connected and _idle(pool) == [connection]
-    finally:
-        client.close()
+    client.ping()
+    connection, short = _pools.sync_borrow(pool)
+    assert short
+    connection.should_reconnect = lambda: True
+    _pools.sync_give_back(pool, connection, short)
+    assert not connection.is_connected and _idle(pool) == [connection]
 
 
 async def test_the_asyncio_short_checkout_and_its_waiters(real_backend: Backend) -> None:
@@ -243,7 +232,4 @@ async def test_a_store_s_requests_take_the_short_checkout(
             await astore.close()
     finally:
         setattr(module, name, borrow)
-    if flavour == "sync" and not _pools.SYNC_SHORT_CHECKOUT:
-        assert counts[True] == 0 and counts[False] >= 6, counts
-    else:
-        assert counts[True] >= 6 and counts[False] <= 1, counts  # redis-py's: the first only
+    assert counts[True] >= 6 and counts[False] <= 1, counts  # redis-py's: the first only
