@@ -323,7 +323,8 @@ def over_the_bound(
     capitals, comes with any operation) are such stalls when they
     are at most :data:`STALL_SHARE` of its calls (at least one), each under
     :data:`STALL_CEILING_US`, and nine in ten of its calls take at most
-    :data:`STALL_TYPICAL_US` (calls not in ``durations`` took under its record threshold): a cost of the operation itself
+    :data:`STALL_TYPICAL_US` (calls not in ``durations`` took under its record threshold): a
+    cost of the operation itself
     near the bound, a regular slow call, a longer one or one of an operation run once or a few
     times is over the bound.
     """
