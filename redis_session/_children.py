@@ -449,7 +449,8 @@ class Children:
         meta = read.meta
         version = (bytes(_child_token(read)), b"%d" % int(read.generation))
         start, h = int(read.from_), int(read.head)
-        history = reader.hold(child_key, held, version, h, start, h, new, bodies)
+        size = sum(map(len, bodies))
+        history = reader.hold(child_key, held, version, h, start, h, new, size, len(bodies))
         child: ChildSession = yield from self.keyring.opened(
             parent,
             read.kid,

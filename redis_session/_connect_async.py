@@ -41,6 +41,7 @@ from ._pools import (
     PacksWithHiredis,
     async_borrow,
     async_give_back,
+    async_read_decoded,
 )
 
 
@@ -134,12 +135,16 @@ _OWN_POOLS = (AsyncConnectedFirstPool, AsyncHiredisSentinelPool)
 """The pools of the clients :func:`async_client` makes (not a cluster's, not fakeredis's)."""
 
 
-async def async_replies(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any] | None:
+async def async_replies(
+    client: Any, commands: Sequence[tuple[Any, ...]], decode_at: int | None = None
+) -> list[Any] | None:
     """The replies of ``commands`` (each safe to send twice: reads, and the store's scripts,
     idempotent by ids and tokens), sent in one write on a connection of the pool of ``client``
     (one :func:`async_client` made) and read as they come, each error reply as its exception
     in its place: what redis-py's pipeline answers for them, without its per-command Python
     (measured: ~50 µs less for a first read's five commands, ~15 µs for an append's script).
+    With ``decode_at``, the reply of that LRANGE of stored messages may be a ``Decoded``
+    (see ``_pools.async_read_decoded``).
     A connection that fails is closed and the commands sent again under the connection's own
     retry policy, as redis-py sends a command (the same attempts, backoff and outage notices).
 
@@ -156,6 +161,10 @@ async def async_replies(client: Any, commands: Sequence[tuple[Any, ...]]) -> lis
 
     async def exchange() -> list[Any]:
         await connection.send_packed_command(connection.pack_commands(commands))
+        if decode_at is not None:
+            decoded = await async_read_decoded(connection, len(commands), decode_at)
+            if decoded is not None:
+                return decoded
         replies: list[Any] = []
         for _ in commands:
             try:

@@ -42,6 +42,7 @@ from ._pools import (
     PacksWithHiredis,
     sync_borrow,
     sync_give_back,
+    sync_read_decoded,
 )
 
 
@@ -133,12 +134,16 @@ _OWN_POOLS = (ConnectedFirstPool, HiredisSentinelPool)
 """The pools of the clients :func:`sync_client` makes (not a cluster's, not fakeredis's)."""
 
 
-def sync_replies(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any] | None:
+def sync_replies(
+    client: Any, commands: Sequence[tuple[Any, ...]], decode_at: int | None = None
+) -> list[Any] | None:
     """The replies of ``commands`` (each safe to send twice: reads, and the store's scripts,
     idempotent by ids and tokens), sent in one write on a connection of the pool of ``client``
     (one :func:`sync_client` made) and read as they come, each error reply as its exception
     in its place: what redis-py's pipeline answers for them, without its per-command Python
     (measured: ~50 µs less for a first read's five commands, ~15 µs for an append's script).
+    With ``decode_at``, the reply of that LRANGE of stored messages may be a ``Decoded``
+    (see ``_pools.sync_read_decoded``).
     A connection that fails is closed and the commands sent again under the connection's own
     retry policy, as redis-py sends a command (the same attempts, backoff and outage notices).
 
@@ -155,6 +160,10 @@ def sync_replies(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any] 
 
     def exchange() -> list[Any]:
         connection.send_packed_command(connection.pack_commands(commands))
+        if decode_at is not None:
+            decoded = sync_read_decoded(connection, len(commands), decode_at)
+            if decoded is not None:
+                return decoded
         replies: list[Any] = []
         for _ in commands:
             try:

@@ -20,7 +20,7 @@ from . import codec, contracts
 from ._cache import Held, ReadCache
 from ._keyring import Keyring
 from ._limits import READ_ATTEMPTS, Limits
-from ._requests import Commands, Op, ScriptCall
+from ._requests import Commands, Decoded, Op, ScriptCall
 from ._telemetry import note_read
 from ._trees import Trees
 from .errors import ConcurrentChange, SessionError
@@ -136,7 +136,7 @@ class Reader:
             else:
                 cold = dict(last=last, with_meta=with_meta, token="", generation="", tail="")
                 span = self.cold_span(last)
-                got = None
+                got: tuple[contracts.Read, list[bytes] | Decoded] | None = None
                 if span is not None and self.schema.cluster:
                     got = yield from self._cold(read_keys, cold, span, parse, ctx)
                 elif span is not None:
@@ -150,14 +150,18 @@ class Reader:
             raise
         start, h, n = int(read.from_), int(read.head), int(read.tail)
         wanted = h if last < 0 else max(h, n - last)
+        version = (bytes(read.token), b"%d" % int(read.generation))
+        if type(items) is Decoded:  # decoded where it was read (a first read's)
+            new = items.messages
+            return read, self.hold(key, held, version, h, start, wanted, new, items.size, len(new))
         if self.keyring.passphrase is None:
             new = self.decoded(key, items)
         else:
             new = yield from self.keyring.opened(
                 key, read.kid, read.dk, lambda o: codec.decode_messages(key, items, o)
             )
-        version = (bytes(read.token), b"%d" % int(read.generation))
-        return read, self.hold(key, held, version, h, start, wanted, new, items)
+        size = sum(map(len, items))
+        return read, self.hold(key, held, version, h, start, wanted, new, size, len(items))
 
     def _snapshot(
         self,
@@ -166,7 +170,7 @@ class Reader:
         with_meta: bool,
         span: tuple[int, int],
         ctx: Callable[[], Ctx],
-    ) -> Op[tuple[contracts.Read, list[bytes]] | None]:
+    ) -> Op[tuple[contracts.Read, list[bytes] | Decoded] | None]:
         """A read of a session this store does not hold, without Lua (outside a cluster), in
         one pipeline of plain reads: the id window's type, the meta hash (its position fields
         only without ``with_meta``), ``LRANGE`` of list indexes ``span``, then the positions
@@ -180,7 +184,9 @@ class Reader:
         writes it (a missing or foreign meta hash, a key of another type, another schema
         version, positions that are not numbers, a list whose length is not what they say, a
         session without a token, a failed command) or changed meanwhile: the caller reads by
-        the script, which names what is wrong.
+        the script, which names what is wrong. A store without a passphrase may get the
+        elements as :class:`Decoded` (read where they arrived, every one in the encoder's
+        form); else as bytes.
         """
         meta, msgs, ids = read_keys[0], read_keys[1], read_keys[2]
         fields = ("HGETALL", meta) if with_meta else ("HMGET", meta, *_READ_FIELDS)
@@ -194,6 +200,7 @@ class Reader:
             ],
             errors_as_values=True,
             read_only=True,
+            decode_at=2 if self.keyring.passphrase is None else None,
         )
         if any(isinstance(r, Exception) for r in replies):
             return None
@@ -212,17 +219,21 @@ class Reader:
         if length != n - h:
             return None
         start = h if last < 0 else max(h, n - last)
-        if len(items) != min(span[1] - span[0] + 1 if span[0] >= 0 else n - start, n - start):
+        count = len(items.messages) if type(items) is Decoded else len(items)
+        if count != min(span[1] - span[0] + 1 if span[0] >= 0 else n - start, n - start):
             return None
         kid, dk = got.get(b"k") or b"", got.get(b"dk") or b""
         read = contracts.Read(
             values if with_meta else [], start, h, n, g, token, [], start, kid, dk
         )
-        upto = start + len(items)
+        upto = start + count
         if upto < n:
             rest = yield from self.rest(g, upto, n, (meta, msgs), ctx, token, h)
             if rest is None:
                 return None
+            if type(items) is Decoded:  # the rest decoded as any read decodes
+                more = codec.decode_messages(ctx().key, rest, first=count)
+                return read, Decoded(items.messages + more, items.size + sum(map(len, rest)))
             items += rest
         return read, items
 
@@ -448,24 +459,25 @@ class Reader:
         start: int,
         wanted: int,
         new: list[Message],
-        items: Sequence[bytes],
+        size: int,
+        count: int,
     ) -> list[Message]:
-        """The messages from position ``wanted`` on: ``new`` (read from ``start``) after those
-        ``held`` when the read continued it; the cache keeps what the session holds now.
+        """The messages from position ``wanted`` on: ``new`` (read from ``start``: ``count``
+        elements of ``size`` bytes in all) after those ``held`` when the read continued it; the
+        cache keeps what the session holds now.
         """
-        size = sum(map(len, items))
-        if items:  # the mean element size, rising at once and falling slowly
-            mean, known = size // len(items), self.element_bytes
+        if count:  # the mean element size, rising at once and falling slowly
+            mean, known = size // count, self.element_bytes
             self.element_bytes = mean if mean > known else (15 * known + mean) // 16
         sealed = self.keyring.passphrase is not None
         if held is not None and held.covers(*version, start, wanted):
-            note_read(True, len(items))  # only what was added since travelled
+            note_read(True, count)  # only what was added since travelled
             if held.ids is not None and new:  # a sealed element copied within its session
                 new = codec.distinct_from(key, held.repeats, new)
             messages, entry = held.extended(self.cache.lock, h, wanted, new, size)
             self.cache.put(key, entry)
             return messages
-        note_read(False, len(items))
+        note_read(False, count)
         ids = {m.id for m in new} if sealed else None
         if self.cache.put(key, Held(*version, start, new, 0, len(new), size, ids, h)):
             return list(new)  # the caller's own, not the cache's list (which grows in place)

@@ -374,10 +374,10 @@ done:
     return status;
 }
 
-/* One stored element as a new Message (OK), OTHER, or ERROR with an exception set. */
-static int message(PyObject *raw, PyObject **out) {
-    if (!PyBytes_CheckExact(raw)) return OTHER;
-    Cursor cursor = {PyBytes_AS_STRING(raw), PyBytes_AS_STRING(raw) + PyBytes_GET_SIZE(raw)};
+/* One stored element (the n bytes at p) as a new Message (OK), OTHER, or ERROR with an
+ * exception set. */
+static int message_at(const char *p, Py_ssize_t n, PyObject **out) {
+    Cursor cursor = {p, p + n};
     Cursor *c = &cursor;
     int status = OTHER;
     unsigned mask = 0;
@@ -420,6 +420,11 @@ done:
     return status;
 }
 
+static int message(PyObject *raw, PyObject **out) {
+    if (!PyBytes_CheckExact(raw)) return OTHER;
+    return message_at(PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), out);
+}
+
 static PyObject *decode(PyObject *self, PyObject *items) {
     if (msg_cls == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_speedups.configure() was not called");
@@ -450,6 +455,273 @@ error:
     Py_XDECREF(out);
     Py_XDECREF(left);
     Py_DECREF(seq);
+    return NULL;
+}
+
+/* -- Replies read from a connection's buffer ------------------------------------------------
+ * A store's first read of a session reads the replies of its pipeline itself (redis_session's
+ * _url.sync_replies with decode_at): the list's elements become messages straight from the
+ * bytes received, without a bytes object per element and without redis-py's reading of each
+ * reply. The RESP2 and RESP3 types those replies have, as hiredis reads them: simple and bulk
+ * strings as bytes, integers, nulls as None, arrays as lists, maps as dicts, an error reply as
+ * an instance of the error class given. Any other type (a push, an attribute, a set, ...) is
+ * left to redis-py: resp_scan says so and the caller hands the bytes to its reader. */
+
+#define RESP_DEPTH 8
+
+/* The integer of a RESP line from c->p (after its type byte) up to its CRLF: 1 with c->p past
+ * the line, 0 when the line is not all there yet, -1 when it is not such a line. */
+static int resp_number(Cursor *c, long long *out) {
+    const char *p = c->p;
+    int negative = p < c->end && *p == '-';
+    if (negative) p++;
+    long long v = 0;
+    int n = 0;
+    while (p < c->end && *p >= '0' && *p <= '9') {
+        if (++n > 18) return -1;
+        v = v * 10 + (*p++ - '0');
+    }
+    if (c->end - p < 2) return 0;
+    if (n == 0 || p[0] != '\r' || p[1] != '\n') return -1;
+    c->p = p + 2;
+    *out = negative ? -v : v;
+    return 1;
+}
+
+/* Past one whole reply: 1, 0 when it is not all there yet, -1 when it is not RESP, RESP_OTHER
+ * when it is of a type read here by redis-py only (see resp_scan), or nests aggregates deeper
+ * than RESP_DEPTH (no reply a store reads this way does). */
+#define RESP_OTHER -2
+static int resp_skip(Cursor *c, int depth) {
+    if (c->p >= c->end) return 0;
+    char type = *c->p++;
+    long long n;
+    int s;
+    switch (type) {
+    case '_': /* RESP3 null */
+        if (c->end - c->p < 2) return 0;
+        if (c->p[0] != '\r' || c->p[1] != '\n') return -1;
+        c->p += 2;
+        return 1;
+    case '%': /* RESP3 map: twice as many replies as it says */
+        if ((s = resp_number(c, &n)) <= 0) return s;
+        if (n < 0) return -1;
+        if (depth >= RESP_DEPTH) return RESP_OTHER;
+        for (long long i = 0; i < 2 * n; i++)
+            if ((s = resp_skip(c, depth + 1)) != 1) return s;
+        return 1;
+    case '+':
+    case '-': {
+        const char *nl = memchr(c->p, '\n', (size_t)(c->end - c->p));
+        if (nl == NULL) return 0;
+        if (nl == c->p || nl[-1] != '\r') return -1;
+        c->p = nl + 1;
+        return 1;
+    }
+    case ':':
+        return resp_number(c, &n);
+    case '$':
+        if ((s = resp_number(c, &n)) <= 0) return s;
+        if (n < 0) return n == -1 ? 1 : -1;
+        if (c->end - c->p < n + 2) return 0;
+        if (c->p[n] != '\r' || c->p[n + 1] != '\n') return -1;
+        c->p += n + 2;
+        return 1;
+    case '*':
+        if ((s = resp_number(c, &n)) <= 0) return s;
+        if (n < 0) return n == -1 ? 1 : -1;
+        if (depth >= RESP_DEPTH) return RESP_OTHER;
+        for (long long i = 0; i < n; i++)
+            if ((s = resp_skip(c, depth + 1)) != 1) return s;
+        return 1;
+    case '>': case '|': case '~': case ',': case '#': case '(': case '=': case '!':
+        return RESP_OTHER; /* a push, an attribute, a set, a double, ...: redis-py's */
+    default:
+        return -1;
+    }
+}
+
+/* resp_scan(buffer, start, count) -> (complete, end) */
+static PyObject *resp_scan(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start, count;
+    if (!PyArg_ParseTuple(args, "y*nn:resp_scan", &view, &start, &count)) return NULL;
+    if (start < 0 || start > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "resp_scan(): start outside the buffer");
+        return NULL;
+    }
+    Cursor c = {(const char *)view.buf + start, (const char *)view.buf + view.len};
+    Py_ssize_t done = 0, end = start;
+    int s = 1;
+    while (done < count) {
+        s = resp_skip(&c, 0);
+        if (s <= 0) break;
+        done++;
+        end = c.p - (const char *)view.buf;
+    }
+    PyBuffer_Release(&view);
+    if (s == RESP_OTHER) return Py_BuildValue("(nn)", (Py_ssize_t)-1, end);
+    if (s < 0) {
+        PyErr_SetString(PyExc_ValueError, "not a RESP reply");
+        return NULL;
+    }
+    return Py_BuildValue("(nn)", done, end);
+}
+
+/* One whole reply (resp_skip found it whole and well formed) as a Python value. */
+static PyObject *resp_value(Cursor *c, PyObject *error_cls) {
+    char type = *c->p++;
+    long long n;
+    switch (type) {
+    case '+':
+    case '-': {
+        const char *nl = memchr(c->p, '\n', (size_t)(c->end - c->p));
+        const char *start = c->p;
+        c->p = nl + 1;
+        if (type == '+') return PyBytes_FromStringAndSize(start, nl - 1 - start);
+        return PyObject_CallFunction(error_cls, "s#", start, (Py_ssize_t)(nl - 1 - start));
+    }
+    case ':':
+        resp_number(c, &n);
+        return PyLong_FromLongLong(n);
+    case '_':
+        c->p += 2;
+        Py_RETURN_NONE;
+    case '%': {
+        resp_number(c, &n);
+        PyObject *out = PyDict_New();
+        if (out == NULL) return NULL;
+        for (long long i = 0; i < n; i++) {
+            PyObject *k = resp_value(c, error_cls), *v = k ? resp_value(c, error_cls) : NULL;
+            int failed = v == NULL || PyDict_SetItem(out, k, v) < 0;
+            Py_XDECREF(k);
+            Py_XDECREF(v);
+            if (failed) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        return out;
+    }
+    case '$': {
+        resp_number(c, &n);
+        if (n < 0) Py_RETURN_NONE;
+        PyObject *out = PyBytes_FromStringAndSize(c->p, (Py_ssize_t)n);
+        c->p += n + 2;
+        return out;
+    }
+    default: { /* '*' */
+        resp_number(c, &n);
+        if (n < 0) Py_RETURN_NONE;
+        PyObject *out = PyList_New((Py_ssize_t)n);
+        if (out == NULL) return NULL;
+        for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++) {
+            PyObject *item = resp_value(c, error_cls);
+            if (item == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            PyList_SET_ITEM(out, i, item);
+        }
+        return out;
+    }
+    }
+}
+
+/* The reply at c (whole) that holds a list's elements: (messages, bytes, True) when it is an
+ * array of bulk strings each of which is a message in the encoder's own form (bytes: the sum
+ * of the elements' lengths), (elements, bytes, False) when it is an array of bulk strings not
+ * all of that form (the caller decodes them as it decodes any read), else the plain value. */
+static PyObject *resp_messages(Cursor *c, PyObject *error_cls) {
+    Cursor at = *c;
+    long long n;
+    if (*c->p != '*') return resp_value(c, error_cls);
+    c->p++;
+    resp_number(c, &n);
+    if (n < 0) return Py_NewRef(Py_None);
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    if (out == NULL) return NULL;
+    long long total = 0;
+    int decoded = 1;
+    for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++) {
+        long long len;
+        if (*c->p != '$') goto plain;
+        c->p++;
+        resp_number(c, &len);
+        if (len < 0) goto plain;
+        PyObject *msg = NULL;
+        int status = decoded ? message_at(c->p, (Py_ssize_t)len, &msg) : OTHER;
+        if (status == ERROR) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (status == OTHER) {
+            decoded = 0;
+            msg = PyBytes_FromStringAndSize(c->p, (Py_ssize_t)len);
+            if (msg == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        PyList_SET_ITEM(out, i, msg);
+        total += len;
+        c->p += len + 2;
+    }
+    if (!decoded) { /* every element as bytes: the caller decodes them all */
+        Py_DECREF(out);
+        *c = at;
+        c->p++;
+        resp_number(c, &n);
+        out = PyList_New((Py_ssize_t)n);
+        if (out == NULL) return NULL;
+        for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++) {
+            PyObject *item = resp_value(c, error_cls);
+            if (item == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            PyList_SET_ITEM(out, i, item);
+        }
+    }
+    return Py_BuildValue("(NLO)", out, total, decoded ? Py_True : Py_False);
+plain: /* an element that is not a bulk string: the array as it is */
+    Py_DECREF(out);
+    *c = at;
+    return resp_value(c, error_cls);
+}
+
+/* resp_replies(buffer, count, at, error_cls) -> list */
+static PyObject *resp_replies(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t count, at;
+    PyObject *error_cls;
+    if (msg_cls == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_speedups.configure() was not called");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "y*nnO:resp_replies", &view, &count, &at, &error_cls)) return NULL;
+    Cursor c = {(const char *)view.buf, (const char *)view.buf + view.len};
+    Cursor check = c;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (resp_skip(&check, 0) != 1) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_ValueError, "resp_replies(): not that many whole replies");
+            return NULL;
+        }
+    }
+    PyObject *out = PyList_New(count);
+    if (out == NULL) goto error;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = i == at ? resp_messages(&c, error_cls) : resp_value(&c, error_cls);
+        if (item == NULL) goto error;
+        PyList_SET_ITEM(out, i, item);
+    }
+    PyBuffer_Release(&view);
+    return out;
+error:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
     return NULL;
 }
 
@@ -531,6 +803,14 @@ static PyMethodDef methods[] = {
     {"decode", decode, METH_O,
      "decode(items) -> (messages, left): each stored element as a Message, None where it is "
      "not in the encoder's form, and the positions of those (ascending)."},
+    {"resp_scan", resp_scan, METH_VARARGS,
+     "resp_scan(buffer, start, count) -> (complete, end): how many of count replies from start "
+     "are whole (-1: one is of a type left to redis-py), and the offset after the last whole "
+     "one; ValueError when not RESP."},
+    {"resp_replies", resp_replies, METH_VARARGS,
+     "resp_replies(buffer, count, at, error_cls) -> list: count whole replies as values; "
+     "reply at (an array of bulk strings) as (messages, bytes, True), or (elements, bytes, "
+     "False) when not every element is a message in the encoder's own form."},
     {"configure", configure, METH_VARARGS,
      "configure(roles, message_cls, tool_call_cls, tzinfo, message_defaults, call_defaults, "
      "fields_set_cls)"},

@@ -320,7 +320,7 @@ class AsyncRedisStore:
             return [await self._direct(command) for command in request.commands]
         client = self._clients.current()  # redis-py leaves execute_command untyped
         if request.read_only and not request.transaction:
-            replies = await _url.async_replies(client, request.commands)
+            replies = await _url.async_replies(client, request.commands, request.decode_at)
             if replies is not None:
                 if not request.errors_as_values:
                     for reply in replies:

@@ -137,11 +137,10 @@ class SharedFieldsSet(set[str]):
     __ior__ = __iand__ = __isub__ = __ixor__ = _refuse
 
 
-def _c_decoder() -> Callable[[Sequence[bytes]], tuple[list[Message | None], list[int]]] | None:
-    """The C decoder's ``decode`` (``_speedups.c``: the messages, None for each element not in
-    the encoder's own form, and the positions of those), set up for this module's models; None
-    where it was not built (no C compiler when the package was installed) or when
-    ``REDIS_SESSION_PURE_PYTHON`` is set: reads then validate every element with pydantic.
+def _c_decoder() -> Any:
+    """The C decoder (``_speedups.c``) set up for this module's models; None where it was not
+    built (no C compiler when the package was installed) or when ``REDIS_SESSION_PURE_PYTHON``
+    is set: reads then validate every element with pydantic.
     """
     if os.environ.get("REDIS_SESSION_PURE_PYTHON"):
         return None
@@ -158,7 +157,7 @@ def _c_decoder() -> Callable[[Sequence[bytes]], tuple[list[Message | None], list
         _defaults(ToolCall),
         SharedFieldsSet,
     )
-    return c.decode
+    return c
 
 
 def _defaults(model: type[BaseModel]) -> dict[str, Any]:
@@ -169,7 +168,18 @@ def _defaults(model: type[BaseModel]) -> dict[str, Any]:
     }
 
 
-_FAST = _c_decoder()
+_C = _c_decoder()
+_FAST: Callable[[Sequence[bytes]], tuple[list[Message | None], list[int]]] | None = (
+    None if _C is None else _C.decode
+)
+"""The C decoder's ``decode``: the messages, None for each element not in the encoder's own
+form, and the positions of those."""
+RESP: tuple[Callable[..., tuple[int, int]], Callable[..., list[Any]]] | None = (
+    None if _C is None else (_C.resp_scan, _C.resp_replies)
+)
+"""The C decoder's ``resp_scan`` and ``resp_replies`` (see ``_pools.sync_read_decoded``): a
+first read's replies read where they arrive, its stored messages decoded from the bytes
+received; None without the C decoder."""
 _set_attr = object.__setattr__
 _new_object = object.__new__
 M = TypeVar("M", bound=BaseModel)
@@ -408,9 +418,10 @@ def seal_pairs(
 
 
 def decode_messages(
-    key: str, items: Sequence[bytes], opener: Opener | None = None
+    key: str, items: Sequence[bytes], opener: Opener | None = None, *, first: int = 0
 ) -> list[Message]:
-    """Stored messages back into models, in order; :class:`CorruptData` on anything foreign.
+    """Stored messages back into models, in order; :class:`CorruptData` on anything foreign
+    (naming it by its place in the read, the first of ``items`` at ``first``).
 
     With ``opener`` (a store with a passphrase), every element must be one the session's key
     sealed (:class:`TamperDetected` otherwise, :class:`SessionNotEncrypted` for a session in
@@ -426,7 +437,7 @@ def decode_messages(
         return _distinct(key, _decode_plain(key, items))
     if not items:
         return []
-    return _decode_plain(key, items)
+    return _decode_plain(key, items, first)
 
 
 def distinct_from(key: str, held: Callable[[str], bool], messages: list[Message]) -> list[Message]:
@@ -461,7 +472,7 @@ def _distinct(key: str, messages: list[Message]) -> list[Message]:
     return out
 
 
-def _decode_plain(key: str, items: Sequence[bytes]) -> list[Message]:
+def _decode_plain(key: str, items: Sequence[bytes], first: int = 0) -> list[Message]:
     if _FAST is not None:
         # The C decoder builds the models of the elements in the encoder's own form; an
         # element of any other form (None) is validated below, the whole read by the slow
@@ -492,7 +503,7 @@ def _decode_plain(key: str, items: Sequence[bytes]) -> list[Message]:
     # The slow path, element by element: it names the element that is not a message, and it
     # still reads one whose timestamp is naive (taken as UTC).
     messages: list[Message] = []
-    for i, raw in enumerate(items):
+    for i, raw in enumerate(items, first):
         if isinstance(raw, memoryview):
             raw = raw.tobytes()
         if not isinstance(raw, bytes | bytearray | str):

@@ -76,7 +76,7 @@ CONNECT_RULES: Rules = [
     (r"\bFakeAsyncRedis\b", "FakeRedis"),
     (r"^import redis\.asyncio$", "import redis"),
     (r"\bredis\.asyncio\.", "redis."),
-    (r"\basync_(client|refresh|close|replies|borrow|give_back)\b", r"sync_\1"),
+    (r"\basync_(client|refresh|close|replies|borrow|give_back|read_decoded)\b", r"sync_\1"),
     (r"\basync def\b", "def"),
     (r"\bawait ", ""),
     (r"\baclose\(\)", "close()"),

@@ -35,13 +35,17 @@ def counted() -> Iterator[dict[str, int]]:
     counts = {"direct": 0, "redis": 0}
     sync_replies, async_replies = _url.sync_replies, _url.async_replies
 
-    def sync_counted(client: Any, commands: Sequence[tuple[Any, ...]]) -> Any:
-        replies = sync_replies(client, commands)
+    def sync_counted(
+        client: Any, commands: Sequence[tuple[Any, ...]], decode_at: int | None = None
+    ) -> list[Any] | None:
+        replies = sync_replies(client, commands, decode_at)
         counts["redis" if replies is None else "direct"] += 1
         return replies
 
-    async def async_counted(client: Any, commands: Sequence[tuple[Any, ...]]) -> Any:
-        replies = await async_replies(client, commands)
+    async def async_counted(
+        client: Any, commands: Sequence[tuple[Any, ...]], decode_at: int | None = None
+    ) -> list[Any] | None:
+        replies = await async_replies(client, commands, decode_at)
         counts["redis" if replies is None else "direct"] += 1
         return replies
 
