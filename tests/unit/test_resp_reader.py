@@ -8,6 +8,7 @@ silent socket raised as redis-py raises it.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from typing import Any
 import hiredis
 import pytest
 import redis
+import redis.asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 from redis._parsers.resp3 import _RESP3Parser
@@ -265,3 +267,58 @@ def test_a_parser_other_than_hiredis_or_data_held_by_it_is_left_to_redis_py(
     assert connection.read_response() == 2
     python = redis.Connection(parser_class=_RESP3Parser)  # type: ignore[no-untyped-call]
     assert _pools.sync_read_decoded(python, 1, 0) is None
+
+
+# -- the asyncio flavour --------------------------------------------------------------------------
+
+
+async def _async_pair(timeout: float = 2) -> tuple[Any, socket.socket]:
+    ours, server = socket.socketpair()
+    reader, writer = await asyncio.open_connection(sock=ours)
+    connection: Any = redis.asyncio.Connection(socket_timeout=timeout)
+    connection._reader, connection._writer = reader, writer
+    connection._parser.on_connect(connection)
+    return connection, server
+
+
+async def _closed(connection: Any, server: socket.socket) -> None:
+    await connection.disconnect()
+    server.close()
+
+
+def test_the_asyncio_reader_reads_pieces_whole_and_hands_other_types_to_redis_py() -> None:
+    history = [Message(role="user", content="z" * 5_000 + str(i)) for i in range(100)]
+    bodies = [encode_message(m) for m in history]
+    data = b"+hash\r\n" + _array(bodies) + b":100\r\n"
+
+    async def run() -> None:
+        connection, server = await _async_pair()
+        try:
+            sender = _sent_slowly(server, data, 3001)  # a reply longer than one read
+            got = await _pools.async_read_decoded(connection, 3, 1)
+            sender.join(5)
+            assert got == [b"hash", Decoded(history, sum(map(len, bodies))), 100]
+            server.sendall(b"~1\r\n:1\r\n*0\r\n")
+            assert await _pools.async_read_decoded(connection, 2, 1) is None
+            assert await connection.read_response() in ([1], {1})
+            assert await connection.read_response() == []
+        finally:
+            await _closed(connection, server)
+
+    asyncio.run(run())
+
+
+def test_the_asyncio_reader_raises_on_a_silent_or_closed_socket() -> None:
+    async def run() -> None:
+        connection, server = await _async_pair(timeout=0.2)
+        try:
+            server.sendall(b":1\r\n*2\r\n")
+            with pytest.raises(redis.TimeoutError, match="Timeout reading"):
+                await _pools.async_read_decoded(connection, 2, 1)
+            server.close()
+            with pytest.raises(redis.ConnectionError, match="Connection closed by server"):
+                await _pools.async_read_decoded(connection, 1, 0)
+        finally:
+            await _closed(connection, server)
+
+    asyncio.run(run())
