@@ -539,3 +539,26 @@ def test_a_first_read_decoded_where_it_is_received_gives_the_same_session(
     client.lset(sk.msgs, 9, b"not a message")
     with pytest.raises(CorruptData, match="message 9 is not a stored message"):
         store.get("s")
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_a_first_read_is_decoded_where_it_is_received_over_resp2_and_resp3(
+    real_backend: Backend, protocol: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = filled(real_backend, "s", 500)
+    client = real_backend.sync_client(protocol=protocol)
+    store = RedisStore(client, prefix=real_backend.prefix, read_cache_bytes=0)
+    expected = store.get("s")  # a store that read nothing yet: by the script
+    replies: list[Any] = []
+    execute = store._execute
+
+    def seen(request: Any) -> Any:
+        reply = execute(request)
+        if isinstance(request, Commands) and request.decode_at is not None:
+            replies.append(reply[request.decode_at])
+        return reply
+
+    monkeypatch.setattr(store, "_execute", seen)
+    assert store.get("s") == expected == writer.get("s")
+    assert store.get_history("s", 100) == expected.history[-100:]
+    assert [type(r) for r in replies] == ([Decoded, Decoded] if codec.RESP else [list, list])
