@@ -314,12 +314,8 @@ def sync_read_decoded(connection: Any, count: int, at: int) -> list[Any] | None:
         try:
             with memoryview(buffer) as view, view[have:] as free:
                 got = sock.recv_into(free)
-        except TimeoutError as exc:
-            if is_os_level_timeout(exc):
-                raise redis.ConnectionError(f"Error while reading from socket: {exc.args}") from exc
-            raise redis.TimeoutError("Timeout reading from socket") from exc
-        except OSError as exc:
-            raise redis.ConnectionError(f"Error while reading from socket: {exc.args}") from exc
+        except OSError as exc:  # a timeout too
+            raise _read_error(exc) from exc
         if not got:
             raise redis.ConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
         have += got
@@ -354,9 +350,14 @@ async def async_read_decoded(connection: Any, count: int, at: int) -> list[Any] 
                 )
                 if replies is not None:
                     return replies or None
-    except TimeoutError as exc:
-        if is_os_level_timeout(exc):
-            raise redis.ConnectionError(f"Error while reading from socket: {exc.args}") from exc
-        raise redis.TimeoutError("Timeout reading from socket") from exc
-    except OSError as exc:
-        raise redis.ConnectionError(f"Error while reading from socket: {exc.args}") from exc
+    except OSError as exc:  # asyncio's timeout too
+        raise _read_error(exc) from exc
+
+
+def _read_error(exc: OSError) -> redis.RedisError:
+    """What redis-py raises for a socket's ``exc`` while it reads a reply: a timeout (not the
+    OS's, which means the connection is dead) as ``TimeoutError``, else ``ConnectionError``.
+    """
+    if isinstance(exc, TimeoutError) and not is_os_level_timeout(exc):
+        return redis.TimeoutError("Timeout reading from socket")
+    return redis.ConnectionError(f"Error while reading from socket: {exc.args}")

@@ -671,18 +671,7 @@ static PyObject *resp_messages(Cursor *c, PyObject *error_cls) {
     if (!decoded) { /* every element as bytes: the caller decodes them all */
         Py_DECREF(out);
         *c = at;
-        c->p++;
-        resp_number(c, &n);
-        out = PyList_New((Py_ssize_t)n);
-        if (out == NULL) return NULL;
-        for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++) {
-            PyObject *item = resp_value(c, error_cls);
-            if (item == NULL) {
-                Py_DECREF(out);
-                return NULL;
-            }
-            PyList_SET_ITEM(out, i, item);
-        }
+        if ((out = resp_value(c, error_cls)) == NULL) return NULL;
     }
     return Py_BuildValue("(NLO)", out, total, decoded ? Py_True : Py_False);
 plain: /* an element that is not a bulk string: the array as it is */

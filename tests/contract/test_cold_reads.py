@@ -490,6 +490,23 @@ def test_a_sealed_session_reads_cold_and_opens(backend: Backend) -> None:
     assert [m.content for m in session.history] == [f"m{i}" for i in range(40)]
 
 
+def decoded_replies(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The replies ``store`` gets from here on to the LRANGEs a first read may have decoded
+    where they arrived (``Commands.decode_at``), in order.
+    """
+    replies: list[Any] = []
+    execute = store._execute
+
+    def seen(request: Any) -> Any:
+        reply = execute(request)
+        if isinstance(request, Commands) and request.decode_at is not None:
+            replies.append(reply[request.decode_at])
+        return reply
+
+    monkeypatch.setattr(store, "_execute", seen)
+    return replies
+
+
 def _direct(store: RedisStore) -> bool:
     """Whether ``store``'s plain reads go out on a pooled connection directly (a client
     ``from_url`` made, not a cluster's): then a first read may decode where it reads.
@@ -514,16 +531,7 @@ def test_a_first_read_decoded_where_it_is_received_gives_the_same_session(
     if where == "redis-py":
         monkeypatch.setattr(codec, "RESP", None)
     store = cold_store(backend)
-    replies: list[Any] = []
-    execute = store._execute
-
-    def seen(request: Any) -> Any:
-        reply = execute(request)
-        if isinstance(request, Commands) and request.decode_at is not None:
-            replies.append(reply[request.decode_at])
-        return reply
-
-    monkeypatch.setattr(store, "_execute", seen)
+    replies = decoded_replies(store, monkeypatch)
     expected = backend.sync_store(read_cache_bytes=0).get("s")  # by the script: first read
     assert store.get("s") == expected
     decoded = where == "received" and codec.RESP is not None and _direct(store)
@@ -549,16 +557,7 @@ def test_a_first_read_is_decoded_where_it_is_received_over_resp2_and_resp3(
     client = real_backend.sync_client(protocol=protocol)
     store = RedisStore(client, prefix=real_backend.prefix, read_cache_bytes=0)
     expected = store.get("s")  # a store that read nothing yet: by the script
-    replies: list[Any] = []
-    execute = store._execute
-
-    def seen(request: Any) -> Any:
-        reply = execute(request)
-        if isinstance(request, Commands) and request.decode_at is not None:
-            replies.append(reply[request.decode_at])
-        return reply
-
-    monkeypatch.setattr(store, "_execute", seen)
+    replies = decoded_replies(store, monkeypatch)
     assert store.get("s") == expected == writer.get("s")
     assert store.get_history("s", 100) == expected.history[-100:]
     assert [type(r) for r in replies] == ([Decoded, Decoded] if codec.RESP else [list, list])
