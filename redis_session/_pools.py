@@ -255,10 +255,9 @@ async def async_give_back(pool: Any, connection: Any, short: bool) -> None:
 # received to the connection's own parser, which then reads every reply as it always does.
 
 _FIRST_READ = 1 << 18
-"""Bytes a connection's read buffer holds at first (it doubles while the replies are longer)."""
-_KEPT_BUFFER = 1 << 20
-"""The largest read buffer a connection keeps for its next first read (not made anew each
-time: a fresh buffer of 256 KiB costs its page faults on every read)."""
+"""Bytes a connection's read buffer holds at first (it doubles while the replies are longer).
+A buffer of this size is kept by the connection for its next first read (not made anew each
+time: a fresh one costs its page faults on every read): at most 8 MiB for a pool of 32."""
 
 
 def _read_replies(
@@ -321,7 +320,7 @@ def sync_read_decoded(connection: Any, count: int, at: int) -> list[Any] | None:
         have += got
         replies, start, done = _read_replies(buffer, have, start, done, count, at, parser)
         if replies is not None:
-            if len(buffer) <= _KEPT_BUFFER:  # nothing refers to it: the replies are copies
+            if len(buffer) == _FIRST_READ:  # nothing refers to it: the replies are copies
                 connection._redis_session_buffer = buffer
             return replies or None
 

@@ -208,6 +208,8 @@ def test_replies_arriving_in_pieces_are_read_whole(
     assert (kind, meta, length) == (b"hash", {b"v": b"1"}, len(bodies))
     assert got == Decoded(history, sum(map(len, bodies)))
     assert not connection._parser._reader.has_data()
+    kept = connection.__dict__.get("_redis_session_buffer")  # for the next read: 256 KiB only
+    assert (kept is None) if len(data) > _pools._FIRST_READ else len(kept) == _pools._FIRST_READ
 
 
 def test_a_reply_left_to_redis_py_hands_everything_to_its_parser(
