@@ -266,12 +266,16 @@ def _read_replies(
     """Scan ``buffer[:have]`` from ``start`` for the replies after the ``done`` whole ones;
     ``(replies, start, done)``: the ``count`` replies once every one is whole (reply ``at``
     decoded), else None with where to go on from; ``([], ...)`` when one is of a type left to
-    redis-py (everything received was then fed to ``parser``'s reader).
+    redis-py or not RESP (everything received was then fed to ``parser``'s reader, which
+    reads it or raises what redis-py raises).
     """
     assert codec.RESP is not None
     scan, replies = codec.RESP
     with memoryview(buffer) as view, view[:have] as part:
-        complete, start = scan(part, start, count - done)
+        try:
+            complete, start = scan(part, start, count - done)
+        except ValueError:  # not RESP as hiredis reads it: redis-py says what it is
+            complete = -1
         if complete < 0:
             parser._reader.feed(part)
             return [], start, done

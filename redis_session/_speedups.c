@@ -19,6 +19,7 @@
 #include <Python.h>
 #include <datetime.h>
 #include <structmember.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -469,22 +470,40 @@ error:
 
 #define RESP_DEPTH 8
 
-/* The integer of a RESP line from c->p (after its type byte) up to its CRLF: 1 with c->p past
- * the line, 0 when the line is not all there yet, -1 when it is not such a line. */
+/* The integer of a RESP line from c->p (after its type byte) up to its CRLF, as strictly as
+ * hiredis reads one (digits only, no leading zero, no "-0", within a long long): 1 with c->p
+ * past the line, 0 when the line is not all there yet, -1 when it is not such a line. */
 static int resp_number(Cursor *c, long long *out) {
-    const char *p = c->p;
-    int negative = p < c->end && *p == '-';
+    const char *p = c->p, *end = c->end;
+    int negative = p < end && *p == '-';
     if (negative) p++;
-    long long v = 0;
-    int n = 0;
-    while (p < c->end && *p >= '0' && *p <= '9') {
-        if (++n > 18) return -1;
-        v = v * 10 + (*p++ - '0');
+    const char *first = p;
+    unsigned long long v = 0;
+    while (p < end && *p >= '0' && *p <= '9') {
+        unsigned d = (unsigned)(*p++ - '0');
+        if (v > (ULLONG_MAX - d) / 10) return -1;
+        v = v * 10 + d;
     }
-    if (c->end - p < 2) return 0;
-    if (n == 0 || p[0] != '\r' || p[1] != '\n') return -1;
+    if (p < end && *p != '\r') return -1;
+    if (end - p < 2) return 0;
+    if (p == first || p[1] != '\n' || (p - first > 1 && *first == '0') || (negative && v == 0))
+        return -1;
+    if (v > (unsigned long long)LLONG_MAX + (negative ? 1u : 0u)) return -1;
     c->p = p + 2;
-    *out = negative ? -v : v;
+    *out = negative ? (long long)(0 - v) : (long long)v;
+    return 1;
+}
+
+/* Past a simple string's or error's line (c->p after its type byte): 1, 0 when it is not all
+ * there yet, -1 when it holds a CR or LF before its CRLF (hiredis refuses such a line). */
+static int resp_line(Cursor *c, const char **line_end) {
+    const char *cr = memchr(c->p, '\r', (size_t)(c->end - c->p));
+    if (cr == NULL) return memchr(c->p, '\n', (size_t)(c->end - c->p)) ? -1 : 0;
+    if (memchr(c->p, '\n', (size_t)(cr - c->p)) != NULL) return -1;
+    if (c->end - cr < 2) return 0;
+    if (cr[1] != '\n') return -1;
+    *line_end = cr;
+    c->p = cr + 2;
     return 1;
 }
 
@@ -512,11 +531,8 @@ static int resp_skip(Cursor *c, int depth) {
         return 1;
     case '+':
     case '-': {
-        const char *nl = memchr(c->p, '\n', (size_t)(c->end - c->p));
-        if (nl == NULL) return 0;
-        if (nl == c->p || nl[-1] != '\r') return -1;
-        c->p = nl + 1;
-        return 1;
+        const char *line_end;
+        return resp_line(c, &line_end);
     }
     case ':':
         return resp_number(c, &n);
@@ -576,11 +592,15 @@ static PyObject *resp_value(Cursor *c, PyObject *error_cls) {
     switch (type) {
     case '+':
     case '-': {
-        const char *nl = memchr(c->p, '\n', (size_t)(c->end - c->p));
-        const char *start = c->p;
-        c->p = nl + 1;
-        if (type == '+') return PyBytes_FromStringAndSize(start, nl - 1 - start);
-        return PyObject_CallFunction(error_cls, "s#", start, (Py_ssize_t)(nl - 1 - start));
+        const char *start = c->p, *line_end;
+        resp_line(c, &line_end);
+        if (type == '+') return PyBytes_FromStringAndSize(start, line_end - start);
+        /* the message as hiredis hands it over: UTF-8, anything else replaced */
+        PyObject *text = PyUnicode_DecodeUTF8(start, line_end - start, "replace");
+        if (text == NULL) return NULL;
+        PyObject *error = PyObject_CallOneArg(error_cls, text);
+        Py_DECREF(text);
+        return error;
     }
     case ':':
         resp_number(c, &n);

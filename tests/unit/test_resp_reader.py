@@ -68,6 +68,12 @@ def _same(got: Any, expected: Any) -> bool:
             and len(got) == len(expected)
             and all(_same(g, e) for g, e in zip(got, expected, strict=True))
         )
+    if isinstance(expected, dict):
+        return (
+            isinstance(got, dict)
+            and list(got) == list(expected)
+            and all(_same(got[k], v) for k, v in expected.items())
+        )
     return type(got) is type(expected) and got == expected
 
 
@@ -113,10 +119,32 @@ def test_a_type_left_to_redis_py_is_said(reply: bytes) -> None:
     assert _scan(b"+OK\r\n" + reply, 0, 2) == (-1, 5)
 
 
-@pytest.mark.parametrize("bad", [b"?x\r\n", b"$3\r\nabcd\r\n", b":1x\r\n", b"+OK\n"])
-def test_what_is_not_resp_is_refused(bad: bytes) -> None:
+@pytest.mark.parametrize(
+    "bad",
+    [
+        *(b"?x\r\n", b":1x\r\n", b"+O\rK\r\n", b"+O\nK\r\n", b"-E\nR\r\n", b"_x\r\n"),
+        *(b":00\r\n", b":-0\r\n", b":+1\r\n", b"$01\r\na\r\n", b"$-2\r\n", b"*-2\r\n"),
+        b":9223372036854775808\r\n",
+    ],
+)
+def test_what_hiredis_refuses_is_refused(bad: bytes) -> None:
     with pytest.raises(ValueError, match="not a RESP reply"):
         _scan(bad, 0, 1)
+    with pytest.raises(hiredis.ProtocolError):
+        _hiredis(bad, 1)
+
+
+def test_a_bulk_string_without_its_crlf_is_refused() -> None:
+    # hiredis reads past it (b"abc", then "d" where the next reply begins): refused here, the
+    # bytes go to redis-py's parser, whose reading is then redis-py's as it always was
+    with pytest.raises(ValueError, match="not a RESP reply"):
+        _scan(b"$3\r\nabcd\r\n", 0, 1)
+
+
+def test_integers_of_every_size_hiredis_reads_are_read() -> None:
+    for value in (0, -1, 10, 2**63 - 1, -(2**63), 999_999_999_999_999_999):
+        reply = b":%d\r\n" % value
+        assert _scan(reply, 0, 1) == (1, len(reply)) and _parse(reply, 1) == [value]
 
 
 def test_replies_not_all_there_are_refused() -> None:
@@ -225,6 +253,17 @@ def test_a_reply_left_to_redis_py_hands_everything_to_its_parser(
     assert connection.read_response() == [body]
 
 
+def test_bytes_that_are_not_resp_are_left_to_redis_py_which_raises(
+    pair: tuple[Any, socket.socket],
+) -> None:
+    connection, server = pair
+    server.sendall(b":1\r\n:01\r\n")
+    assert _pools.sync_read_decoded(connection, 2, 1) is None
+    assert connection.read_response() == 1
+    with pytest.raises(redis.exceptions.InvalidResponse):
+        connection.read_response()
+
+
 def test_bytes_behind_the_replies_are_left_to_redis_py(
     pair: tuple[Any, socket.socket],
 ) -> None:
@@ -324,3 +363,27 @@ def test_the_asyncio_reader_raises_on_a_silent_or_closed_socket() -> None:
             await _closed(connection, server)
 
     asyncio.run(run())
+
+
+@given(
+    st.lists(st.sampled_from(REPLIES), min_size=1, max_size=5),
+    st.lists(st.tuples(st.integers(0, 400), st.binary(max_size=3)), max_size=4),
+)
+def test_damaged_streams_are_found_out_or_read_as_hiredis_reads_them(
+    replies: list[bytes], edits: list[tuple[int, bytes]]
+) -> None:
+    # Bytes changed anywhere in a stream of replies: the scan says whole, not yet whole,
+    # left to redis-py or not RESP, never more than is there; what it finds whole reads as
+    # hiredis reads it.
+    data = bytearray(b"".join(replies))
+    for at, new in edits:
+        at %= len(data) + 1
+        data[at : at + len(new)] = new
+    try:
+        complete, end = _scan(bytes(data), 0, len(replies))
+    except ValueError:
+        return
+    assert end <= len(data)
+    if complete > 0:
+        whole = bytes(data[:end])
+        assert _same(_parse(whole, complete), _hiredis(whole, complete))
