@@ -663,7 +663,6 @@ static PyObject *resp_messages(Cursor *c, PyObject *error_cls) {
     PyObject *out = PyList_New((Py_ssize_t)n);
     if (out == NULL) return NULL;
     long long total = 0;
-    int decoded = 1;
     for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++) {
         long long len;
         if (*c->p != '$') goto plain;
@@ -671,29 +670,29 @@ static PyObject *resp_messages(Cursor *c, PyObject *error_cls) {
         resp_number(c, &len);
         if (len < 0) goto plain;
         PyObject *msg = NULL;
-        int status = decoded ? message_at(c->p, (Py_ssize_t)len, &msg) : OTHER;
+        int status = message_at(c->p, (Py_ssize_t)len, &msg);
         if (status == ERROR) {
             Py_DECREF(out);
             return NULL;
         }
-        if (status == OTHER) {
-            decoded = 0;
-            msg = PyBytes_FromStringAndSize(c->p, (Py_ssize_t)len);
-            if (msg == NULL) {
-                Py_DECREF(out);
-                return NULL;
-            }
-        }
+        if (status == OTHER) goto as_bytes;
         PyList_SET_ITEM(out, i, msg);
         total += len;
         c->p += len + 2;
     }
-    if (!decoded) { /* every element as bytes: the caller decodes them all */
-        Py_DECREF(out);
-        *c = at;
-        if ((out = resp_value(c, error_cls)) == NULL) return NULL;
+    return Py_BuildValue("(NLO)", out, total, Py_True);
+as_bytes: /* an element not in the encoder's form: every one as bytes, the caller decodes them */
+    Py_DECREF(out);
+    *c = at;
+    out = resp_value(c, error_cls);
+    if (out == NULL || !PyList_Check(out)) return out;
+    total = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(out); i++) {
+        PyObject *item = PyList_GET_ITEM(out, i);
+        if (!PyBytes_Check(item)) return out; /* a nil among them: the array as it is */
+        total += PyBytes_GET_SIZE(item);
     }
-    return Py_BuildValue("(NLO)", out, total, decoded ? Py_True : Py_False);
+    return Py_BuildValue("(NLO)", out, total, Py_False);
 plain: /* an element that is not a bulk string: the array as it is */
     Py_DECREF(out);
     *c = at;
