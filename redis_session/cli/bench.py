@@ -28,6 +28,7 @@ from ._common import (
 
 if TYPE_CHECKING:
     from bench.harness import Bench
+    from bench.harness.fleet import FleetSize
 
 HARNESS = ("bench", "bench.harness")  # the modules a wheel's install does not have
 HARNESS_MISSING = (
@@ -97,6 +98,26 @@ def _bench_table(bench: Bench) -> Table:
     show_default=True,
     help="With --fleet: a turn goes to any worker, or always to its session's.",
 )
+@click.option(
+    "--turns",
+    type=click.IntRange(1),
+    default=None,
+    help="With --fleet: timed turns of the fleet loop [default: 3,000].",
+)
+@click.option(
+    "--fleet-warmup",
+    type=click.IntRange(0),
+    default=None,
+    help="With --fleet: turns run before the timed ones, which fill the read caches "
+    "[default: 2,000].",
+)
+@click.option(
+    "--read-cache-bytes",
+    type=click.IntRange(0),
+    default=None,
+    help="With --fleet: each worker's read cache bound in bytes (0: none) [default: the "
+    "store's, 64 MiB]; a bound below the sessions' size makes most reads cold.",
+)
 @json_option
 def bench(
     url: str,
@@ -107,6 +128,9 @@ def bench(
     fleet: bool,
     fleet_size: str,
     routing: str,
+    turns: int | None,
+    fleet_warmup: int | None,
+    read_cache_bytes: int | None,
     as_json: bool,
 ) -> None:
     """Benchmark the store against raw redis-py floors (interleaved timings) on a real Redis.
@@ -124,7 +148,17 @@ def bench(
 
     check_reachable(url)
     if fleet:
-        _fleet(url, rounds, get_rounds or 300, fleet_size, routing, check, as_json)
+        from bench.harness.fleet import FleetSize, parse_size
+
+        try:
+            workers, sessions, messages = parse_size(fleet_size)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--fleet-size") from None
+        size = FleetSize(workers, sessions, messages, routing=routing)
+        size.read_cache_bytes = read_cache_bytes
+        size.turns = size.turns if turns is None else turns
+        size.warmup = size.warmup if fleet_warmup is None else fleet_warmup
+        _fleet(url, rounds, get_rounds or 300, size, check, as_json)
         return
 
     started = time.perf_counter()
@@ -173,21 +207,24 @@ def bench(
 
 
 def _fleet(
-    url: str, rounds: int, get_rounds: int, size: str, routing: str, check: bool, as_json: bool
+    url: str, rounds: int, get_rounds: int, size: FleetSize, check: bool, as_json: bool
 ) -> None:
     """``bench --fleet``: the rows of ``bench.harness.fleet``, printed or as JSON."""
     from bench.harness import Bench
-    from bench.harness.fleet import FleetSize, parse_size, run_fleet
+    from bench.harness.fleet import run_fleet
 
-    try:
-        workers, sessions, messages = parse_size(size)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--fleet-size") from None
     runner = Bench(url, rounds, get_rounds)
     console = make_console(stderr=as_json)
-    console.print(text(f"fleet rows at {url}: {size} ({routing}), prefix {runner.prefix}"))
+    shape = f"{size.workers}x{size.sessions}x{size.messages}"
+    cache = "default" if size.read_cache_bytes is None else f"{size.read_cache_bytes} bytes"
+    console.print(
+        text(
+            f"fleet rows at {url}: {shape} ({size.routing}), {size.turns} turns after "
+            f"{size.warmup}, read caches {cache}, prefix {runner.prefix}"
+        )
+    )
     try:
-        run_fleet(runner, FleetSize(workers, sessions, messages, routing=routing))
+        run_fleet(runner, size)
     finally:
         runner.cleanup()
         runner.close()

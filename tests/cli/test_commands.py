@@ -344,6 +344,38 @@ def test_bench_measures_against_the_floors(real: Place) -> None:
         client.close()
 
 
+@pytest.mark.redis
+def test_bench_fleet_takes_its_sizes_and_the_read_cache_bound(real: Place) -> None:
+    import redis
+
+    args = ("--fleet-size", "2x4x6", "--turns", "12", "--fleet-warmup", "4")
+    result = invoke(
+        "bench", "--url", real.url, "--fleet", *args, "--read-cache-bytes", "0",
+        "--rounds", "3", "--get-rounds", "2", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert "fleet loop: 2 workers x 4 sessions of 6, random" in [r["case"] for r in data["rows"]]
+    size = data["fleet"]["size"]
+    assert (size["turns"], size["warmup"], size["read_cache_bytes"]) == (12, 4, 0)
+    # no read cache: every timed turn's read is a miss
+    assert (data["fleet"]["read_cache_hits"], data["fleet"]["read_cache_misses"]) == (0, 12)
+    prefix = next(w for w in result.stderr.split() if w.startswith("bench:"))
+    client = redis.Redis.from_url(real.url)
+    try:
+        assert list(client.scan_iter(match=f"{prefix}*")) == []  # cleaned up
+    finally:
+        client.close()
+
+
+def test_bench_fleet_help_names_the_harness_defaults() -> None:
+    from bench.harness.fleet import FleetSize
+
+    page = " ".join(invoke("bench", "--help").stdout.split())
+    assert f"timed turns of the fleet loop [default: {FleetSize.turns:,}]" in page
+    assert f"fill the read caches [default: {FleetSize.warmup:,}]" in page
+
+
 def test_bench_refuses_memory() -> None:
     result = invoke("bench", "--url", "memory://")
     assert result.exit_code == 2
