@@ -1,8 +1,9 @@
 """The direct path's short checkout (``_pools.sync_borrow`` / ``async_borrow``): a connected
 idle connection of a ``from_url`` client's pool taken under the pool's own lock and put back
-with the waiters woken, checked by the pool's own ``ensure_connection``; redis-py's full
-checkout whenever anything it does on top applies (a fork, maintenance, a streaming
-credential provider, a task waiting on release). Each on every single real server.
+with the waiters woken, checked by the pool's own ``ensure_connection`` unless nothing waits
+to be read on it (``_pools._quiet``, blocking clients); redis-py's full checkout whenever
+anything it does on top applies (a fork, maintenance, a streaming credential provider, a task
+waiting on release). Each on every single real server.
 """
 
 from __future__ import annotations
@@ -115,6 +116,60 @@ def test_unread_data_or_a_server_closed_socket_is_made_again_before_a_request(
     connection.send_command("CLIENT", "ID")
     assert connection.read_response() != idle_id
     _pools.sync_give_back(pool, connection, short)
+    client.delete(key)
+
+
+def test_a_quiet_connection_skips_ensure_connection_any_other_goes_through_it(
+    real_backend: Backend, own: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = own()
+    pool = client.connection_pool
+    key = f"{real_backend.prefix}{{x}}:k"
+    client.set(key, "stale")
+    checked: list[Any] = []
+    ensure = pool.ensure_connection
+    monkeypatch.setattr(pool, "ensure_connection", lambda c: (checked.append(c), ensure(c)))
+
+    def request(*command: Any) -> tuple[Any, bool]:
+        """The reply of a request through the short checkout, and whether it was checked."""
+        before = len(checked)
+        connection, short = _pools.sync_borrow(pool)
+        assert short
+        try:
+            connection.send_command(*command)
+            return connection.read_response(), len(checked) > before
+        finally:
+            _pools.sync_give_back(pool, connection, short)
+
+    assert request("GET", "{nothing}") == (None, False)  # quiet: taken as it is
+    (connection,) = _idle(pool)
+    sock, _ = connection._redis_session_poll
+    assert sock is connection._sock  # the poll object kept is the socket's
+    # a reply left unread on the socket: checked, made again, the next reply is its own
+    connection.send_command("GET", key)
+    time.sleep(0.05)
+    assert request("GET", "{nothing}") == (None, True)
+    assert request("GET", "{nothing}") == (None, False)  # quiet again
+    assert connection._redis_session_poll[0] is connection._sock is not sock  # a new socket's
+    # a reply left in the parser (read from the socket, not handed out): the same
+    connection._parser._reader.feed(b"$5\r\nstale\r\n")
+    assert request("GET", "{nothing}") == (None, True)
+    # closed by the server: made again before the request
+    idle_id = client.client_id()
+    own().client_kill_filter(_id=idle_id)
+    time.sleep(0.05)
+    new_id, was_checked = request("CLIENT", "ID")
+    assert new_id != idle_id and was_checked
+    # not a plain socket (TLS keeps bytes above it) or not hiredis's parser: always checked
+    sock_type = type(connection._sock)
+    monkeypatch.setattr(_pools.socket, "socket", type("Other", (), {}))
+    assert request("GET", "{nothing}") == (None, True)
+    monkeypatch.setattr(_pools.socket, "socket", sock_type)
+    parser_type = _pools._HiredisParser
+    monkeypatch.setattr(_pools, "_HiredisParser", type("Other", (), {}))
+    assert request("GET", "{nothing}") == (None, True)
+    monkeypatch.setattr(_pools, "_HiredisParser", parser_type)
+    assert request("GET", "{nothing}") == (None, False)
     client.delete(key)
 
 
