@@ -128,7 +128,12 @@ def test_a_quiet_connection_skips_ensure_connection_any_other_goes_through_it(
     client.set(key, "stale")
     checked: list[Any] = []
     ensure = pool.ensure_connection
-    monkeypatch.setattr(pool, "ensure_connection", lambda c: (checked.append(c), ensure(c)))
+
+    def counted(connection: Any) -> None:
+        checked.append(connection)
+        ensure(connection)
+
+    monkeypatch.setattr(pool, "ensure_connection", counted)
 
     def request(*command: Any) -> tuple[Any, bool]:
         """The reply of a request through the short checkout, and whether it was checked."""
@@ -161,14 +166,10 @@ def test_a_quiet_connection_skips_ensure_connection_any_other_goes_through_it(
     new_id, was_checked = request("CLIENT", "ID")
     assert new_id != idle_id and was_checked
     # not a plain socket (TLS keeps bytes above it) or not hiredis's parser: always checked
-    sock_type = type(connection._sock)
-    monkeypatch.setattr(_pools.socket, "socket", type("Other", (), {}))
-    assert request("GET", "{nothing}") == (None, True)
-    monkeypatch.setattr(_pools.socket, "socket", sock_type)
-    parser_type = _pools._HiredisParser
-    monkeypatch.setattr(_pools, "_HiredisParser", type("Other", (), {}))
-    assert request("GET", "{nothing}") == (None, True)
-    monkeypatch.setattr(_pools, "_HiredisParser", parser_type)
+    for name in ("socket.socket", "_HiredisParser"):
+        with monkeypatch.context() as patched:
+            patched.setattr(f"redis_session._pools.{name}", type("Other", (), {}))
+            assert request("GET", "{nothing}") == (None, True)
     assert request("GET", "{nothing}") == (None, False)
     client.delete(key)
 
