@@ -42,6 +42,7 @@ from ._pools import (
     async_borrow,
     async_give_back,
     async_read_decoded,
+    packed,
 )
 
 
@@ -160,7 +161,7 @@ async def async_replies(
     connection, short = await async_borrow(pool)
 
     async def exchange() -> list[Any]:
-        await connection.send_packed_command(connection.pack_commands(commands))
+        await connection.send_packed_command(packed(connection, commands))
         if decode_at is not None:
             decoded = await async_read_decoded(connection, len(commands), decode_at)
             if decoded is not None:

@@ -40,6 +40,7 @@ from ._pools import (
     CLUSTER_POOL,
     ConnectedFirstPool,
     PacksWithHiredis,
+    packed,
     sync_borrow,
     sync_give_back,
     sync_read_decoded,
@@ -159,7 +160,7 @@ def sync_replies(
     connection, short = sync_borrow(pool)
 
     def exchange() -> list[Any]:
-        connection.send_packed_command(connection.pack_commands(commands))
+        connection.send_packed_command(packed(connection, commands))
         if decode_at is not None:
             decoded = sync_read_decoded(connection, len(commands), decode_at)
             if decoded is not None:

@@ -807,6 +807,126 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* -- Packing commands ------------------------------------------------------------------------
+ * pack(commands): the RESP bytes of a request (a sequence of commands, each a tuple of
+ * arguments), as redis-py's own packing makes them for a UTF-8, strict encoder: a str argument
+ * as its UTF-8, bytes as they are, an int in decimal. None for anything else (a float, a bool,
+ * a subclass, a memoryview, a lone surrogate, a command name that is not a plain ASCII word,
+ * which redis-py may split), which the caller then packs as redis-py does. One allocation, no
+ * object per argument. */
+
+/* The bytes of argument a (*data, *size), or 0 when it is not of a plain type; digits holds
+ * an int's decimal form (32 bytes). -1 with an exception set on a failure that is not the
+ * caller's input (no memory). */
+static int arg_bytes(PyObject *a, const char **data, Py_ssize_t *size, char *digits) {
+    if (PyBytes_CheckExact(a)) {
+        *data = PyBytes_AS_STRING(a);
+        *size = PyBytes_GET_SIZE(a);
+        return 1;
+    }
+    if (PyUnicode_CheckExact(a)) {
+        *data = PyUnicode_AsUTF8AndSize(a, size);
+        if (*data == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return -1;
+            PyErr_Clear();
+            return 0;
+        }
+        return 1;
+    }
+    if (PyLong_CheckExact(a)) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
+        if (overflow != 0) return 0;
+        if (v == -1 && PyErr_Occurred()) return -1;
+        *size = snprintf(digits, 32, "%lld", v);
+        *data = digits;
+        return 1;
+    }
+    return 0;
+}
+
+static Py_ssize_t decimal_size(Py_ssize_t n) {
+    Py_ssize_t d = 1;
+    while (n >= 10) {
+        n /= 10;
+        d++;
+    }
+    return d;
+}
+
+static char *put_header(char *out, char kind, Py_ssize_t n) {
+    *out++ = kind;
+    out += sprintf(out, "%zd", n);
+    *out++ = '\r';
+    *out++ = '\n';
+    return out;
+}
+
+static PyObject *pack(PyObject *self, PyObject *commands) {
+    PyObject *seq = PySequence_Fast(commands, "pack: a sequence of commands");
+    if (seq == NULL) return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq), total = 0;
+    PyObject *result = NULL;
+    char digits[32];
+    const char *data;
+    Py_ssize_t size;
+    /* First pass: check every argument and size the request. */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *cmd = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_CheckExact(cmd) || PyTuple_GET_SIZE(cmd) == 0) goto plain;
+        Py_ssize_t n = PyTuple_GET_SIZE(cmd);
+        PyObject *name = PyTuple_GET_ITEM(cmd, 0);
+        if (!PyUnicode_CheckExact(name) || !PyUnicode_IS_ASCII(name)) goto plain;
+        Py_ssize_t name_size = PyUnicode_GET_LENGTH(name);
+        const Py_UCS1 *chars = PyUnicode_1BYTE_DATA(name);
+        if (name_size == 0) goto plain;
+        for (Py_ssize_t k = 0; k < name_size; k++)
+            if (!((chars[k] >= '0' && chars[k] <= '9') || (chars[k] >= 'A' && chars[k] <= 'Z') ||
+                  (chars[k] >= 'a' && chars[k] <= 'z')))
+                goto plain;
+        total += 3 + decimal_size(n);
+        for (Py_ssize_t j = 0; j < n; j++) {
+            int got = arg_bytes(PyTuple_GET_ITEM(cmd, j), &data, &size, digits);
+            if (got < 0) goto done;
+            if (got == 0) goto plain;
+            total += 5 + decimal_size(size) + size;
+        }
+    }
+    if (count == 0) goto plain;
+    result = PyBytes_FromStringAndSize(NULL, total);
+    if (result == NULL) goto done;
+    char *out = PyBytes_AS_STRING(result);
+    /* Second pass: write it (the arguments are what the first pass checked: the tuples
+     * cannot have changed, and str's UTF-8 is cached by the first pass). */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *cmd = PySequence_Fast_GET_ITEM(seq, i);
+        Py_ssize_t n = PyTuple_GET_SIZE(cmd);
+        out = put_header(out, '*', n);
+        for (Py_ssize_t j = 0; j < n; j++) {
+            if (arg_bytes(PyTuple_GET_ITEM(cmd, j), &data, &size, digits) != 1) {
+                Py_CLEAR(result);
+                PyErr_SetString(PyExc_SystemError, "pack: an argument changed");
+                goto done;
+            }
+            out = put_header(out, '$', size);
+            memcpy(out, data, (size_t)size);
+            out += size;
+            *out++ = '\r';
+            *out++ = '\n';
+        }
+    }
+    if (out != PyBytes_AS_STRING(result) + total) {
+        Py_CLEAR(result);
+        PyErr_SetString(PyExc_SystemError, "pack: size mismatch");
+    }
+    goto done;
+plain:
+    result = Py_NewRef(Py_None);
+done:
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"decode", decode, METH_O,
      "decode(items) -> (messages, left): each stored element as a Message, None where it is "
@@ -819,6 +939,10 @@ static PyMethodDef methods[] = {
      "resp_replies(buffer, count, at, error_cls) -> list: count whole replies as values; "
      "reply at (an array of bulk strings) as (messages, bytes, True), or (elements, bytes, "
      "False) when not every element is a message in the encoder's own form."},
+    {"pack", pack, METH_O,
+     "pack(commands) -> bytes | None: the RESP bytes of the commands (tuples of str, bytes, "
+     "int), as redis-py packs them for a UTF-8 strict encoder; None when an argument is of "
+     "another type or a command name not a plain ASCII word."},
     {"configure", configure, METH_VARARGS,
      "configure(roles, message_cls, tool_call_cls, tzinfo, message_defaults, call_defaults, "
      "fields_set_cls)"},

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis._parsers.encoders import Encoder
 
+from redis_session import _pools, codec
 from redis_session._url import HiredisPacker, async_client, pack_with_hiredis, sync_client
 from tests.support.packing import packs_with_hiredis
 
@@ -155,3 +156,76 @@ def test_the_pools_from_url_builds_pack_with_hiredis() -> None:
     assert wire(aconnection.pack_command("GET", "k")) == b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"
     plain: Any = redis.asyncio.Redis()  # a client of the caller's keeps redis-py's packer
     assert not packs_with_hiredis(plain.connection_pool.make_connection())
+
+
+# -- the C packer of the direct path (``_speedups.pack``, ``_pools.packed``) ------------------
+
+needs_c = pytest.mark.skipif(
+    codec._C is None, reason="the C decoder was not built (no C compiler at install)"
+)
+ODD_NAMES = ["GET\t", "SCRIPT LOAD", "é", "", "JSON.SET"]
+NAMES = st.sampled_from(["EVALSHA", "SET", "GET", "LRANGE", "HMGET", "x1", *ODD_NAMES])
+
+
+def c_pack(commands: Any) -> bytes | None:
+    assert codec._C is not None
+    request: bytes | None = codec._C.pack(commands)
+    return request
+
+
+@needs_c
+@given(st.lists(st.tuples(NAMES, st.lists(ARGUMENTS, max_size=8)), max_size=6))
+def test_the_c_packer_makes_redis_py_s_bytes_or_hands_the_request_back(
+    drawn: list[tuple[Any, list[Any]]],
+) -> None:
+    commands = [(name, *rest) for name, rest in drawn]
+    own = own_packer()
+    got = c_pack(commands)
+    if got is None:  # only for what it does not take: redis-py's packing is the one used
+        plain = {str, bytes}
+        assert not commands or any(
+            type(c[0]) is not str
+            or not (c[0].isascii() and c[0].isalnum())
+            or any(
+                not (type(a) in plain or (type(a) is int and -(2**63) <= a < 2**63))
+                or (type(a) is str and not _encodes(a))
+                for a in c
+            )
+            for c in commands
+        )
+    else:
+        assert got == b"".join(wire(own.pack(*c)) for c in commands)
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@needs_c
+def test_the_c_packer_takes_plain_arguments_only() -> None:
+    assert c_pack([("EVALSHA", "a" * 40, 2, "k:{s}", b"\x00\xff", -17, "é")]) == wire(
+        own_packer().pack("EVALSHA", "a" * 40, 2, "k:{s}", b"\x00\xff", -17, "é")
+    )
+    for odd in (2.5, True, None, 2**63, memoryview(b"x"), bytearray(b"x"), Level.LOW, "\udc80"):
+        assert c_pack([("SET", "k", odd)]) is None, odd
+    for name in ("SCRIPT LOAD", "GET\n", "é", "", b"GET", Shouting("get")):
+        assert c_pack([(name, "k")]) is None, name
+    assert c_pack([]) is None and c_pack([["GET", "k"]]) is None
+    assert c_pack([()]) is None
+    with pytest.raises(TypeError):
+        c_pack(None)
+
+
+@needs_c
+def test_a_direct_request_is_packed_in_one_buffer_or_by_the_connection() -> None:
+    conn = pack_with_hiredis(connection())
+    commands = [("HMGET", "m:{s}", "v", "n"), ("LRANGE", "l:{s}", 0, -1)]
+    assert _pools.packed(conn, commands) == [wire(conn.pack_commands(commands))]
+    odd = [("SET", "k", 2.5)]  # a float: the connection's own packing
+    assert wire(_pools.packed(conn, odd)) == wire(conn.pack_commands(odd))
+    latin = pack_with_hiredis(connection(encoding="latin-1"))  # not hiredis's packer: its own
+    assert _pools.packed(latin, [("SET", "k", "é")]) == latin.pack_commands([("SET", "k", "é")])
