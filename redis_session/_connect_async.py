@@ -144,8 +144,8 @@ async def async_replies(
     (one :func:`async_client` made) and read as they come, each error reply as its exception
     in its place: what redis-py's pipeline answers for them, without its per-command Python
     (measured: ~50 µs less for a first read's five commands, ~15 µs for an append's script).
-    With ``decode_at``, the reply of that LRANGE of stored messages may be a ``Decoded``
-    (see ``_pools.async_read_decoded``).
+    The replies are read by the C reader where it can (``_pools.async_read_decoded``); with
+    ``decode_at``, the reply of that LRANGE of stored messages may be a ``Decoded``.
     A connection that fails is closed and the commands sent again under the connection's own
     retry policy, as redis-py sends a command (the same attempts, backoff and outage notices).
 
@@ -162,10 +162,10 @@ async def async_replies(
 
     async def exchange() -> list[Any]:
         await connection.send_packed_command(packed(connection, commands))
-        if decode_at is not None:
-            decoded = await async_read_decoded(connection, len(commands), decode_at)
-            if decoded is not None:
-                return decoded
+        at = -1 if decode_at is None else decode_at
+        decoded = await async_read_decoded(connection, len(commands), at)
+        if decoded is not None:
+            return decoded
         replies: list[Any] = []
         for _ in commands:
             try:

@@ -143,8 +143,8 @@ def sync_replies(
     (one :func:`sync_client` made) and read as they come, each error reply as its exception
     in its place: what redis-py's pipeline answers for them, without its per-command Python
     (measured: ~50 µs less for a first read's five commands, ~15 µs for an append's script).
-    With ``decode_at``, the reply of that LRANGE of stored messages may be a ``Decoded``
-    (see ``_pools.sync_read_decoded``).
+    The replies are read by the C reader where it can (``_pools.sync_read_decoded``); with
+    ``decode_at``, the reply of that LRANGE of stored messages may be a ``Decoded``.
     A connection that fails is closed and the commands sent again under the connection's own
     retry policy, as redis-py sends a command (the same attempts, backoff and outage notices).
 
@@ -161,10 +161,10 @@ def sync_replies(
 
     def exchange() -> list[Any]:
         connection.send_packed_command(packed(connection, commands))
-        if decode_at is not None:
-            decoded = sync_read_decoded(connection, len(commands), decode_at)
-            if decoded is not None:
-                return decoded
+        at = -1 if decode_at is None else decode_at
+        decoded = sync_read_decoded(connection, len(commands), at)
+        if decoded is not None:
+            return decoded
         replies: list[Any] = []
         for _ in commands:
             try:

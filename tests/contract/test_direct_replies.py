@@ -92,6 +92,69 @@ def test_an_error_reply_is_its_exception_in_its_place(real_backend: Backend) -> 
         client.close()
 
 
+def _as_compared(reply: Any) -> Any:
+    """A reply with each exception as its type and text (exceptions do not compare equal)."""
+    if isinstance(reply, Exception):
+        return (type(reply), str(reply))
+    if isinstance(reply, list):
+        return [_as_compared(r) for r in reply]
+    return reply
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_every_direct_request_s_replies_are_read_by_the_c_reader_as_redis_py_reads_them(
+    real_backend: Backend, protocol: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if protocol == 3 and real_backend.server is None:
+        pytest.skip("the backend's URL is not a plain server's")
+    client = sync_client(real_backend.url, protocol=protocol)
+    assert isinstance(client, redis.Redis)
+    key, other, nothing = (f"{real_backend.prefix}{{x}}:{n}" for n in ("s", "h", "none"))
+    script = (
+        "return {1, {2, 'two', {}}, false, redis.error_reply('ERR boom'), "
+        "redis.status_reply('fine'), -7}"
+    )
+    commands = [
+        ("SET", key, "v"),
+        ("GET", key),
+        ("GET", nothing),
+        ("HGETALL", other),  # a map in RESP3
+        ("EVAL", script, 0),
+        ("EVAL", "return redis.error_reply('NOSCRIPT not here')", 0),
+        ("NOSUCHCOMMAND",),
+    ]
+    try:
+        client.hset(other, "f", "é")  # connected: the handshake's replies are redis-py's
+        calls = []
+        read_response = redis.connection.AbstractConnection.read_response
+
+        def spied(self: Any, *args: Any, **kwargs: Any) -> Any:
+            calls.append(1)
+            return read_response(self, *args, **kwargs)
+
+        with monkeypatch.context() as patched:
+            patched.setattr(redis.connection.AbstractConnection, "read_response", spied)
+            direct = _url.sync_replies(client, commands)
+        assert direct is not None
+        assert calls == [] or protocol == 3  # a RESP3 map is redis-py's to read
+        connection = client.connection_pool.get_connection()
+        try:
+            expected: list[Any] = []
+            for command in commands:
+                connection.send_command(*command)
+                try:
+                    expected.append(connection.read_response())
+                except redis.ResponseError as exc:
+                    expected.append(exc)
+        finally:
+            client.connection_pool.release(connection)
+        assert _as_compared(direct) == _as_compared(expected)
+        assert isinstance(direct[5], redis.exceptions.NoScriptError)  # redis-py's classes
+    finally:
+        client.delete(key, other)
+        client.close()
+
+
 def test_a_store_from_a_url_reads_and_appends_on_the_direct_path(real_backend: Backend) -> None:
     store = RedisStore(sync_client(real_backend.url), prefix=real_backend.prefix)
     other = RedisStore(sync_client(real_backend.url), prefix=real_backend.prefix)
