@@ -137,7 +137,7 @@ def test_every_direct_request_s_replies_are_read_by_the_c_reader_as_redis_py_rea
             direct = _url.sync_replies(client, commands)
         assert direct is not None
         assert calls == [] or protocol == 3  # a RESP3 map is redis-py's to read
-        connection = client.connection_pool.get_connection()
+        connection: Any = client.connection_pool.get_connection()
         try:
             expected: list[Any] = []
             for command in commands:
