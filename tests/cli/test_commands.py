@@ -324,10 +324,20 @@ def test_stats_of_an_empty_prefix(place: Place) -> None:
 # -- bench ------------------------------------------------------------------------------------
 
 
-@pytest.mark.redis
-def test_bench_measures_against_the_floors(real: Place) -> None:
+def assert_cleaned_up(result: Result, url: str) -> None:
+    """Nothing is left under the bench run's prefix (which its stderr names)."""
     import redis
 
+    prefix = next(w for w in result.stderr.split() if w.startswith("bench:"))
+    client = redis.Redis.from_url(url)
+    try:
+        assert list(client.scan_iter(match=f"{prefix}*")) == []
+    finally:
+        client.close()
+
+
+@pytest.mark.redis
+def test_bench_measures_against_the_floors(real: Place) -> None:
     result = invoke("bench", "--url", real.url, "--rounds", "5", "--get-rounds", "5", "--json")
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
@@ -336,18 +346,11 @@ def test_bench_measures_against_the_floors(real: Place) -> None:
     assert all(row["store_median"] > 0 and row["floor_median"] > 0 for row in data["rows"])
     assert data["round_trips"]["sync_client_writes_per_append"] == 1
     assert data["rounds"] == 5
-    prefix = next(w for w in result.stderr.split() if w.startswith("bench:"))
-    client = redis.Redis.from_url(real.url)
-    try:
-        assert list(client.scan_iter(match=f"{prefix}*")) == []  # cleaned up
-    finally:
-        client.close()
+    assert_cleaned_up(result, real.url)
 
 
 @pytest.mark.redis
 def test_bench_fleet_takes_its_sizes_and_the_read_cache_bound(real: Place) -> None:
-    import redis
-
     args = ("--fleet-size", "2x4x6", "--turns", "12", "--fleet-warmup", "4")
     result = invoke(
         "bench", "--url", real.url, "--fleet", *args, "--read-cache-bytes", "0",
@@ -360,12 +363,7 @@ def test_bench_fleet_takes_its_sizes_and_the_read_cache_bound(real: Place) -> No
     assert (size["turns"], size["warmup"], size["read_cache_bytes"]) == (12, 4, 0)
     # no read cache: every timed turn's read is a miss
     assert (data["fleet"]["read_cache_hits"], data["fleet"]["read_cache_misses"]) == (0, 12)
-    prefix = next(w for w in result.stderr.split() if w.startswith("bench:"))
-    client = redis.Redis.from_url(real.url)
-    try:
-        assert list(client.scan_iter(match=f"{prefix}*")) == []  # cleaned up
-    finally:
-        client.close()
+    assert_cleaned_up(result, real.url)
 
 
 def test_bench_fleet_help_names_the_harness_defaults() -> None:
