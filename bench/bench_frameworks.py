@@ -98,7 +98,7 @@ from openai.types.responses.response_prompt_param import ResponsePromptParam
 
 import redis_session
 from bench.harness import text_table
-from redis_session import AsyncRedisStore
+from redis_session import AsyncRedisStore, _connect_async
 from redis_session.integrations.adk import RedisSessionService
 from redis_session.integrations.openai_agents import RedisAgentSession
 
@@ -268,27 +268,43 @@ class Wire:
 
     writes = 0
     commands = 0
+    direct = False
+    """Inside the store's direct path's packing, which counts its commands itself."""
 
     @classmethod
     def install(cls) -> Callable[[], None]:
-        """Count from now on; returns the function that restores redis-py's methods."""
+        """Count from now on; returns the function that restores redis-py's methods (and the
+        store's direct path's packing, which may pack in C without them)."""
         conn = redis.asyncio.connection.AbstractConnection
         send, pack = conn.send_packed_command, conn.pack_command
+        direct_path: Any = _connect_async  # its packed(): set back by restore()
+        packed = direct_path.packed
 
         async def counting_send(self: Any, command: Any, check_health: bool = True) -> None:
             cls.writes += 1
             await send(self, command, check_health)
 
         def counting_pack(self: Any, *args: Any) -> Any:
-            cls.commands += 1  # once per command, pipelines' included (pack_commands calls it)
+            if not cls.direct:
+                cls.commands += 1  # once per command, pipelines' (pack_commands calls it)
             return pack(self, *args)
+
+        def counting_packed(connection: Any, commands: Sequence[tuple[Any, ...]]) -> Any:
+            cls.commands += len(commands)
+            cls.direct = True
+            try:
+                return packed(connection, commands)
+            finally:
+                cls.direct = False
 
         conn.send_packed_command = counting_send  # type: ignore[method-assign]
         conn.pack_command = counting_pack  # type: ignore[method-assign]
+        direct_path.packed = counting_packed
 
         def restore() -> None:
             conn.send_packed_command = send  # type: ignore[method-assign]
             conn.pack_command = pack  # type: ignore[method-assign]
+            direct_path.packed = packed
 
         return restore
 
