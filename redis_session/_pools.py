@@ -205,6 +205,17 @@ def sync_borrow(pool: Any) -> tuple[Any, bool]:
     return pool.get_connection(), False
 
 
+def _emptied(connection: Any) -> Any:
+    """The connection's parser when it is redis-py's hiredis one and holds nothing (no reply
+    or push read from the socket and not handed out yet), else None.
+    """
+    parser = connection._parser
+    if type(parser) is not _HiredisParser:
+        return None
+    reader = parser._reader
+    return None if reader is None or reader.has_data() else parser
+
+
 def _quiet(connection: Any) -> bool:
     """Whether ``connection`` (connected, read by redis-py's hiredis parser over a plain
     socket) has nothing to read: no reply or push left in its parser, none on its socket, which
@@ -214,12 +225,8 @@ def _quiet(connection: Any) -> bool:
     connection, made anew for a new socket.
     """
     sock = connection._sock
-    parser = connection._parser
-    if type(sock) is not socket.socket or type(parser) is not _HiredisParser:
-        return False  # not connected, TLS (bytes above the socket), another parser
-    reader = parser._reader
-    if reader is None or reader.has_data():
-        return False
+    if type(sock) is not socket.socket or _emptied(connection) is None:
+        return False  # not connected, TLS (bytes above the socket), another parser, data in it
     kept = connection.__dict__.get("_redis_session_poll")
     if kept is None or kept[0] is not sock:
         poller = select.poll()
@@ -351,11 +358,9 @@ def sync_read_decoded(connection: Any, count: int, at: int) -> list[Any] | None:
     A socket error or timeout raises as redis-py raises it (the caller's retry policy closes
     the connection and sends the commands again).
     """
-    parser = connection._parser
-    if codec.RESP is None or type(parser) is not _HiredisParser:
-        return None
-    sock, reader = parser._sock, parser._reader
-    if sock is None or reader is None or reader.has_data():
+    parser = _emptied(connection)
+    sock = None if parser is None else parser._sock
+    if codec.RESP is None or sock is None:
         return None
     buffer = connection.__dict__.pop("_redis_session_buffer", None) or bytearray(_FIRST_READ)
     have = start = done = 0

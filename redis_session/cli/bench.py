@@ -154,10 +154,15 @@ def bench(
             workers, sessions, messages = parse_size(fleet_size)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--fleet-size") from None
-        size = FleetSize(workers, sessions, messages, routing=routing)
-        size.read_cache_bytes = read_cache_bytes
-        size.turns = size.turns if turns is None else turns
-        size.warmup = size.warmup if fleet_warmup is None else fleet_warmup
+        given = {"turns": turns, "warmup": fleet_warmup}  # None: the harness's default
+        size = FleetSize(
+            workers,
+            sessions,
+            messages,
+            routing=routing,
+            read_cache_bytes=read_cache_bytes,
+            **{name: value for name, value in given.items() if value is not None},
+        )
         _fleet(url, rounds, get_rounds or 300, size, check, as_json)
         return
 
