@@ -328,7 +328,9 @@ async def test_a_prune_that_races_a_create_puts_the_entry_back(make_astore: Make
 async def test_the_index_of_an_app_without_creates_expires_and_is_rebuilt(
     make_astore: MakeStore,
 ) -> None:
-    store = make_astore(ttl=0.4, expired_grace=0)
+    # Each append keeps the session alive for a TTL; a loop turn that stalls longer than one
+    # (a loaded CI machine: 0.4 s was seen to) would let it expire, so the TTL is 1.2 s.
+    store = make_astore(ttl=1.2, expired_grace=0)
     service = RedisSessionService(store)
     session = await service.create_session(app_name=APP, user_id=USER, session_id="busy")
     await service.list_sessions(app_name=APP)  # complete: "!"
@@ -340,7 +342,7 @@ async def test_the_index_of_an_app_without_creates_expires_and_is_rebuilt(
         assert time.monotonic() < deadline
         n += 1
         await service.append_event(session, event(n))
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.05)
     listed = await service.list_sessions(app_name=APP)
     assert [s.id for s in listed.sessions] == ["busy"]
     assert await client.zscore(index, "!") is not None
