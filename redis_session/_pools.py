@@ -173,7 +173,8 @@ class AsyncConnectedFirstPool(PacksWithHiredis, redis.asyncio.BlockingConnection
 # the pool's own lock, checked by the pool's own ensure_connection (unread data: pending push
 # notifications applied, a closed socket made again) unless it is quiet (nothing in its
 # parser, nothing on its socket: one poll, where ensure_connection's checks took ~10 µs more
-# of a cold request's CPU in the fleet loop), put back with the waiters woken. A
+# of a cold request's CPU in the fleet loop; an asyncio one: nothing in its parser nor its
+# stream's buffer, the stream open), put back with the waiters woken. A
 # checkout taken so is not counted in redis-py's pool metrics (nor is the request: see
 # production.md). Only for the pools of ``from_url``'s clients, when none of what redis-py's
 # full path does on top applies; else the pool's own get_connection and release.
@@ -271,12 +272,37 @@ async def async_borrow(pool: Any) -> tuple[Any, bool]:
             connection = idle.pop()
             pool._in_use_connections.add(connection)
             try:
-                await pool.ensure_connection(connection)
+                if not _async_quiet(connection):
+                    await pool.ensure_connection(connection)
             except BaseException:
                 await async_give_back(pool, connection, True)
                 raise
             return connection, True
     return await pool.get_connection(), False
+
+
+def _async_quiet(connection: Any) -> bool:
+    """Whether ``connection`` (connected, read by redis-py's asyncio hiredis parser) has
+    nothing to read and its stream is open: no reply or push left in its parser, no bytes in
+    its stream's buffer, no end of file nor error on it. Then the pool's ``ensure_connection``
+    would do nothing (its ``connect`` returns at once, its ``can_read`` says no: the same
+    checks, without its retry policy's calls); a connection for which this says no goes
+    through it.
+    """
+    parser = connection._parser
+    if type(parser) is not _AsyncHiredisParser or not parser._connected:
+        return False
+    reader, stream = parser._reader, connection._reader
+    if reader is None or reader.has_data() or parser._stream is not stream:
+        return False
+    buffered: Any = getattr(stream, "_buffer", None)
+    return (
+        buffered is not None
+        and not buffered
+        and not stream.at_eof()
+        and stream.exception() is None
+        and connection._writer is not None
+    )
 
 
 async def async_give_back(pool: Any, connection: Any, short: bool) -> None:

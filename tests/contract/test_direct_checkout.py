@@ -1,9 +1,9 @@
 """The direct path's short checkout (``_pools.sync_borrow`` / ``async_borrow``): a connected
 idle connection of a ``from_url`` client's pool taken under the pool's own lock and put back
 with the waiters woken, checked by the pool's own ``ensure_connection`` unless nothing waits
-to be read on it (``_pools._quiet``, blocking clients); redis-py's full checkout whenever
-anything it does on top applies (a fork, maintenance, a streaming credential provider, a task
-waiting on release). Each on every single real server.
+to be read on it (``_pools._quiet``, ``_pools._async_quiet``); redis-py's full checkout
+whenever anything it does on top applies (a fork, maintenance, a streaming credential
+provider, a task waiting on release). Each on every single real server.
 """
 
 from __future__ import annotations
@@ -241,6 +241,63 @@ async def test_asyncio_unread_data_and_redis_py_s_checkout_where_it_applies(
         await client.delete(key)
     finally:
         await client.aclose()
+
+
+async def test_a_quiet_asyncio_connection_skips_ensure_connection_any_other_goes_through_it(
+    real_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client: Any = async_client(real_backend.url)
+    admin: Any = async_client(real_backend.url)
+    pool = client.connection_pool
+    key = f"{real_backend.prefix}{{x}}:k"
+    checked: list[Any] = []
+    ensure = pool.ensure_connection
+
+    async def counted(connection: Any) -> None:
+        checked.append(connection)
+        await ensure(connection)
+
+    monkeypatch.setattr(pool, "ensure_connection", counted)
+
+    async def request(*command: Any) -> tuple[Any, bool]:
+        """The reply of a request through the short checkout, and whether it was checked."""
+        before = len(checked)
+        connection, short = await _pools.async_borrow(pool)
+        assert short
+        try:
+            await connection.send_command(*command)
+            return await connection.read_response(), len(checked) > before
+        finally:
+            await _pools.async_give_back(pool, connection, short)
+
+    try:
+        await client.set(key, "stale")
+        assert await request("GET", "{nothing}") == (None, False)  # quiet: taken as it is
+        (connection,) = pool._available_connections
+        # a reply left unread (in the stream's buffer once the loop ran): checked, made again
+        await connection.send_command("GET", key)
+        await asyncio.sleep(0.05)
+        assert connection._reader._buffer
+        assert await request("GET", "{nothing}") == (None, True)
+        assert await request("GET", "{nothing}") == (None, False)  # quiet again
+        # a reply left in the parser (read from the stream, not handed out): the same
+        connection._parser._reader.feed(b"$5\r\nstale\r\n")
+        assert await request("GET", "{nothing}") == (None, True)
+        # closed by the server (the stream at its end): made again before the request
+        idle_id = await client.client_id()
+        await admin.client_kill_filter(_id=idle_id)
+        await asyncio.sleep(0.05)
+        new_id, was_checked = await request("CLIENT", "ID")
+        assert new_id != idle_id and was_checked
+        # not redis-py's asyncio hiredis parser: always checked
+        with monkeypatch.context() as patched:
+            patched.setattr("redis_session._pools._AsyncHiredisParser", type("Other", (), {}))
+            assert await request("GET", "{nothing}") == (None, True)
+        assert await request("GET", "{nothing}") == (None, False)
+        await client.delete(key)
+    finally:
+        await client.aclose()
+        await admin.aclose()
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
