@@ -206,12 +206,13 @@ def sync_borrow(pool: Any) -> tuple[Any, bool]:
     return pool.get_connection(), False
 
 
-def _emptied(connection: Any) -> Any:
-    """The connection's parser when it is redis-py's hiredis one and holds nothing (no reply
-    or push read from the socket and not handed out yet), else None.
+def _emptied(connection: Any, aio: bool = False) -> Any:
+    """The connection's parser when it is redis-py's hiredis one (the blocking one, or with
+    ``aio`` the asyncio one) and holds nothing (no reply or push read from the socket and
+    not handed out yet), else None.
     """
     parser = connection._parser
-    if type(parser) is not _HiredisParser:
+    if type(parser) is not (_AsyncHiredisParser if aio else _HiredisParser):
         return None
     reader = parser._reader
     return None if reader is None or reader.has_data() else parser
@@ -289,11 +290,8 @@ def _async_quiet(connection: Any) -> bool:
     checks, without its retry policy's calls); a connection for which this says no goes
     through it.
     """
-    parser = connection._parser
-    if type(parser) is not _AsyncHiredisParser or not parser._connected:
-        return False
-    reader, stream = parser._reader, connection._reader
-    if reader is None or reader.has_data() or parser._stream is not stream:
+    parser, stream = _emptied(connection, aio=True), connection._reader
+    if parser is None or not parser._connected or parser._stream is not stream:
         return False
     buffered: Any = getattr(stream, "_buffer", None)
     return (

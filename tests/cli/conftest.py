@@ -50,6 +50,15 @@ def _purge(url: str, prefix: str) -> None:
         client.close()
 
 
+def keys_under(url: str, prefix: str) -> list[bytes]:
+    """The keys under ``prefix`` on the server at ``url`` (what a run left behind)."""
+    client = redis.Redis.from_url(url)
+    try:
+        return list(client.scan_iter(match=f"{prefix}*", count=1000))
+    finally:
+        client.close()
+
+
 @pytest.fixture
 def real(redis_server: Server) -> Iterator[Place]:
     """A unique prefix on the real Redis; its keys are deleted afterwards."""

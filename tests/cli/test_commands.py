@@ -16,7 +16,7 @@ from click.testing import Result
 from redis_session import ChildSessionConfig, Message, Session, SessionNotFound
 from redis_session.cli._common import passphrase_option
 
-from .conftest import Place, invoke, seed
+from .conftest import Place, invoke, keys_under, seed
 
 # -- ls ---------------------------------------------------------------------------------------
 
@@ -326,14 +326,8 @@ def test_stats_of_an_empty_prefix(place: Place) -> None:
 
 def assert_cleaned_up(result: Result, url: str) -> None:
     """Nothing is left under the bench run's prefix (which its stderr names)."""
-    import redis
-
     prefix = next(w for w in result.stderr.split() if w.startswith("bench:"))
-    client = redis.Redis.from_url(url)
-    try:
-        assert list(client.scan_iter(match=f"{prefix}*")) == []
-    finally:
-        client.close()
+    assert keys_under(url, prefix) == []
 
 
 @pytest.mark.redis

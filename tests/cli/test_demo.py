@@ -7,12 +7,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-import redis
 
 from redis_session import Message, RedisStore
 from redis_session.cli._simulation import DemoConfig, run_demo
 
-from .conftest import Place, invoke
+from .conftest import Place, invoke, keys_under
 
 SMALL = ["--workers", "3", "--sessions", "2", "--turns", "12"]
 
@@ -51,11 +50,7 @@ def test_demo_on_a_real_redis_cleans_up(real: Place) -> None:
     result = invoke("demo", *SMALL, "--url", real.url, "--prefix", real.prefix, "--json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["consistent"] is True
-    client = redis.Redis.from_url(real.url)
-    try:
-        assert list(client.scan_iter(match=f"{real.prefix}*")) == []
-    finally:
-        client.close()
+    assert keys_under(real.url, real.prefix) == []
 
 
 @pytest.mark.redis
