@@ -32,6 +32,15 @@ untimed turns, with the read cache's hits and misses over the timed turns (``--r
 sizes each worker's cache); and ``append_message`` through a ``RedisStore`` over the caller's
 own ``redis.Redis`` and over ``from_url``'s client, vs one RPUSH.
 
+Paths mode (``--paths``, issue #42) runs the store on the fast path and on the public path
+(``redis_session._fast``'s pieces off, as with ``REDIS_SESSION_PURE_PYTHON=1``) side by side,
+switched between calls in one process, each with its own workers and sessions: the cold get,
+the fleet loop (the fleet options above), ``append_message`` through ``from_url``'s client and
+through the caller's own ``redis.Redis`` against the raw six-command script, and
+``get_history(last=20)`` of 10,000 messages against LRANGE -20 -1 + orjson.loads. Pieces mode
+(``--pieces``) measures the cold get and the fleet loop with each private piece left off in
+turn, and prints each one's cost against all on.
+
 To show where the store's time goes, the same loops also time (interleaved, same conditions):
 the store's OWN request sent bare with plain redis-py -- its Lua script by EVALSHA with the exact
 KEYS/ARGV the store would send, or for get() its MULTI/EXEC pipeline of the same commands
@@ -48,6 +57,7 @@ holds up to ~130 MB in Redis meanwhile (the pre-filled session pools).
     .venv/bin/python bench/bench_store.py --fleet [--workers 16] [--sessions 400]
         [--messages 300] [--turns 3000] [--fleet-warmup 2000] [--routing random|sticky]
         [--read-cache-bytes N] [--rounds N] [--get-rounds N] [--check]
+    .venv/bin/python bench/bench_store.py --paths|--pieces [the fleet options] [--rounds N]
 
 The default of 3,000 rounds takes 30-40 s on a 2-core VM (of which ~14 s for get).
 """
@@ -78,6 +88,7 @@ from bench.harness import (
     where_lines,
 )
 from bench.harness.fleet import ROUTINGS, FleetSize, run_fleet
+from bench.harness.paths import run_paths, run_pieces, shares
 
 # -- output ---------------------------------------------------------------------------------------
 
@@ -198,6 +209,30 @@ def fleet_main(url: str, size: FleetSize, get_rounds: int, rounds: int, check: b
     return 1 if check and any(r.verdict == "FAIL" for r in bench.rows) else 0
 
 
+def paths_main(
+    url: str, size: FleetSize, get_rounds: int, rounds: int, check: bool, pieces: bool
+) -> int:
+    """Both paths (``--paths``) or each private piece (``--pieces``): print the rows."""
+    started = time.perf_counter()
+    bench = Bench(url, rounds, get_rounds)
+    info = server_info(bench)
+    print(
+        f"redis {info['redis_version']} | python {info['python']} | redis-py {info['redis_py']}"
+        f" | pydantic {info['pydantic']} | hiredis {info['hiredis']}"
+    )
+    try:
+        (run_pieces if pieces else run_paths)(bench, size)
+    finally:
+        deleted = bench.cleanup()
+        bench.close()
+    print("all times in microseconds (us); ratio = store median / floor median")
+    print(render(bench.rows))
+    for line in shares(bench.rows):
+        print(line)
+    print(f"cleanup: deleted {deleted} keys; total {time.perf_counter() - started:.1f}s")
+    return 1 if check and any(r.verdict == "FAIL" for r in bench.rows) else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--url", default="redis://127.0.0.1:6379/0", help="Redis to measure")
@@ -223,6 +258,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "over the caller's own client, each against its floor"
     )
     fleet.add_argument("--fleet", action="store_true", help="run the fleet rows only")
+    fleet.add_argument(
+        "--paths",
+        action="store_true",
+        help="the fast path and the public path side by side (cold get, fleet loop, appends, "
+        "get_history(last=20)), interleaved, each against its floor",
+    )
+    fleet.add_argument(
+        "--pieces",
+        action="store_true",
+        help="each private piece of the fast path left off in turn (cold get, fleet loop)",
+    )
     size = FleetSize()
     fleet.add_argument("--workers", type=int, default=size.workers, help="worker stores")
     fleet.add_argument("--sessions", type=int, default=size.sessions, help="sessions")
@@ -232,6 +278,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     fleet.add_argument("--routing", choices=ROUTINGS, default=size.routing, help="turn routing")
     fleet.add_argument("--read-cache-bytes", type=int, help="each worker's read cache bound")
     args = parser.parse_args(argv)
+    if args.paths or args.pieces:
+        size = FleetSize(
+            args.workers, args.sessions, args.messages, args.turns, args.fleet_warmup,
+            args.routing, args.read_cache_bytes,
+        )  # fmt: skip
+        return paths_main(
+            args.url, size, args.get_rounds or 300, args.rounds, args.check, args.pieces
+        )
     if args.fleet:
         size = FleetSize(
             args.workers, args.sessions, args.messages, args.turns, args.fleet_warmup,

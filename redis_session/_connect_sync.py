@@ -4,7 +4,7 @@ for asyncio; ``tools/unasync.py`` generates the blocking ``_connect_sync.py`` fr
 The policy (retries, pools, timeouts) is told in ``redis_session._url``.
 
 Hand-written elsewhere, because the two flavours of redis-py differ there in more than
-``await``: the connected-first pools (``_pools``: a queue under a mutex or a list), the client
+``await``: the connected-first pools (``_pools``: a queue class or an ordered list), the client
 of one cluster node (``_url.sync_node_client``: a blocking node carries redis-py's client of
 it, an asyncio node has none) and making a client again for another event loop
 (``_url.async_remake``, asyncio only).
@@ -36,15 +36,7 @@ from ._endpoint import (
     sentinel_target,
     where,
 )
-from ._pools import (
-    CLUSTER_POOL,
-    ConnectedFirstPool,
-    PacksWithHiredis,
-    packed,
-    sync_borrow,
-    sync_give_back,
-    sync_read_decoded,
-)
+from ._pools import ConnectedFirstPool, packed
 
 
 class NoticingRetry(redis.retry.Retry):
@@ -87,8 +79,10 @@ class NoticingRetry(redis.retry.Retry):
         return result
 
 
-class HiredisSentinelPool(PacksWithHiredis, redis.sentinel.SentinelConnectionPool):
-    """redis-py's pool of a Sentinel-found primary, its connections packing through hiredis."""
+class SentinelPool(redis.sentinel.SentinelConnectionPool):
+    """redis-py's pool of a Sentinel-found primary, as :func:`sync_client` makes it (a class
+    of its own: a store's requests go out on it directly, see :func:`sync_replies`).
+    """
 
 
 def _default_retry(url: str) -> NoticingRetry:
@@ -117,36 +111,32 @@ def sync_client(
         sentinel = factory(hosts, sentinel_kwargs={"socket_timeout": 1.0})
         options = {
             "retry": _sentinel_retry(url),
-            "connection_pool_class": HiredisSentinelPool,
+            "connection_pool_class": SentinelPool,
             **client_options(kwargs, pool=False),
         }
         client: redis.Redis = sentinel.master_for(service, db=db, **options)
         return client
     if cluster:
-        options = {**CLUSTER_POOL, **client_options(kwargs, pool=False)}
-        return redis.RedisCluster.from_url(url, **options)
+        return redis.RedisCluster.from_url(url, **client_options(kwargs, pool=False))
     pool = ConnectedFirstPool.from_url(
         url, **{"retry": _default_retry(url), **client_options(kwargs, pool=True)}
     )
     return redis.Redis.from_pool(pool)
 
 
-_OWN_POOLS = (ConnectedFirstPool, HiredisSentinelPool)
+_OWN_POOLS = (ConnectedFirstPool, SentinelPool)
 """The pools of the clients :func:`sync_client` makes (not a cluster's, not fakeredis's)."""
 
 
-def sync_replies(
-    client: Any, commands: Sequence[tuple[Any, ...]], decode_at: int | None = None
-) -> list[Any] | None:
+def sync_replies(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any] | None:
     """The replies of ``commands`` (each safe to send twice: reads, and the store's scripts,
     idempotent by ids and tokens), sent in one write on a connection of the pool of ``client``
     (one :func:`sync_client` made) and read as they come, each error reply as its exception
     in its place: what redis-py's pipeline answers for them, without its per-command Python
-    (measured: ~50 µs less for a first read's five commands, ~15 µs for an append's script).
-    The replies are read by the C reader where it can (``_pools.sync_read_decoded``); with
-    ``decode_at``, the reply of that LRANGE of stored messages may be a ``Decoded``.
-    A connection that fails is closed and the commands sent again under the connection's own
-    retry policy, as redis-py sends a command (the same attempts, backoff and outage notices).
+    (see docs/benchmarks.md), through redis-py's public connection methods
+    (``get_connection``, ``send_packed_command``, ``read_response``, ``release``). A connection
+    that fails is closed and the commands sent again under the connection's own retry policy,
+    as redis-py sends a command (the same attempts, backoff and outage notices).
 
     None: a client of another kind, whose commands go through redis-py: a caller's own (so
     that redis-py's metrics and instrumentation see every command), a cluster, fakeredis, a
@@ -157,14 +147,10 @@ def sync_replies(
         return None
     if client.connection is not None:
         return None
-    connection, short = sync_borrow(pool)
+    connection = pool.get_connection()
 
     def exchange() -> list[Any]:
         connection.send_packed_command(packed(connection, commands))
-        at = -1 if decode_at is None else decode_at
-        decoded = sync_read_decoded(connection, len(commands), at)
-        if decoded is not None:
-            return decoded
         replies: list[Any] = []
         for _ in commands:
             try:
@@ -183,7 +169,7 @@ def sync_replies(
         connection.disconnect()
         raise
     finally:
-        sync_give_back(pool, connection, short)
+        pool.release(connection)
 
 
 def _sentinel_pool(client: Any) -> Any:

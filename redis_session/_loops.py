@@ -27,11 +27,13 @@ import asyncio
 import contextlib
 import functools
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import redis.asyncio
 import redis.asyncio.cluster
+
+from . import _fast
 
 
 def _cloneable(client: Any) -> bool:
@@ -55,47 +57,15 @@ def _clone(client: Any) -> Any:
     return redis.asyncio.Redis.from_pool(fresh)
 
 
-def _connections(client: Any) -> list[Any]:
-    """The connections ``client`` holds: its pool's; a Sentinel-managed client's sentinel
-    clients' too; a cluster client's, node by node.
-    """
-    nodes_manager = getattr(client, "nodes_manager", None)
-    if nodes_manager is not None:  # redis.asyncio.RedisCluster
-        nodes = {id(n): n for n in (*nodes_manager.nodes_cache.values(),
-                                    *nodes_manager.startup_nodes.values())}  # fmt: skip
-        return [c for n in nodes.values() for c in getattr(n, "_connections", ())]
-    pool = getattr(client, "connection_pool", None)
-    if pool is None:
-        return []
-    found = [*getattr(pool, "_available_connections", ()),
-             *getattr(pool, "_in_use_connections", ())]  # fmt: skip
-    for sentinel in getattr(getattr(pool, "sentinel_manager", None), "sentinels", ()):
-        found += _connections(sentinel)
-    return found
-
-
 def hard_close(client: Any) -> int:
-    """Close the sockets of ``client``'s connections (see :func:`_connections`) without their
-    (closed) loop; returns how many. The connections then read as disconnected.
+    """Close the sockets of ``client``'s connections without their (closed) loop; returns
+    how many. The connections then read as disconnected. Through the fast path's
+    ``loop-close`` piece (:mod:`redis_session._fast`): without it, nothing is closed here and
+    the sockets go when the connections are collected.
     """
-    closed = 0
-    connections = _connections(client)
-    nodes_manager = getattr(client, "nodes_manager", None)
-    if nodes_manager is not None:  # a cluster client: closed as its aclose() leaves one (no
-        nodes_manager.default_node = None  # topology), which it does not warn about when freed
-        client._initialize = True
-    for connection in connections:
-        writer = getattr(connection, "_writer", None)
-        transport: Any = getattr(writer, "transport", None)
-        sock = getattr(transport, "_sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.close()
-            transport._sock = None  # its __del__ has nothing left to close or warn about
-            transport._closing = True  # nor the stream writer's (it asks is_closing())
-            closed += 1
-        connection._reader = connection._writer = None
-    return closed
+    connections = _fast.held_connections(client)
+    _fast.forget_topology(client)
+    return sum(map(_fast.close_socket, connections))
 
 
 def _knowing(fresh: Any, known: Any) -> Any:
@@ -103,8 +73,9 @@ def _knowing(fresh: Any, known: Any) -> Any:
     with every node ``known`` learnt (redis-py keeps them as its startup nodes): with the seed
     node down, it would refuse to start (``RedisClusterUnreachableError``) although the rest of
     the cluster serves. Each node gets the seed's connection options (credentials, TLS).
-    It takes ``known``'s command table too: redis-py fetches it (``COMMAND``) from the
-    cluster's first primary, and a new client cannot start while that node is down.
+    It takes ``known``'s command table too (the fast path's ``cluster-seed`` piece): redis-py
+    fetches it (``COMMAND``) from the cluster's first primary, and a new client cannot start
+    while that node is down.
     """
     if not isinstance(fresh, redis.asyncio.RedisCluster) or not isinstance(
         known, redis.asyncio.RedisCluster
@@ -123,9 +94,33 @@ def _knowing(fresh: Any, known: Any) -> Any:
                 response_callbacks=seed.response_callbacks,
                 **options,
             )
-    if not fresh.commands_parser.commands:  # redis-py asks a new client's first primary
-        fresh.commands_parser.commands = known.commands_parser.commands  # for it: down, no start
+    _fast.copy_command_table(fresh, known)
     return fresh
+
+
+async def _aclose(client: Any) -> None:
+    await client.aclose()
+
+
+async def _first_step(watcher: AsyncGenerator[None, None]) -> None:
+    """Start ``watcher`` in the running loop (which then closes it when it shuts down)."""
+    with contextlib.suppress(StopAsyncIteration):
+        await watcher.__anext__()
+
+
+def _finish(watcher: AsyncGenerator[None, None] | None) -> None:
+    """Close the watcher of a loop that has closed, here (it awaits nothing then): left to the
+    collector, its loop would be asked to close it.
+    """
+    if watcher is None:
+        return
+    closing = watcher.aclose()
+    try:
+        closing.send(None)
+    except StopIteration:
+        pass
+    else:  # pragma: no cover - it awaits nothing when its loop is closed
+        closing.close()
 
 
 class LoopClients:
@@ -134,12 +129,19 @@ class LoopClients:
     loop).
     """
 
-    def __init__(self, home: Any, factory: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self,
+        home: Any,
+        factory: Callable[[], Any] | None = None,
+        close: Callable[[Any], Awaitable[None]] | None = None,
+    ) -> None:
         self.home = home
         if factory is None and _cloneable(home):
             factory = functools.partial(_clone, home)
         self._factory = factory
+        self._close = close or _aclose
         self._by_loop: dict[asyncio.AbstractEventLoop, Any] = {}
+        self._watchers: dict[asyncio.AbstractEventLoop, AsyncGenerator[None, None]] = {}
         self._nodes: dict[asyncio.AbstractEventLoop | None, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._home_used = False
@@ -181,16 +183,44 @@ class LoopClients:
             else:
                 client, self._home_used = self.home, True
             self._by_loop[loop] = client
+            self._watch(loop)
             return client
 
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Close ``loop``'s clients on ``loop`` when it shuts down: an async generator of the
+        loop's, which ``asyncio.run`` and ``asyncio.Runner`` close (``shutdown_asyncgens``)
+        before they close the loop. A loop closed without that (``loop.close()`` alone) leaves
+        its clients to :meth:`_sweep`.
+        """
+        watcher = self._closing(loop)
+        self._watchers[loop] = watcher
+        loop.create_task(_first_step(watcher))
+
+    async def _closing(self, loop: asyncio.AbstractEventLoop) -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            if not loop.is_closed():  # shutting its async generators down: it still runs
+                with self._lock:
+                    client = self._by_loop.pop(loop, None)
+                    nodes = self._nodes.pop(loop, {})
+                    self._watchers.pop(loop, None)
+                for node_client in nodes.values():
+                    await node_client.aclose()
+                if client is not None:
+                    await self._close(client)
+
     def _sweep(self) -> None:
-        """Close the connections of the clients whose loop has closed, and forget them."""
+        """Close the connections of the clients whose loop has closed without shutting its
+        async generators down, and forget them.
+        """
         for loop, client in list(self._by_loop.items()):
             if loop.is_closed():
                 hard_close(client)
                 for node_client in self._nodes.pop(loop, {}).values():
                     hard_close(node_client)
                 del self._by_loop[loop]
+                _finish(self._watchers.pop(loop, None))
 
     @property
     def loops(self) -> int:
@@ -206,6 +236,9 @@ class LoopClients:
             nodes = list(self._nodes.items())
             self._by_loop.clear()
             self._nodes.clear()
+            for watched in list(self._watchers):
+                if watched.is_closed():
+                    _finish(self._watchers.pop(watched))
             unused = not self._home_used
             self._home_used = False
         running = asyncio.get_running_loop()

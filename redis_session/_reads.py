@@ -20,7 +20,7 @@ from . import codec, contracts
 from ._cache import Held, ReadCache
 from ._keyring import Keyring
 from ._limits import READ_ATTEMPTS, Limits
-from ._requests import Commands, Decoded, Op, ScriptCall
+from ._requests import Commands, Op, ScriptCall
 from ._telemetry import note_read
 from ._trees import Trees
 from .errors import ConcurrentChange, SessionError
@@ -136,7 +136,7 @@ class Reader:
             else:
                 cold = dict(last=last, with_meta=with_meta, token="", generation="", tail="")
                 span = self.cold_span(last)
-                got: tuple[contracts.Read, list[bytes] | Decoded] | None = None
+                got: tuple[contracts.Read, list[bytes]] | None = None
                 if span is not None and self.schema.cluster:
                     got = yield from self._cold(read_keys, cold, span, parse, ctx)
                 elif span is not None:
@@ -151,16 +151,13 @@ class Reader:
         start, h, n = int(read.from_), int(read.head), int(read.tail)
         wanted = h if last < 0 else max(h, n - last)
         version = (bytes(read.token), b"%d" % int(read.generation))
-        if type(items) is Decoded:  # decoded where it was read (a first read's)
-            new = items.messages
-            return read, self.hold(key, held, version, h, start, wanted, new, items.size, len(new))
         if self.keyring.passphrase is None:
-            new = self.decoded(key, items)
+            new, size = self.decoded(key, items)
         else:
             new = yield from self.keyring.opened(
                 key, read.kid, read.dk, lambda o: codec.decode_messages(key, items, o)
             )
-        size = sum(map(len, items))
+            size = sum(map(len, items))
         return read, self.hold(key, held, version, h, start, wanted, new, size, len(items))
 
     def _snapshot(
@@ -170,7 +167,7 @@ class Reader:
         with_meta: bool,
         span: tuple[int, int],
         ctx: Callable[[], Ctx],
-    ) -> Op[tuple[contracts.Read, list[bytes] | Decoded] | None]:
+    ) -> Op[tuple[contracts.Read, list[bytes]] | None]:
         """A read of a session this store does not hold, without Lua (outside a cluster), in
         one pipeline of plain reads: the id window's type, the meta hash (its position fields
         only without ``with_meta``), ``LRANGE`` of list indexes ``span``, then the positions
@@ -184,9 +181,7 @@ class Reader:
         writes it (a missing or foreign meta hash, a key of another type, another schema
         version, positions that are not numbers, a list whose length is not what they say, a
         session without a token, a failed command) or changed meanwhile: the caller reads by
-        the script, which names what is wrong. A store without a passphrase may get the
-        elements as :class:`Decoded` (read where they arrived, every one in the encoder's
-        form); else as bytes.
+        the script, which names what is wrong.
         """
         meta, msgs, ids = read_keys[0], read_keys[1], read_keys[2]
         fields = ("HGETALL", meta) if with_meta else ("HMGET", meta, *_READ_FIELDS)
@@ -200,12 +195,11 @@ class Reader:
             ],
             errors_as_values=True,
             read_only=True,
-            decode_at=2 if self.keyring.passphrase is None else None,
         )
         if any(isinstance(r, Exception) for r in replies):
             return None
         kind, values, items, now, length = replies
-        if with_meta:  # HGETALL's fields (a flat list as RESP2 sends it, not through redis-py)
+        if with_meta:  # HGETALL as read (a flat list with RESP2, a map with RESP3: no callback)
             got = codec.raw_fields(str(meta), values)
         else:
             got = dict(zip(_READ_FIELDS, values, strict=True))
@@ -219,7 +213,7 @@ class Reader:
         if length != n - h:
             return None
         start = h if last < 0 else max(h, n - last)
-        count = len(items.messages) if type(items) is Decoded else len(items)
+        count = len(items)
         if count != min(span[1] - span[0] + 1 if span[0] >= 0 else n - start, n - start):
             return None
         kid, dk = got.get(b"k") or b"", got.get(b"dk") or b""
@@ -231,9 +225,6 @@ class Reader:
             rest = yield from self.rest(g, upto, n, (meta, msgs), ctx, token, h)
             if rest is None:
                 return None
-            if type(items) is Decoded:  # the rest decoded as any read decodes
-                more = codec.decode_messages(ctx().key, rest, first=count)
-                return read, Decoded(items.messages + more, items.size + sum(map(len, rest)))
             items += rest
         return read, items
 
@@ -437,18 +428,18 @@ class Reader:
             own.clear()
         own[body] = twin
 
-    def decoded(self, key: str, items: Sequence[bytes]) -> list[Message]:
-        """The cleartext elements ``items`` as messages: parsed, or, when every one of a few
-        is an own append kept at hand, the twins of those messages (see :meth:`wrote`; each
-        is handed out once).
+    def decoded(self, key: str, items: Sequence[bytes]) -> tuple[list[Message], int]:
+        """The cleartext elements ``items`` as messages, and their size in bytes: parsed, or,
+        when every one of a few is an own append kept at hand, the twins of those messages
+        (see :meth:`wrote`; each is handed out once).
         """
         own = self.own_appends
         if own and len(items) <= 8:
             try:
-                return [own.pop(item) for item in items]
+                return [own.pop(item) for item in items], sum(map(len, items))
             except (KeyError, TypeError):  # not all own appends (or not bytes): parse them
                 pass
-        return codec.decode_messages(key, items)
+        return codec.decode_sized(key, items)
 
     def hold(
         self,

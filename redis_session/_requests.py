@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
-from .models import Message, SessionLifecycleEvent
+from .models import SessionLifecycleEvent
 
 T = TypeVar("T")
 
@@ -45,12 +45,6 @@ class Commands:
     from a URL they may go out on a pooled connection directly (``_url.sync_replies``), the
     replies as redis-py's protocol reader gives them (a hash as a mapping with RESP3, a flat
     list with RESP2)."""
-    decode_at: int | None = None
-    """The index of an ``LRANGE`` of stored messages among ``commands`` (``read_only`` ones)
-    whose reply may come back as :class:`Decoded`: on a connection the store made from a URL,
-    read and decoded where it arrives (no bytes object per element). Any other client, a
-    reply of another form or an element a writer other than a store put there: the
-    elements as bytes, as without it."""
     direct: bool = False
     """On a cluster, send each command to the node serving its key through that node's own
     client, one after the other, each reply (or error: an unreachable node's, at once) in its
@@ -58,16 +52,6 @@ class Commands:
     A command whose slot moved goes through the cluster client. For the best-effort reads
     and writes of copies kept on several nodes (the registry of index shards).
     """
-
-
-class Decoded(NamedTuple):
-    """The reply of the ``LRANGE`` a :class:`Commands` names by ``decode_at``, decoded where it
-    was read: every element a message in the form a store writes.
-    """
-
-    messages: list[Message]
-    size: int
-    """The bytes of the elements as stored."""
 
 
 @dataclass(slots=True)

@@ -12,6 +12,14 @@
  * whatever decode returns equals what validation returns, for the encoder's every shape and
  * for damaged elements.
  *
+ * It builds pydantic models without pydantic: it fills BaseModel's slots __pydantic_fields_set__,
+ * __pydantic_extra__ and __pydantic_private__ in place (their member descriptors' offsets, which
+ * configure() checks and refuses otherwise), shares one fields set per combination of fields and
+ * takes the models out of the collector's tracking. That is a piece of the fast path: used only
+ * when redis_session._fast's check of this process's pydantic passed (the models it builds
+ * compared with pydantic's own, field by field), else the codec validates with pydantic.
+ * tools/fuzz_speedups.py fuzzes both entry points under AddressSanitizer and UBSan.
+ *
  * Built by hatch_build.py when a C compiler is at hand; without it the codec decodes with
  * pydantic alone (same results, slower).
  */
@@ -34,7 +42,8 @@ static PyObject *s_id, *s_role, *s_content, *s_timestamp, *s_tool_calls, *s_auth
 static PyObject *s_name, *s_input, *s_output, *s_thought;
 static PyObject *s_fields_set, *s_extra, *s_private;
 /* The offsets of BaseModel's slots __pydantic_fields_set__, __pydantic_extra__ and
- * __pydantic_private__ in a Message and in a ToolCall (-1: set by name). */
+ * __pydantic_private__ in a Message and in a ToolCall (configure() refuses classes where
+ * they are not such slots: redis_session._fast then leaves decoding to pydantic). */
 static Py_ssize_t msg_slots[3] = {-1, -1, -1}, call_slots[3] = {-1, -1, -1};
 /* The fields sets a Message and a ToolCall may have, by the bit mask of their fields, shared
  * (see fields_set): made when first needed, dropped by configure(). */
@@ -244,16 +253,10 @@ static PyObject *instance(PyObject *cls, PyObject *dict, PyObject *fields) {
         Py_DECREF(obj);
         return NULL;
     }
-    if (slots[0] >= 0) {  /* the slots of a fresh instance are NULL: filled in place */
-        *(PyObject **)((char *)obj + slots[0]) = Py_NewRef(fields);
-        *(PyObject **)((char *)obj + slots[1]) = Py_NewRef(Py_None);
-        *(PyObject **)((char *)obj + slots[2]) = Py_NewRef(Py_None);
-    } else if (PyObject_GenericSetAttr(obj, s_fields_set, fields) < 0 ||
-               PyObject_GenericSetAttr(obj, s_extra, Py_None) < 0 ||
-               PyObject_GenericSetAttr(obj, s_private, Py_None) < 0) {
-        Py_DECREF(obj);
-        return NULL;
-    }
+    /* the slots of a fresh instance are NULL: filled in place */
+    *(PyObject **)((char *)obj + slots[0]) = Py_NewRef(fields);
+    *(PyObject **)((char *)obj + slots[1]) = Py_NewRef(Py_None);
+    *(PyObject **)((char *)obj + slots[2]) = Py_NewRef(Py_None);
 #if PY_VERSION_HEX < 0x030E0000
     if (PyObject_GC_IsTracked(dict)) PyObject_GC_UnTrack(dict);
     if (PyObject_GC_IsTracked(fields)) PyObject_GC_UnTrack(fields);
@@ -433,12 +436,13 @@ static PyObject *decode(PyObject *self, PyObject *items) {
     }
     PyObject *seq = PySequence_Fast(items, "decode() takes a sequence of stored elements");
     if (seq == NULL) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), size = 0;
     PyObject *out = PyList_New(n), *left = PyList_New(0);
     if (out == NULL || left == NULL) goto error;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *msg = NULL;
-        int status = message(PySequence_Fast_GET_ITEM(seq, i), &msg);
+        PyObject *msg = NULL, *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (PyBytes_CheckExact(item)) size += PyBytes_GET_SIZE(item);
+        int status = message(item, &msg);
         if (status == ERROR) goto error;
         if (status == OTHER) {
             PyObject *at = PyLong_FromSsize_t(i);
@@ -451,285 +455,11 @@ static PyObject *decode(PyObject *self, PyObject *items) {
         PyList_SET_ITEM(out, i, msg);
     }
     Py_DECREF(seq);
-    return Py_BuildValue("(NN)", out, left);
+    return Py_BuildValue("(NNn)", out, left, size);
 error:
     Py_XDECREF(out);
     Py_XDECREF(left);
     Py_DECREF(seq);
-    return NULL;
-}
-
-/* -- Replies read from a connection's buffer ------------------------------------------------
- * A store's first read of a session reads the replies of its pipeline itself (redis_session's
- * _url.sync_replies with decode_at): the list's elements become messages straight from the
- * bytes received, without a bytes object per element and without redis-py's reading of each
- * reply. The RESP2 and RESP3 types those replies have, as hiredis reads them: simple and bulk
- * strings as bytes, integers, nulls as None, arrays as lists, maps as dicts, an error reply as
- * an instance of the error class given. Any other type (a push, an attribute, a set, ...) is
- * left to redis-py: resp_scan says so and the caller hands the bytes to its reader. */
-
-#define RESP_DEPTH 8
-
-/* The integer of a RESP line from c->p (after its type byte) up to its CRLF, as strictly as
- * hiredis reads one (digits only, no leading zero, no "-0", within a long long): 1 with c->p
- * past the line, 0 when the line is not all there yet, -1 when it is not such a line. */
-static int resp_number(Cursor *c, long long *out) {
-    const char *p = c->p, *end = c->end;
-    int negative = p < end && *p == '-';
-    if (negative) p++;
-    const char *first = p;
-    unsigned long long v = 0;
-    while (p < end && *p >= '0' && *p <= '9') {
-        unsigned d = (unsigned)(*p++ - '0');
-        if (v > (ULLONG_MAX - d) / 10) return -1;
-        v = v * 10 + d;
-    }
-    if (p < end && *p != '\r') return -1;
-    if (end - p < 2) return 0;
-    if (p == first || p[1] != '\n' || (p - first > 1 && *first == '0') || (negative && v == 0))
-        return -1;
-    if (v > (unsigned long long)LLONG_MAX + (negative ? 1u : 0u)) return -1;
-    c->p = p + 2;
-    *out = negative ? (long long)(0 - v) : (long long)v;
-    return 1;
-}
-
-/* Past a simple string's or error's line (c->p after its type byte): 1, 0 when it is not all
- * there yet, -1 when it holds a CR or LF before its CRLF (hiredis refuses such a line). */
-static int resp_line(Cursor *c, const char **line_end) {
-    const char *cr = memchr(c->p, '\r', (size_t)(c->end - c->p));
-    if (cr == NULL) return memchr(c->p, '\n', (size_t)(c->end - c->p)) ? -1 : 0;
-    if (memchr(c->p, '\n', (size_t)(cr - c->p)) != NULL) return -1;
-    if (c->end - cr < 2) return 0;
-    if (cr[1] != '\n') return -1;
-    *line_end = cr;
-    c->p = cr + 2;
-    return 1;
-}
-
-/* Past one whole reply: 1, 0 when it is not all there yet, -1 when it is not RESP, RESP_OTHER
- * when it is of a type read here by redis-py only (see resp_scan), or nests aggregates deeper
- * than RESP_DEPTH (no reply a store reads this way does). */
-#define RESP_OTHER -2
-static int resp_skip(Cursor *c, int depth) {
-    if (c->p >= c->end) return 0;
-    char type = *c->p++;
-    long long n;
-    int s;
-    switch (type) {
-    case '_': /* RESP3 null */
-        if (c->end - c->p < 2) return 0;
-        if (c->p[0] != '\r' || c->p[1] != '\n') return -1;
-        c->p += 2;
-        return 1;
-    case '%': /* RESP3 map: twice as many replies as it says */
-        if ((s = resp_number(c, &n)) <= 0) return s;
-        if (n < 0) return -1;
-        if (depth >= RESP_DEPTH) return RESP_OTHER;
-        for (long long i = 0; i < 2 * n; i++)
-            if ((s = resp_skip(c, depth + 1)) != 1) return s;
-        return 1;
-    case '+':
-    case '-': {
-        const char *line_end;
-        return resp_line(c, &line_end);
-    }
-    case ':':
-        return resp_number(c, &n);
-    case '$':
-        if ((s = resp_number(c, &n)) <= 0) return s;
-        if (n < 0) return n == -1 ? 1 : -1;
-        if (c->end - c->p < n + 2) return 0;
-        if (c->p[n] != '\r' || c->p[n + 1] != '\n') return -1;
-        c->p += n + 2;
-        return 1;
-    case '*':
-        if ((s = resp_number(c, &n)) <= 0) return s;
-        if (n < 0) return n == -1 ? 1 : -1;
-        if (depth >= RESP_DEPTH) return RESP_OTHER;
-        for (long long i = 0; i < n; i++)
-            if ((s = resp_skip(c, depth + 1)) != 1) return s;
-        return 1;
-    case '>': case '|': case '~': case ',': case '#': case '(': case '=': case '!':
-        return RESP_OTHER; /* a push, an attribute, a set, a double, ...: redis-py's */
-    default:
-        return -1;
-    }
-}
-
-/* resp_scan(buffer, start, count) -> (complete, end) */
-static PyObject *resp_scan(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    Py_ssize_t start, count;
-    if (!PyArg_ParseTuple(args, "y*nn:resp_scan", &view, &start, &count)) return NULL;
-    if (start < 0 || start > view.len) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "resp_scan(): start outside the buffer");
-        return NULL;
-    }
-    Cursor c = {(const char *)view.buf + start, (const char *)view.buf + view.len};
-    Py_ssize_t done = 0, end = start;
-    int s = 1;
-    while (done < count) {
-        s = resp_skip(&c, 0);
-        if (s <= 0) break;
-        done++;
-        end = c.p - (const char *)view.buf;
-    }
-    PyBuffer_Release(&view);
-    if (s == RESP_OTHER) return Py_BuildValue("(nn)", (Py_ssize_t)-1, end);
-    if (s < 0) {
-        PyErr_SetString(PyExc_ValueError, "not a RESP reply");
-        return NULL;
-    }
-    return Py_BuildValue("(nn)", done, end);
-}
-
-/* One whole reply (resp_skip found it whole and well formed) as a Python value. */
-static PyObject *resp_value(Cursor *c, PyObject *error_cls) {
-    char type = *c->p++;
-    long long n;
-    switch (type) {
-    case '+':
-    case '-': {
-        const char *start = c->p, *line_end;
-        resp_line(c, &line_end);
-        if (type == '+') return PyBytes_FromStringAndSize(start, line_end - start);
-        /* the message as hiredis hands it over: UTF-8, anything else replaced */
-        PyObject *text = PyUnicode_DecodeUTF8(start, line_end - start, "replace");
-        if (text == NULL) return NULL;
-        PyObject *error = PyObject_CallOneArg(error_cls, text);
-        Py_DECREF(text);
-        return error;
-    }
-    case ':':
-        resp_number(c, &n);
-        return PyLong_FromLongLong(n);
-    case '_':
-        c->p += 2;
-        Py_RETURN_NONE;
-    case '%': {
-        resp_number(c, &n);
-        PyObject *out = PyDict_New();
-        if (out == NULL) return NULL;
-        for (long long i = 0; i < n; i++) {
-            PyObject *k = resp_value(c, error_cls), *v = k ? resp_value(c, error_cls) : NULL;
-            int failed = v == NULL || PyDict_SetItem(out, k, v) < 0;
-            Py_XDECREF(k);
-            Py_XDECREF(v);
-            if (failed) {
-                Py_DECREF(out);
-                return NULL;
-            }
-        }
-        return out;
-    }
-    case '$': {
-        resp_number(c, &n);
-        if (n < 0) Py_RETURN_NONE;
-        PyObject *out = PyBytes_FromStringAndSize(c->p, (Py_ssize_t)n);
-        c->p += n + 2;
-        return out;
-    }
-    default: { /* '*' */
-        resp_number(c, &n);
-        if (n < 0) Py_RETURN_NONE;
-        PyObject *out = PyList_New((Py_ssize_t)n);
-        if (out == NULL) return NULL;
-        for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++) {
-            PyObject *item = resp_value(c, error_cls);
-            if (item == NULL) {
-                Py_DECREF(out);
-                return NULL;
-            }
-            PyList_SET_ITEM(out, i, item);
-        }
-        return out;
-    }
-    }
-}
-
-/* The reply at c (whole) that holds a list's elements: (messages, bytes, True) when it is an
- * array of bulk strings each of which is a message in the encoder's own form (bytes: the sum
- * of the elements' lengths), (elements, bytes, False) when it is an array of bulk strings not
- * all of that form (the caller decodes them as it decodes any read), else the plain value. */
-static PyObject *resp_messages(Cursor *c, PyObject *error_cls) {
-    Cursor at = *c;
-    long long n;
-    if (*c->p != '*') return resp_value(c, error_cls);
-    c->p++;
-    resp_number(c, &n);
-    if (n < 0) return Py_NewRef(Py_None);
-    PyObject *out = PyList_New((Py_ssize_t)n);
-    if (out == NULL) return NULL;
-    long long total = 0;
-    for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++) {
-        long long len;
-        if (*c->p != '$') goto plain;
-        c->p++;
-        resp_number(c, &len);
-        if (len < 0) goto plain;
-        PyObject *msg = NULL;
-        int status = message_at(c->p, (Py_ssize_t)len, &msg);
-        if (status == ERROR) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        if (status == OTHER) goto as_bytes;
-        PyList_SET_ITEM(out, i, msg);
-        total += len;
-        c->p += len + 2;
-    }
-    return Py_BuildValue("(NLO)", out, total, Py_True);
-as_bytes: /* an element not in the encoder's form: every one as bytes, the caller decodes them */
-    Py_DECREF(out);
-    *c = at;
-    out = resp_value(c, error_cls);
-    if (out == NULL || !PyList_Check(out)) return out;
-    total = 0;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(out); i++) {
-        PyObject *item = PyList_GET_ITEM(out, i);
-        if (!PyBytes_Check(item)) return out; /* a nil among them: the array as it is */
-        total += PyBytes_GET_SIZE(item);
-    }
-    return Py_BuildValue("(NLO)", out, total, Py_False);
-plain: /* an element that is not a bulk string: the array as it is */
-    Py_DECREF(out);
-    *c = at;
-    return resp_value(c, error_cls);
-}
-
-/* resp_replies(buffer, count, at, error_cls) -> list */
-static PyObject *resp_replies(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    Py_ssize_t count, at;
-    PyObject *error_cls;
-    if (msg_cls == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "_speedups.configure() was not called");
-        return NULL;
-    }
-    if (!PyArg_ParseTuple(args, "y*nnO:resp_replies", &view, &count, &at, &error_cls)) return NULL;
-    Cursor c = {(const char *)view.buf, (const char *)view.buf + view.len};
-    Cursor check = c;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (resp_skip(&check, 0) != 1) {
-            PyBuffer_Release(&view);
-            PyErr_SetString(PyExc_ValueError, "resp_replies(): not that many whole replies");
-            return NULL;
-        }
-    }
-    PyObject *out = PyList_New(count);
-    if (out == NULL) goto error;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *item = i == at ? resp_messages(&c, error_cls) : resp_value(&c, error_cls);
-        if (item == NULL) goto error;
-        PyList_SET_ITEM(out, i, item);
-    }
-    PyBuffer_Release(&view);
-    return out;
-error:
-    Py_XDECREF(out);
-    PyBuffer_Release(&view);
     return NULL;
 }
 
@@ -751,21 +481,29 @@ static PyObject *template(PyObject *const *names, Py_ssize_t n, PyObject *defaul
     return dict;
 }
 
-/* The offsets of cls's object slots names[0..2] (member descriptors of type T_OBJECT_EX) in
- * out, or -1 in out[0] when one is not such a slot. */
+/* The offsets of cls's object slots names[0..2] in out: each must be a member descriptor of
+ * type T_OBJECT_EX within the instance, and instances must have a __dict__ (TypeError
+ * otherwise: the layout is not the one this module writes). */
 static int slot_offsets(PyObject *cls, PyObject *const *names, Py_ssize_t *out) {
-    out[0] = -1;
-    Py_ssize_t found[3];
+    PyTypeObject *type = (PyTypeObject *)cls;
+    if (type->tp_dictoffset == 0) {
+        PyErr_Format(PyExc_TypeError, "%R instances have no __dict__", cls);
+        return ERROR;
+    }
     for (int i = 0; i < 3; i++) {
         PyObject *d = PyObject_GetAttr(cls, names[i]);
         if (d == NULL) return ERROR;
         int slot = Py_IS_TYPE(d, &PyMemberDescr_Type) &&
                    ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
-        if (slot) found[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_ssize_t offset = slot ? ((PyMemberDescrObject *)d)->d_member->offset : -1;
         Py_DECREF(d);
-        if (!slot) return OK;
+        if (offset < (Py_ssize_t)sizeof(PyObject) ||
+            offset > type->tp_basicsize - (Py_ssize_t)sizeof(PyObject *)) {
+            PyErr_Format(PyExc_TypeError, "%R.%U is not an object slot", cls, names[i]);
+            return ERROR;
+        }
+        out[i] = offset;
     }
-    memcpy(out, found, sizeof(found));
     return OK;
 }
 
@@ -779,6 +517,12 @@ static PyObject *configure(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "configure(): the fields set class must be a set");
         return NULL;
     }
+    /* Checked before anything changes: a refused configure() leaves the module as it was. */
+    PyObject *const slot_names[] = {s_fields_set, s_extra, s_private};
+    Py_ssize_t new_msg_slots[3], new_call_slots[3];
+    if (slot_offsets(m, slot_names, new_msg_slots) < 0 ||
+        slot_offsets(t, slot_names, new_call_slots) < 0)
+        return NULL;
     PyObject *const message_names[] = {s_id, s_role, s_content, s_timestamp, s_tool_calls, s_author};
     PyObject *const call_names[] = {s_id, s_name, s_input, s_output, s_thought,
                                     PyUnicode_InternFromString("thought_signature")};
@@ -801,148 +545,16 @@ static PyObject *configure(PyObject *self, PyObject *args) {
         Py_CLEAR(msg_sets[i]);
         Py_CLEAR(call_sets[i]);
     }
-    PyObject *const slot_names[] = {s_fields_set, s_extra, s_private};
-    if (slot_offsets(m, slot_names, msg_slots) < 0 || slot_offsets(t, slot_names, call_slots) < 0)
-        return NULL;
+    memcpy(msg_slots, new_msg_slots, sizeof(msg_slots));
+    memcpy(call_slots, new_call_slots, sizeof(call_slots));
     Py_RETURN_NONE;
-}
-
-/* -- Packing commands ------------------------------------------------------------------------
- * pack(commands): the RESP bytes of a request (a sequence of commands, each a tuple of
- * arguments), as redis-py's own packing makes them for a UTF-8, strict encoder: a str argument
- * as its UTF-8, bytes as they are, an int in decimal. None for anything else (a float, a bool,
- * a subclass, a memoryview, a lone surrogate, a command name that is not a plain ASCII word,
- * which redis-py may split), which the caller then packs as redis-py does. One allocation, no
- * object per argument. */
-
-/* The bytes of argument a (*data, *size), or 0 when it is not of a plain type; digits holds
- * an int's decimal form (32 bytes). -1 with an exception set on a failure that is not the
- * caller's input (no memory). */
-static int arg_bytes(PyObject *a, const char **data, Py_ssize_t *size, char *digits) {
-    if (PyBytes_CheckExact(a)) {
-        *data = PyBytes_AS_STRING(a);
-        *size = PyBytes_GET_SIZE(a);
-        return 1;
-    }
-    if (PyUnicode_CheckExact(a)) {
-        *data = PyUnicode_AsUTF8AndSize(a, size);
-        if (*data == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return -1;
-            PyErr_Clear();
-            return 0;
-        }
-        return 1;
-    }
-    if (PyLong_CheckExact(a)) {
-        int overflow = 0;
-        long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
-        if (overflow != 0) return 0;
-        if (v == -1 && PyErr_Occurred()) return -1;
-        *size = snprintf(digits, 32, "%lld", v);
-        *data = digits;
-        return 1;
-    }
-    return 0;
-}
-
-static Py_ssize_t decimal_size(Py_ssize_t n) {
-    Py_ssize_t d = 1;
-    while (n >= 10) {
-        n /= 10;
-        d++;
-    }
-    return d;
-}
-
-static char *put_header(char *out, char kind, Py_ssize_t n) {
-    *out++ = kind;
-    out += sprintf(out, "%zd", n);
-    *out++ = '\r';
-    *out++ = '\n';
-    return out;
-}
-
-static PyObject *pack(PyObject *self, PyObject *commands) {
-    PyObject *seq = PySequence_Fast(commands, "pack: a sequence of commands");
-    if (seq == NULL) return NULL;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq), total = 0;
-    PyObject *result = NULL;
-    char digits[32];
-    const char *data;
-    Py_ssize_t size;
-    /* First pass: check every argument and size the request. */
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *cmd = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyTuple_CheckExact(cmd) || PyTuple_GET_SIZE(cmd) == 0) goto plain;
-        Py_ssize_t n = PyTuple_GET_SIZE(cmd);
-        PyObject *name = PyTuple_GET_ITEM(cmd, 0);
-        if (!PyUnicode_CheckExact(name) || !PyUnicode_IS_ASCII(name)) goto plain;
-        Py_ssize_t name_size = PyUnicode_GET_LENGTH(name);
-        const Py_UCS1 *chars = PyUnicode_1BYTE_DATA(name);
-        if (name_size == 0) goto plain;
-        for (Py_ssize_t k = 0; k < name_size; k++)
-            if (!((chars[k] >= '0' && chars[k] <= '9') || (chars[k] >= 'A' && chars[k] <= 'Z') ||
-                  (chars[k] >= 'a' && chars[k] <= 'z')))
-                goto plain;
-        total += 3 + decimal_size(n);
-        for (Py_ssize_t j = 0; j < n; j++) {
-            int got = arg_bytes(PyTuple_GET_ITEM(cmd, j), &data, &size, digits);
-            if (got < 0) goto done;
-            if (got == 0) goto plain;
-            total += 5 + decimal_size(size) + size;
-        }
-    }
-    if (count == 0) goto plain;
-    result = PyBytes_FromStringAndSize(NULL, total);
-    if (result == NULL) goto done;
-    char *out = PyBytes_AS_STRING(result);
-    /* Second pass: write it (the arguments are what the first pass checked: the tuples
-     * cannot have changed, and str's UTF-8 is cached by the first pass). */
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *cmd = PySequence_Fast_GET_ITEM(seq, i);
-        Py_ssize_t n = PyTuple_GET_SIZE(cmd);
-        out = put_header(out, '*', n);
-        for (Py_ssize_t j = 0; j < n; j++) {
-            if (arg_bytes(PyTuple_GET_ITEM(cmd, j), &data, &size, digits) != 1) {
-                Py_CLEAR(result);
-                PyErr_SetString(PyExc_SystemError, "pack: an argument changed");
-                goto done;
-            }
-            out = put_header(out, '$', size);
-            memcpy(out, data, (size_t)size);
-            out += size;
-            *out++ = '\r';
-            *out++ = '\n';
-        }
-    }
-    if (out != PyBytes_AS_STRING(result) + total) {
-        Py_CLEAR(result);
-        PyErr_SetString(PyExc_SystemError, "pack: size mismatch");
-    }
-    goto done;
-plain:
-    result = Py_NewRef(Py_None);
-done:
-    Py_DECREF(seq);
-    return result;
 }
 
 static PyMethodDef methods[] = {
     {"decode", decode, METH_O,
-     "decode(items) -> (messages, left): each stored element as a Message, None where it is "
-     "not in the encoder's form, and the positions of those (ascending)."},
-    {"resp_scan", resp_scan, METH_VARARGS,
-     "resp_scan(buffer, start, count) -> (complete, end): how many of count replies from start "
-     "are whole (-1: one is of a type left to redis-py), and the offset after the last whole "
-     "one; ValueError when not RESP."},
-    {"resp_replies", resp_replies, METH_VARARGS,
-     "resp_replies(buffer, count, at, error_cls) -> list: count whole replies as values; "
-     "reply at (an array of bulk strings) as (messages, bytes, True), or (elements, bytes, "
-     "False) when not every element is a message in the encoder's own form."},
-    {"pack", pack, METH_O,
-     "pack(commands) -> bytes | None: the RESP bytes of the commands (tuples of str, bytes, "
-     "int), as redis-py packs them for a UTF-8 strict encoder; None when an argument is of "
-     "another type or a command name not a plain ASCII word."},
+     "decode(items) -> (messages, left, size): each stored element as a Message, None where "
+     "it is not in the encoder's form, the positions of those (ascending), and the bytes of "
+     "the elements that are bytes."},
     {"configure", configure, METH_VARARGS,
      "configure(roles, message_cls, tool_call_cls, tzinfo, message_defaults, call_defaults, "
      "fields_set_cls)"},

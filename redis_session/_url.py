@@ -21,17 +21,16 @@ beyond that waits up to ``timeout`` = 10 s for a free connection, then ``Connect
 that hands out an already connected connection before one it would have to connect, so that
 after a burst that hit the server's ``maxclients`` the idle connections it holds serve the next
 calls at once (a plain pool picks the newest released connection, often a failed one, whose
-reconnects fail as long as the pool's idle ones fill the server). Its connections pack a
-command in one ``hiredis.pack_command`` call (:class:`HiredisPacker`) instead of redis-py's
-encoding of each argument in Python first: 1.8 against 8.7 µs for the 14 arguments of a read
-script. Sockets get ``socket_timeout`` = 10 s and ``socket_connect_timeout`` = 5 s. Every one
-of these is a redis-py keyword the caller may override (``from_url(url, max_connections=100)``);
+reconnects fail as long as the pool's idle ones fill the server). Sockets get
+``socket_timeout`` = 10 s and ``socket_connect_timeout`` = 5 s. Every one of these is a
+redis-py keyword the caller may override (``from_url(url, max_connections=100)``);
 a cluster client takes the timeouts (its per-node pools are redis-py's own).
 
 Where it is done: ``_endpoint`` (what a URL names, the options, the log of an outage),
-``_pools`` (the pools and the packing), ``_connect_async`` (the clients, written once for
-asyncio) and ``_connect_sync`` (generated from it by ``tools/unasync.py``); this module names
-what the stores use, and holds what has one flavour or differs by more than ``await``.
+``_pools`` (the pools, and the packing of a store's own requests), ``_connect_async`` (the
+clients, written once for asyncio) and ``_connect_sync`` (generated from it by
+``tools/unasync.py``); this module names what the stores use, and holds what has one flavour
+or differs by more than ``await``.
 """
 
 from __future__ import annotations
@@ -46,12 +45,10 @@ import redis.asyncio
 from ._connect_async import async_client, async_close, async_refresh, async_replies
 from ._connect_sync import sync_client, sync_close, sync_refresh, sync_replies
 from ._endpoint import SENTINEL_SCHEME, parse
-from ._pools import HiredisPacker, pack_with_hiredis
 from .errors import InvalidArgument
 
 __all__ = [
     "FAILOVER_ERRORS",
-    "HiredisPacker",
     "async_client",
     "async_close",
     "async_node_client",
@@ -60,7 +57,6 @@ __all__ = [
     "async_replies",
     "check_client",
     "is_failover_error",
-    "pack_with_hiredis",
     "sync_client",
     "sync_close",
     "sync_node_client",

@@ -89,7 +89,7 @@ class AsyncRedisStore:
         self._unlocking = asyncio.Lock()  # one scrypt per store, however many callers wait
         self.set_lifecycle_hook(lifecycle_hook)
         self._client = client
-        self._clients = LoopClients(client)  # async only: one client per event loop
+        self._clients = LoopClients(client, close=_url.async_close)  # async only: per loop
         self._unready = self._core.schema.cluster  # async only: see _run
         self._telemetry = Telemetry.of(chosen.trace_session_keys, client, self._core.reader.cache)
         self._scripts = {n: client.register_script(script_source(n)) for n in SCRIPT_NAMES}
@@ -108,7 +108,7 @@ class AsyncRedisStore:
         store_options, client_options = split_store_options(given)
         store = cls(_url.async_client(url, cluster=cluster, **client_options), **store_options)
         remake = _url.async_remake(url, cluster=cluster, **client_options)  # async only
-        store._clients = LoopClients(store._client, remake)  # async only: per loop
+        store._clients = LoopClients(store._client, remake, _url.async_close)  # async only
         return store
 
     @property
@@ -320,7 +320,7 @@ class AsyncRedisStore:
             return [await self._direct(command) for command in request.commands]
         client = self._clients.current()  # redis-py leaves execute_command untyped
         if request.read_only and not request.transaction:
-            replies = await _url.async_replies(client, request.commands, request.decode_at)
+            replies = await _url.async_replies(client, request.commands)
             if replies is not None:
                 if not request.errors_as_values:
                     for reply in replies:

@@ -11,16 +11,15 @@ the meta hash; timestamps are microseconds since the epoch from the Redis server
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
-import os
 import re
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta, tzinfo
-from itertools import filterfalse, repeat
+from itertools import filterfalse
 from typing import Annotated, Any, TypeVar
 
 import orjson
@@ -34,7 +33,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticSerializationError
 
-from . import crypto
+from . import _fast, crypto
 from .crypto import Opener, Sealer
 from .errors import (
     CorruptData,
@@ -45,6 +44,7 @@ from .errors import (
 )
 from .models import (
     MESSAGE_ID_PATTERN,
+    STORED_CONTEXT,
     ChildSession,
     ChildSessionConfig,
     Message,
@@ -65,13 +65,21 @@ INHERITED = b"\0" * 8
 """The digest a child's inherited message is stored with: never merged back."""
 
 
+_fast.probe()  # once per process: which pieces of the fast path this process runs
+
+READ_TZ: tzinfo = _fast.read_tzinfo()
+"""The tzinfo of every timestamp a read decodes (pydantic-core's UTC where the fast path
+builds the models, ``datetime.UTC`` where ``Message``'s own validation does)."""
+
+
 class _StoredMessage(Message):
     """Decode-only twin of :class:`Message` for what this library stored.
 
     Stored messages were validated when they were built; their timestamps are written aware
     (UTC). Without ``Message``'s Python validators a long history decodes at pydantic-core
-    speed (measured ~2x faster for 1,000 messages). Each instance is re-classed to ``Message``
-    right after validation: same fields, same layout.
+    speed (~1.5x faster than ``Message``'s validation for 1,000 messages). Each instance is
+    re-classed to ``Message`` right after validation (the fast path's ``reclass``: same
+    fields, same layout); without that piece, ``Message`` validates the stored form itself.
     """
 
     # Ids are unique: pydantic's default cache of short string values only costs here.
@@ -81,107 +89,32 @@ class _StoredMessage(Message):
     timestamp: AwareDatetime
 
 
-_DECODED_UTC: tzinfo = TypeAdapter(AwareDatetime).validate_json(b'"2000-01-01T00:00:00Z"').tzinfo  # type: ignore[assignment]
-"""The tzinfo pydantic-core gives a stored (UTC) timestamp: every decoded message's."""
-
-
-def _as_decoded_utc(value: datetime) -> datetime:
-    """A timestamp the slow path read, in the fast path's UTC tzinfo (naive: taken as UTC)."""
+def _as_read_utc(value: datetime) -> datetime:
+    """A timestamp the slow path read, in :data:`READ_TZ` (naive: taken as UTC)."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
-    return value.astimezone(_DECODED_UTC)
+    return value.astimezone(READ_TZ)
 
 
 class _LenientStoredMessage(Message):
     """The slow path's twin: ``id`` and ``timestamp`` required as in :class:`_StoredMessage`,
     but a naive timestamp (written by another writer, or by a version before
     :func:`encode_message` validated changed messages) is read as UTC, as ``Message`` reads it,
-    and every timestamp comes back in the tzinfo the fast path gives: a history read partly
-    by each path holds one kind of datetime.
+    and every timestamp comes back in :data:`READ_TZ`: a history read partly by each path
+    holds one kind of datetime.
     """
 
     id: str
-    timestamp: Annotated[datetime, AfterValidator(_as_decoded_utc)]
+    timestamp: Annotated[datetime, AfterValidator(_as_read_utc)]
 
 
-#: The twin's SchemaValidator.validate_json, called directly: TypeAdapter.validate_json adds a
-#: Python frame per call (~0.35 us per message).
+#: The validators' ``validate_json``, called directly (``TypeAdapter.validator``):
+#: ``TypeAdapter.validate_json`` adds a Python frame per call (~0.35 us per message).
 _STORED = TypeAdapter(_StoredMessage).validator.validate_json
+_MESSAGE = functools.partial(TypeAdapter(Message).validator.validate_json, context=STORED_CONTEXT)
+_REQUIRED = frozenset({"id", "timestamp"})
+"""What every stored message holds (``Message`` itself would fill them in)."""
 _LENIENT = TypeAdapter(_LenientStoredMessage)
-
-
-class SharedFieldsSet(set[str]):
-    """The ``model_fields_set`` of a message (or tool call) the C decoder built: one set per
-    combination of fields, shared by every model decoded with those fields (a set of its own
-    per model, made and freed with it, cost ~10% of decoding; see ``_speedups.c``). Equal to
-    the set validation gives. Refuses to be changed in place, which would change it for the
-    other models too; a copy (``copy.copy``, ``set(...)``, ``model_copy``) is a plain set.
-    """
-
-    __slots__ = ()
-
-    def __copy__(self) -> set[str]:
-        return set(self)
-
-    def __repr__(self) -> str:
-        return repr(set(self))
-
-    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError(
-            "the fields set of a decoded message is shared with other messages: "
-            "change a copy of it (set(message.model_fields_set))"
-        )
-
-    add = discard = remove = pop = clear = update = _refuse
-    difference_update = intersection_update = symmetric_difference_update = _refuse
-    __ior__ = __iand__ = __isub__ = __ixor__ = _refuse
-
-
-def _c_decoder() -> Any:
-    """The C decoder (``_speedups.c``) set up for this module's models; None where it was not
-    built (no C compiler when the package was installed) or when ``REDIS_SESSION_PURE_PYTHON``
-    is set: reads then validate every element with pydantic.
-    """
-    if os.environ.get("REDIS_SESSION_PURE_PYTHON"):
-        return None
-    try:
-        from . import _speedups as c
-    except ImportError:
-        return None
-    c.configure(
-        {role.value: role for role in MessageRole},
-        Message,
-        ToolCall,
-        _DECODED_UTC,
-        _defaults(Message),
-        _defaults(ToolCall),
-        SharedFieldsSet,
-    )
-    return c
-
-
-def _defaults(model: type[BaseModel]) -> dict[str, Any]:
-    """Each field's default (None for a field the stored form always holds)."""
-    return {
-        name: None if field.is_required() or field.default_factory else field.default
-        for name, field in model.model_fields.items()
-    }
-
-
-_C = _c_decoder()
-_FAST: Callable[[Sequence[bytes]], tuple[list[Message | None], list[int]]] | None = (
-    None if _C is None else _C.decode
-)
-"""The C decoder's ``decode``: the messages, None for each element not in the encoder's own
-form, and the positions of those."""
-RESP: tuple[Callable[..., tuple[int, int]], Callable[..., list[Any]]] | None = (
-    None if _C is None else (_C.resp_scan, _C.resp_replies)
-)
-"""The C decoder's ``resp_scan`` and ``resp_replies`` (see ``_pools.sync_read_decoded``): a
-first read's replies read where they arrive, its stored messages decoded from the bytes
-received; None without the C decoder."""
-_set_attr = object.__setattr__
-_new_object = object.__new__
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -279,7 +212,7 @@ def twin_of(msg: Message) -> Message:
     that the stored JSON names (``model_fields_set``, the tool calls' too).
     """
     values = dict(msg.__dict__)
-    values["timestamp"] = values["timestamp"].astimezone(_DECODED_UTC)  # fold 0, as decoded
+    values["timestamp"] = values["timestamp"].astimezone(READ_TZ).replace(fold=0)  # as decoded
     named = {"id", "role", "timestamp"}
     if values["content"]:
         named.add("content")
@@ -304,15 +237,10 @@ def _call_twin(call: ToolCall) -> ToolCall:
 
 
 def _constructed(cls: type[M], values: dict[str, Any], named: set[str]) -> M:
-    """An instance of model ``cls`` holding ``values`` as they are (no validation), as
-    ``model_construct`` builds it without its per-call walk over the fields.
+    """An instance of model ``cls`` holding ``values`` as they are (no validation), with
+    ``named`` as its fields set.
     """
-    obj = _new_object(cls)
-    _set_attr(obj, "__dict__", values)
-    _set_attr(obj, "__pydantic_fields_set__", named)
-    _set_attr(obj, "__pydantic_extra__", None)
-    _set_attr(obj, "__pydantic_private__", None)
-    return obj
+    return cls.model_construct(named, **values)
 
 
 def _call_fields(call: dict[str, object]) -> dict[str, object]:
@@ -472,34 +400,41 @@ def _distinct(key: str, messages: list[Message]) -> list[Message]:
     return out
 
 
+def decode_sized(key: str, items: Sequence[bytes]) -> tuple[list[Message], int]:
+    """:func:`decode_messages` of cleartext ``items`` (no opener), and their size in bytes."""
+    if not items:
+        return [], 0
+    decode = _fast.DECODE
+    if decode is not None:
+        try:
+            decoded, left, size = decode(items)
+        except (ValueError, TypeError):
+            pass
+        else:
+            if not left:
+                return decoded, size
+    return _decode_plain(key, items), sum(map(len, items))
+
+
 def _decode_plain(key: str, items: Sequence[bytes], first: int = 0) -> list[Message]:
-    if _FAST is not None:
-        # The C decoder builds the models of the elements in the encoder's own form; an
-        # element of any other form (None) is validated below, the whole read by the slow
-        # path when one is not a message.
-        decoded, left = _FAST(items)
-        if not left:
-            return decoded  # type: ignore[return-value]  # no None: none left
-        try:
-            for i in left:
-                other: Message = _STORED(items[i])
-                _set_attr(other, "__class__", Message)
-                decoded[i] = other
-        except (ValidationError, ValueError, TypeError):
-            pass
-        else:
-            return decoded  # type: ignore[return-value]  # every None replaced
-    else:
-        try:
-            # Each element parsed on its own (an element is exactly one message) by the
-            # validator itself: C calls only. Joining the elements into one JSON array parsed
-            # once cost more (a fresh buffer of the whole history; measured +10% for 1,000).
-            stored = list(map(_STORED, items))
-        except (ValidationError, ValueError, TypeError):
-            pass
-        else:
-            deque(map(_set_attr, stored, repeat("__class__"), repeat(Message)), maxlen=0)
-            return stored  # re-classed to Message just above
+    decode = _fast.DECODE
+    try:
+        if decode is not None:
+            # The C decoder builds the models of the elements in the encoder's own form; an
+            # element of any other form (None) is validated here, the whole read by the slow
+            # path below when one is not a message.
+            decoded, left, _ = decode(items)
+            if left:
+                others = _validated([items[i] for i in left])
+                for i, other in zip(left, others, strict=True):
+                    decoded[i] = other
+            return decoded
+        # Each element parsed on its own (an element is exactly one message) by the validator
+        # itself: C calls only. Joining the elements into one JSON array parsed once cost more
+        # (a fresh buffer of the whole history; measured +10% for 1,000).
+        return _validated(items)
+    except (ValidationError, ValueError, TypeError):
+        pass
     # The slow path, element by element: it names the element that is not a message, and it
     # still reads one whose timestamp is naive (taken as UTC).
     messages: list[Message] = []
@@ -512,12 +447,34 @@ def _decode_plain(key: str, items: Sequence[bytes], first: int = 0) -> list[Mess
         if crypto.split_element(raw) is not None:
             raise PassphraseRequired(key)
         try:
-            msg: Message = _LENIENT.validate_json(raw)
+            lenient = _LENIENT.validate_json(raw)
         except (ValidationError, ValueError, TypeError) as exc:
             raise CorruptData(key, f"message {i} is not a stored message: {_brief(exc)}") from None
-        _set_attr(msg, "__class__", Message)
-        messages.append(msg)
+        messages.append(_as_message(lenient))
     return messages
+
+
+def _validated(items: Sequence[bytes]) -> list[Message]:
+    """Stored elements validated: as the decode-only twin re-classed to ``Message`` (the fast
+    path's ``reclass``), else as ``Message`` itself.
+    """
+    if _fast.RECLASS:
+        stored: list[Any] = list(map(_STORED, items))
+        _fast.reclass(stored, Message)
+        return stored
+    messages = list(map(_MESSAGE, items))
+    for message in messages:
+        if not _REQUIRED <= message.model_fields_set:
+            raise ValueError("a stored message lacks its id or timestamp")
+    return messages
+
+
+def _as_message(lenient: _LenientStoredMessage) -> Message:
+    """The slow path's twin as a ``Message`` (re-classed, or built from its fields)."""
+    if _fast.RECLASS:
+        _fast.reclass([lenient], Message)
+        return lenient
+    return Message.model_construct(lenient.model_fields_set, **vars(lenient))
 
 
 def _brief(exc: Exception) -> str:

@@ -18,6 +18,8 @@ store's user) need admin rights on most servers: refused, the check says so once
   sit on different nodes, and name every index shard that exists (an unnamed one hides its
   sessions from ``list_sessions``), with the fix.
 - **server version**: Redis >= 7.0 or Valkey.
+- **fast path**: which pieces of this process's fast path (:mod:`redis_session._fast`) are on;
+  a piece turned off (a dependency that moved, ``REDIS_SESSION_PURE_PYTHON``) is a warning.
 - **index records**: members of the session index that are not a key this store wrote (they
   are skipped by ``list_sessions``).
 - **keys under the prefix**: a sample of up to :data:`KEY_SAMPLE` keys under the prefix
@@ -34,7 +36,7 @@ from typing import Any
 
 import redis
 
-from . import acl, codec
+from . import _fast, acl, codec
 from .keys import KeySchema
 
 OK, WARN, PROBLEM = "ok", "warn", "problem"
@@ -80,6 +82,22 @@ def _info(client: Any, section: str) -> dict[str, Any]:
     return dict(info)
 
 
+def fast_path_check() -> Check:
+    """Which pieces of this process's fast path are on (:mod:`redis_session._fast`): ``ok``
+    when all of them, else ``warn`` (the store works the same, some reads are slower).
+    """
+    status = _fast.probe()
+    if not status.off:
+        return Check("fast path", OK, status.summary())
+    return Check(
+        "fast path",
+        WARN,
+        status.summary(),
+        "reads decode at pydantic's speed where the decoder is off: see docs/production.md, "
+        "The fast path",
+    )
+
+
 def diagnose(client: Any, prefix: str = "rs:", *, acl_user: str | None = None) -> Report:
     """Check ``client``'s server for the store under ``prefix`` (see the module docstring).
 
@@ -96,6 +114,7 @@ def diagnose(client: Any, prefix: str = "rs:", *, acl_user: str | None = None) -
         if major >= 7
         else Check("server version", PROBLEM, report.server, "use Redis >= 7.0 or Valkey")
     )
+    checks.append(fast_path_check())
     memory = _info(client, "memory")
     policy = str(memory.get("maxmemory_policy", "?"))
     limit = int(memory.get("maxmemory", 0))

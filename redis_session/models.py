@@ -8,8 +8,17 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+)
 
+from ._fast import ModelMetaclass
 from .errors import InvalidArgument
 
 __all__ = [
@@ -48,8 +57,17 @@ def _as_utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
-def _now_if_none(value: Any) -> Any:
-    return utcnow() if value is None else value
+STORED_CONTEXT = {"redis_session": "stored form"}
+"""The validation context of a stored message read by ``Message``'s own validation (the
+public path): there, as in the stored form, a timestamp is never null."""
+
+
+def _now_if_none(value: Any, info: ValidationInfo) -> Any:
+    if value is None:
+        if info.context is STORED_CONTEXT:
+            raise ValueError("a stored message has a timestamp")
+        return utcnow()
+    return value
 
 
 UTCDateTime = Annotated[datetime, AfterValidator(_as_utc)]
@@ -77,23 +95,26 @@ def invalid_field(model: str, exc: ValidationError) -> InvalidArgument:
     return InvalidArgument(where, text)
 
 
-class _Model(BaseModel):
+class _OneLineErrors(ModelMetaclass):
+    """The models' metaclass: pydantic's own, its constructor call reporting bad fields as
+    :class:`InvalidArgument` on one line. Only a call of the class itself goes through it:
+    pydantic's validation (nested models, ``model_validate``, the codec's decoding) builds
+    instances without it, at pydantic-core's speed, and raises its ``ValidationError``.
+    """
+
+    def __call__(cls, /, *args: Any, **data: Any) -> Any:
+        try:
+            return super().__call__(*args, **data)
+        except ValidationError as exc:
+            raise invalid_field(cls.__name__, exc) from None
+
+
+class _Model(BaseModel, metaclass=_OneLineErrors):
     """A model whose constructor reports bad fields as :class:`InvalidArgument` (a
     ``SessionError`` and a ``ValueError``) on one line naming the field, as the store's own
     argument checks do. ``model_validate`` and ``model_validate_json`` stay pydantic's (they
     raise ``pydantic.ValidationError``, also a ``ValueError``).
     """
-
-    def __init__(self, /, **data: Any) -> None:
-        try:  # what BaseModel.__init__ does, minus its frame: as fast as pydantic's (2.25 us)
-            self.__pydantic_validator__.validate_python(data, self_instance=self)
-        except ValidationError as exc:
-            raise invalid_field(type(self).__name__, exc) from None
-
-    # Validation itself (nested models, model_validate, the codec's decoding of stored
-    # messages) need not run this constructor: pydantic-core builds the instance directly, at
-    # its own speed, as for a model without a custom __init__ (tests/unit/test_models.py).
-    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
 
 class MessageRole(StrEnum):

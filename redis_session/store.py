@@ -316,7 +316,7 @@ class RedisStore:
             return [self._direct(command) for command in request.commands]
         client = self._client  # redis-py leaves execute_command untyped
         if request.read_only and not request.transaction:
-            replies = _url.sync_replies(client, request.commands, request.decode_at)
+            replies = _url.sync_replies(client, request.commands)
             if replies is not None:
                 if not request.errors_as_values:
                     for reply in replies:

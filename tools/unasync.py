@@ -71,12 +71,11 @@ RULES: Rules = [
 """``aio.py`` → ``store.py`` (``tests/unit/test_api.py`` applies them to signatures too)."""
 
 CONNECT_RULES: Rules = [
-    (r"\bAsync(NoticingRetry|HiredisSentinelPool|ConnectedFirstPool)\b", r"\1"),
-    (r"\bASYNC_CLUSTER_POOL\b", "CLUSTER_POOL"),
+    (r"\bAsync(NoticingRetry|SentinelPool|ConnectedFirstPool)\b", r"\1"),
     (r"\bFakeAsyncRedis\b", "FakeRedis"),
     (r"^import redis\.asyncio$", "import redis"),
     (r"\bredis\.asyncio\.", "redis."),
-    (r"\basync_(client|refresh|close|replies|borrow|give_back|read_decoded)\b", r"sync_\1"),
+    (r"\basync_(client|refresh|close|replies)\b", r"sync_\1"),
     (r"\basync def\b", "def"),
     (r"\bawait ", ""),
     (r"\baclose\(\)", "close()"),

@@ -12,11 +12,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-import redis
 
-from redis_session import CorruptData, Message, RedisStore, Session, _connect_sync, codec
+from redis_session import CorruptData, Message, RedisStore, Session, codec
 from redis_session._reads import SMALL_READ
-from redis_session._requests import Commands, Decoded, ScriptCall
+from redis_session._requests import Commands, ScriptCall
 from tests.conftest import Backend
 from tests.support.stepping import in_steps, run_op, step_names, steps
 
@@ -490,74 +489,33 @@ def test_a_sealed_session_reads_cold_and_opens(backend: Backend) -> None:
     assert [m.content for m in session.history] == [f"m{i}" for i in range(40)]
 
 
-def decoded_replies(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The replies ``store`` gets from here on to the LRANGEs a first read may have decoded
-    where they arrived (``Commands.decode_at``), in order.
-    """
-    replies: list[Any] = []
-    execute = store._execute
-
-    def seen(request: Any) -> Any:
-        reply = execute(request)
-        if isinstance(request, Commands) and request.decode_at is not None:
-            replies.append(reply[request.decode_at])
-        return reply
-
-    monkeypatch.setattr(store, "_execute", seen)
-    return replies
-
-
-def _direct(store: RedisStore) -> bool:
-    """Whether ``store``'s plain reads go out on a pooled connection directly (a client
-    ``from_url`` made, not a cluster's): then a first read may decode where it reads.
-    """
-    client = store.client
-    pools = _connect_sync._OWN_POOLS
-    return type(client) is redis.Redis and type(client.connection_pool) in pools
-
-
-@pytest.mark.parametrize("where", ["received", "redis-py"])
-def test_a_first_read_decoded_where_it_is_received_gives_the_same_session(
-    backend: Backend, where: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # On a store's own connection the LRANGE's elements are decoded from the bytes received
-    # (no bytes object each); the session is the one redis-py's reading gives, element for
+def test_a_first_read_gives_the_session_the_script_gives(backend: Backend) -> None:
+    # A first read's plain LRANGE gives the session the get script gives, element for
     # element, with an element of another writer's form among them (validated, as always).
     writer = filled(backend, "s", 300)
     writer.append_message("s", Message(role="tool", content='é\n"q"', author="agent-b"))
     sk = writer._core.trees.keys("s")[0]
     other = b'{"role":"user","id":"by-hand","content":"x","timestamp":"2026-01-01T00:00:00Z"}'
     client: Any = writer.client
-    if where == "redis-py":
-        monkeypatch.setattr(codec, "RESP", None)
     store = cold_store(backend)
-    replies = decoded_replies(store, monkeypatch)
     expected = backend.sync_store(read_cache_bytes=0).get("s")  # by the script: first read
     assert store.get("s") == expected
-    decoded = where == "received" and codec.RESP is not None and _direct(store)
-    assert [type(r) for r in replies] == (
-        [Decoded] if decoded else [] if backend.cluster else [list]
-    )
     client.lset(sk.msgs, 7, other)  # the same positions: a first read takes it as it is
-    replies.clear()
     again = store.get("s")  # no read cache: every read is a first read
     assert again.history[7].id == "by-hand"
     assert again == backend.sync_store(read_cache_bytes=0).get("s")
-    assert [type(r) for r in replies] == ([] if backend.cluster else [list])  # left as bytes
     client.lset(sk.msgs, 9, b"not a message")
     with pytest.raises(CorruptData, match="message 9 is not a stored message"):
         store.get("s")
 
 
 @pytest.mark.parametrize("protocol", [2, 3])
-def test_a_first_read_is_decoded_where_it_is_received_over_resp2_and_resp3(
-    real_backend: Backend, protocol: int, monkeypatch: pytest.MonkeyPatch
+def test_a_first_read_over_resp2_and_resp3_gives_the_same_session(
+    real_backend: Backend, protocol: int
 ) -> None:
     writer = filled(real_backend, "s", 500)
     client = real_backend.sync_client(protocol=protocol)
     store = RedisStore(client, prefix=real_backend.prefix, read_cache_bytes=0)
     expected = store.get("s")  # a store that read nothing yet: by the script
-    replies = decoded_replies(store, monkeypatch)
     assert store.get("s") == expected == writer.get("s")
     assert store.get_history("s", 100) == expected.history[-100:]
-    assert [type(r) for r in replies] == ([Decoded, Decoded] if codec.RESP else [list, list])

@@ -48,8 +48,7 @@ def test_the_names_the_package_takes_from_url_resolve() -> None:
     for name in (
         "sync_client", "async_client", "sync_close", "async_close", "sync_refresh",
         "async_refresh", "sync_node_client", "async_node_client", "async_remake",
-        "check_client", "FAILOVER_ERRORS", "is_failover_error", "HiredisPacker",
-        "pack_with_hiredis",
+        "check_client", "FAILOVER_ERRORS", "is_failover_error",
     ):  # fmt: skip
         assert hasattr(_url, name), name
     assert _url.sync_client is _connect_sync.sync_client

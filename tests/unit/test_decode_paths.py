@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from redis_session import CorruptData, Message, MessageRole, ToolCall, codec
+from redis_session import CorruptData, Message, MessageRole, ToolCall, _fast, codec
 from redis_session.codec import decode_messages, encode_message
 from redis_session.errors import InvalidArgument
 from redis_session.models import MESSAGE_ID_PATTERN
@@ -45,9 +45,7 @@ def _seen(m: Message) -> object:
 
 def _validated(body: bytes) -> Message:
     """The slow path's validation of one element, as the decoder hands it out."""
-    msg = codec._LENIENT.validate_json(body)
-    object.__setattr__(msg, "__class__", Message)
-    return msg
+    return codec._as_message(codec._LENIENT.validate_json(body))
 
 
 zones = (
@@ -153,7 +151,7 @@ def test_a_foreign_element_is_corrupt_data_naming_it(foreign: bytes, at: int) ->
 # -- the C decoder (_speedups.c) ----------------------------------------------------------------
 
 needs_c = pytest.mark.skipif(
-    codec._FAST is None, reason="the C decoder was not built (no C compiler at install)"
+    _fast.DECODE is None, reason="the C decoder is off (not built, or REDIS_SESSION_PURE_PYTHON)"
 )
 
 
@@ -161,13 +159,14 @@ def test_the_c_decoder_is_built_where_ci_runs() -> None:
     # CI installs from a checkout on a machine with a C compiler: a build that silently fell
     # back to pure Python would leave every read at pydantic's speed unnoticed.
     if os.environ.get("CI") == "true" and not os.environ.get("REDIS_SESSION_PURE_PYTHON"):
-        assert codec._FAST is not None
+        assert _fast.DECODE is not None
 
 
-def _fast(bodies: list[bytes]) -> list[Message | None]:
-    assert codec._FAST is not None
-    got, left = codec._FAST(bodies)
+def _c(bodies: list[bytes]) -> list[Message | None]:
+    assert _fast.DECODE is not None
+    got, left, size = _fast.DECODE(bodies)
     assert left == [i for i, m in enumerate(got) if m is None]
+    assert size == sum(len(b) for b in bodies if type(b) is bytes)
     return got
 
 
@@ -185,7 +184,7 @@ def test_the_c_decoder_returns_what_validation_returns(batch: list[Message]) -> 
         except InvalidArgument:
             continue
     bodies = [body for _, body in kept]
-    got = _fast(bodies)
+    got = _c(bodies)
     for (m, body), msg in zip(kept, got, strict=True):
         if _signed(m):  # base64 in the stored form: left to validation, by design
             assert msg is None
@@ -213,11 +212,9 @@ def _mutations(body: bytes) -> st.SearchStrategy[bytes]:
 def _either(raw: bytes) -> Message | None:
     """The pydantic path's message for ``raw``, None when validation rejects it."""
     try:
-        msg: Message = codec._STORED(raw)
+        return codec._validated([raw])[0]
     except (ValueError, TypeError):
         return None
-    object.__setattr__(msg, "__class__", Message)
-    return msg
 
 
 @needs_c
@@ -231,7 +228,7 @@ def test_the_c_decoder_accepts_nothing_validation_rejects(data: st.DataObject) -
     except InvalidArgument:
         return
     raw = data.draw(_mutations(body))
-    (got,) = _fast([raw])
+    (got,) = _c([raw])
     if got is not None:
         expected = _either(raw)
         assert expected is not None, raw
@@ -250,7 +247,7 @@ ESCAPES = [
 def test_the_c_decoder_reads_every_json_escape(json_text: bytes, text: str) -> None:
     stamp = b'"2024-02-29T23:59:59.000001Z"'
     raw = b'{"id":"e","role":"user","content":' + json_text + b',"timestamp":' + stamp + b"}"
-    (got,) = _fast([raw])
+    (got,) = _c([raw])
     assert got is not None and got.content == text
     assert _seen(got) == _seen(_validated(raw))
 
@@ -273,7 +270,7 @@ LEFT_TO_VALIDATION = [
 @needs_c
 @pytest.mark.parametrize("raw", LEFT_TO_VALIDATION)
 def test_the_c_decoder_leaves_other_forms_to_validation(raw: bytes) -> None:
-    (got,) = _fast([raw])
+    (got,) = _c([raw])
     assert got is None
     # and the read still gives what validation gives (or CorruptData naming the element)
     try:
@@ -285,8 +282,8 @@ def test_the_c_decoder_leaves_other_forms_to_validation(raw: bytes) -> None:
     assert [_seen(m) for m in decode_messages("k", [raw])] == [_seen(m) for m in expected]
 
 
-@pytest.mark.parametrize("fast", [True, False], ids=["c", "pydantic"])
-def test_both_decoders_read_a_history_alike(fast: bool) -> None:
+@pytest.mark.parametrize("path", ["c", "reclass", "public"])
+def test_every_decoder_reads_a_history_alike(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     batch = [
         Message(role="user", content='héllo\n"q"'),
         Message(
@@ -295,15 +292,20 @@ def test_both_decoders_read_a_history_alike(fast: bool) -> None:
         Message(role="tool", content="r", author="agent-b"),
     ]
     bodies = [encode_message(m) for m in batch]
-    saved = codec._FAST
-    if fast and saved is None:
-        pytest.skip("the C decoder was not built")
-    codec._FAST = saved if fast else None
-    try:
-        got = decode_messages("k", bodies)
-    finally:
-        codec._FAST = saved
-    assert got == batch
+    if path == "c" and _fast.DECODE is None:
+        pytest.skip("the C decoder is off")
+    if path == "reclass" and not _fast.RECLASS:
+        pytest.skip("the fast path's reclass is off")
+    if path != "c":
+        monkeypatch.setattr(_fast, "DECODE", None)
+    if path == "public":  # as in a process where the fast path is off: datetime.UTC
+        monkeypatch.setattr(_fast, "RECLASS", False)
+        monkeypatch.setattr(codec, "READ_TZ", UTC)
+    got = decode_messages("k", bodies)
+    assert got == batch and all(type(m) is Message for m in got)
+    assert [m.model_fields_set for m in got] == [
+        Message.model_validate_json(b).model_fields_set for b in bodies
+    ]
     assert [_seen(m) for m in got] == [_seen(_validated(b)) for b in bodies]
 
 
@@ -314,7 +316,7 @@ def test_the_c_decoders_models_are_out_of_the_collector_and_freed_by_refcount() 
     # tracked would be walked by every full collection (a 60 MB cache: 122 ms pauses).
     call = ToolCall(id="c", name="n", input="{}", output="o")
     m = Message(role=MessageRole.ASSISTANT, content="x", tool_calls=[call])
-    (got,) = _fast([encode_message(m)])
+    (got,) = _c([encode_message(m)])
     assert got is not None and got == m
     assert not gc.is_tracked(got) and not gc.is_tracked(got.tool_calls[0])
     assert not gc.is_tracked(got.tool_calls)
@@ -337,7 +339,7 @@ def test_the_c_decoders_fields_sets_are_shared_and_refuse_changes() -> None:
         encode_message(Message(role=MessageRole.USER, content="y")),
         encode_message(Message(role=MessageRole.USER, content="z")),
     ]
-    first, second, third = _fast(bodies)
+    first, second, third = _c(bodies)
     assert first is not None and second is not None and third is not None
     assert second.model_fields_set is third.model_fields_set
     assert first.model_fields_set is not second.model_fields_set
@@ -369,4 +371,18 @@ def test_the_c_decoders_fields_sets_are_shared_and_refuse_changes() -> None:
     assert "author" not in third.model_fields_set
     assert second.model_dump(exclude_unset=True).keys() == shared
     assert copy.deepcopy(second) == second and pickle.loads(pickle.dumps(second)) == second
-    assert "author" not in _fast(bodies[1:2])[0].model_fields_set  # type: ignore[union-attr]
+    assert "author" not in _c(bodies[1:2])[0].model_fields_set  # type: ignore[union-attr]
+
+
+@needs_c
+def test_a_decoded_message_pickles_as_one_pydantic_built() -> None:
+    # Its shared fields set pickles as a plain set: the copy can change its own.
+    m = Message(role=MessageRole.USER, content="x")
+    (got,) = _c([encode_message(m)])
+    assert got is not None
+    back = pickle.loads(pickle.dumps(got))
+    assert back == m and type(back.model_fields_set) is set
+    back.model_fields_set.add("author")  # its own set, not the decoder's
+    assert "author" not in got.model_fields_set
+    built = pickle.loads(pickle.dumps(Message.model_validate_json(encode_message(m))))
+    assert back == built and back.model_fields_set - {"author"} == built.model_fields_set
