@@ -57,7 +57,8 @@ EPILOG = "\b\nExit status:\n" + "\n".join(f"  {code}  {what}" for code, what in 
 @click.version_option(
     package_name="redis-session",
     prog_name="redis-session",
-    message="%(prog)s %(version)s\nfast path: " + _fast.probe().summary().replace("%", "%%"),
+    message="%(prog)s, version %(version)s\nfast path: "
+    + _fast.probe().summary().replace("%", "%%"),
 )
 def cli() -> None:
     """LLM-agent sessions in Redis: a demo, and tools for operators.

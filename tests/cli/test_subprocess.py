@@ -70,6 +70,7 @@ def test_usage_error_is_status_2(command: list[str]) -> None:
 def test_version_and_help(command: list[str]) -> None:
     version = run(command, "--version")
     assert version.returncode == 0 and version.stdout.startswith("redis-session, version ")
+    assert version.stdout.splitlines()[1].startswith("fast path: ")  # which pieces are on
     helped = run(command, "--help")
     for name in (
         "demo",

@@ -36,13 +36,18 @@ def msg(text: str, role: str = "user") -> Message:
 def decoded_counts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many stored messages each read decodes from now on."""
     counts: list[int] = []
-    real = codec.decode_messages
+    real, real_sized = codec.decode_messages, codec.decode_sized
 
     def counting(key: str, items: Any, *args: Any) -> Any:
         counts.append(len(items))
         return real(key, items, *args)
 
+    def counting_sized(key: str, items: Any) -> Any:
+        counts.append(len(items))
+        return real_sized(key, items)
+
     monkeypatch.setattr(codec, "decode_messages", counting)
+    monkeypatch.setattr(codec, "decode_sized", counting_sized)
     return counts
 
 

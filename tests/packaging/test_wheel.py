@@ -45,9 +45,9 @@ SMOKE = textwrap.dedent(
     venv = pathlib.Path(sys.prefix).resolve()
     assert venv in pathlib.Path(redis_session.__file__).resolve().parents, redis_session.__file__
     assert venv in lua_dir().resolve().parents, lua_dir()
-    from redis_session import codec
+    from redis_session import _fast
 
-    assert codec._FAST is not None  # the wheel's C decoder imports
+    assert _fast.DECODE is not None, _fast.STATUS.summary()  # the wheel's C decoder imports
     store = RedisStore.from_url("memory://")
     store.create(Session(key="w", history=[Message(role="user", content="a")]))
     store.append_message("w", Message(role="assistant", content="b"))

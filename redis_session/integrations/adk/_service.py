@@ -44,7 +44,7 @@ except ImportError:  # ADK releases before google.adk.errors (1.0 raised ValueEr
 
 
 try:
-    from google.adk.errors._stale_session_error import StaleSessionError
+    from google.adk.errors import StaleSessionError
 except ImportError:  # ADK releases before the stale-session check (< 2.x)
 
     class StaleSessionError(ValueError):  # type: ignore[no-redef]
