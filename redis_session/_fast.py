@@ -36,7 +36,8 @@ What each buys is measured in docs/benchmarks.md ("The fast path"); a piece wort
 expected) and, for the two pieces that build models, decodes a fixed set of stored messages
 both ways and compares the results field by field (types, fields set, equality, hashing,
 pickling). A piece whose check fails is off for the process, and one WARNING line on the
-``redis_session`` logger names the piece, what failed and the versions installed. Nothing else
+``redis_session`` logger names the piece, what failed and the versions installed (an INFO line
+where the C module was not built: a pure-Python install, expected). Nothing else
 changes: every read and write gives the same result on either path (the contract suite runs
 on both). ``REDIS_SESSION_PURE_PYTHON=1`` turns every piece off.
 
@@ -144,16 +145,16 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _turn_off(name: str, why: str, *, warn: bool = True) -> None:
+def _turn_off(name: str, why: str, level: int = logging.WARNING) -> None:
     STATUS.pieces[name] = Piece(name, False, why)
-    if warn:
-        found = ", ".join(f"{k} {v}" for k, v in versions().items())
-        log.warning(
-            "redis_session: fast path piece %r off (%s); the public path serves (%s)",
-            name,
-            why,
-            found,
-        )
+    found = ", ".join(f"{k} {v}" for k, v in versions().items())
+    log.log(
+        level,
+        "redis_session: fast path piece %r off (%s); the public path serves (%s)",
+        name,
+        why,
+        found,
+    )
 
 
 def probe() -> Status:
@@ -164,7 +165,7 @@ def probe() -> Status:
             return STATUS
         if os.environ.get(PURE_ENV):
             for name in PIECES:
-                _turn_off(name, f"{PURE_ENV} is set", warn=False)
+                STATUS.pieces[name] = Piece(name, False, f"{PURE_ENV} is set")
             return STATUS
         checks: dict[str, Callable[[], Any]] = {
             "decoder": _check_decoder,
@@ -176,6 +177,9 @@ def probe() -> Status:
         for name, check in checks.items():
             try:
                 found = check()
+            except NotBuilt as exc:  # installed without a C compiler: expected, said at INFO
+                _turn_off(name, str(exc), logging.INFO)
+                continue
             except Exception as exc:  # any surprise turns the piece off, never the import
                 _turn_off(name, f"{type(exc).__name__}: {exc}")
                 continue
@@ -189,6 +193,10 @@ def probe() -> Status:
 
 class Unexpected(Exception):
     """A private name is not what a piece expects."""
+
+
+class NotBuilt(Exception):
+    """The C module was not built (no C compiler at install, or a pure-Python wheel)."""
 
 
 def _expect(ok: object, what: str) -> None:
@@ -248,7 +256,10 @@ def _same(built: Any, reference: Any, what: str) -> None:
 def _check_decoder() -> Callable[[Sequence[bytes]], tuple[list[Any], list[int], int]]:
     from pydantic import BaseModel
 
-    from . import _speedups  # ImportError: not built (no C compiler at install)
+    try:
+        from . import _speedups
+    except ImportError as exc:
+        raise NotBuilt(f"the C module is not built: {exc}") from None
     from .models import Message, MessageRole, ToolCall
 
     for name in SLOTS:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import email
 import json
+import os
 import subprocess
 import sys
 import sysconfig
@@ -57,11 +58,11 @@ SMOKE = textwrap.dedent(
 )
 
 
-def _build(kind: str, out: Path) -> Path:
+def _build(kind: str, out: Path, env: dict[str, str] | None = None) -> Path:
     subprocess.run(
         [sys.executable, "-m", "build", f"--{kind}", "--no-isolation", "--outdir", str(out),
          str(ROOT)],
-        check=True, capture_output=True, timeout=300,
+        check=True, capture_output=True, timeout=300, env=env,
     )  # fmt: skip
     (built,) = out.glob("redis_session-*.whl" if kind == "wheel" else "redis_session-*.tar.gz")
     return built
@@ -164,6 +165,10 @@ def test_wheel_holds_the_library_the_cli_and_the_scripts_only(wheel: Path) -> No
 @pytest.fixture(scope="module")
 def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The python of a fresh venv holding the wheel (and no checkout on its path)."""
+    return _installed(wheel, tmp_path_factory)
+
+
+def _installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = tmp_path_factory.mktemp("installed") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
@@ -179,6 +184,36 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     ).stdout.strip()  # fmt: skip
     Path(venv_site, "zz_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return python
+
+
+def test_a_wheel_built_without_the_c_module_reads_the_same(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    # As a machine without a C compiler builds it: pure Python, every piece of the fast path
+    # but the decoder on (its absence said at INFO), the same reads as the checkout's.
+    env = {k: v for k, v in os.environ.items() if k != "CI"} | {"REDIS_SESSION_PURE_PYTHON": "1"}
+    pure = _build("wheel", tmp_path_factory.mktemp("pure"), env)
+    assert pure.name.endswith("-py3-none-any.whl"), pure.name
+    with zipfile.ZipFile(pure) as archive:
+        assert not [n for n in archive.namelist() if n.endswith(".so")]
+    python = _installed(pure, tmp_path_factory)
+    workload = ROOT / "tests" / "support" / "workload.py"
+    env.pop("REDIS_SESSION_PURE_PYTHON")
+    runs = []
+    for command in ([str(python), str(workload), "memory://"],
+                    [sys.executable, "-m", "tests.support.workload", "memory://"]):  # fmt: skip
+        done = subprocess.run(
+            command, cwd=tmp_path if command[0] == str(python) else ROOT, capture_output=True,
+            text=True, timeout=120, env=env, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append((json.loads(done.stdout), done.stderr))
+    (pure_out, pure_err), (checkout, _) = runs
+    assert {n for n, on in pure_out["pieces"].items() if not on} == {"decoder"}
+    assert (
+        "INFO redis_session: fast path piece 'decoder' off (the C module is not built" in pure_err
+    )
+    assert pure_out["sync"] == checkout["sync"] and pure_out["async"] == checkout["async"]
 
 
 def test_installed_wheel_runs_from_a_fresh_venv(installed: Path, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -132,6 +133,7 @@ async def async_run(url: str) -> dict[str, Any]:
 
 def main(argv: list[str]) -> None:
     url = argv[1]
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     if len(argv) > 2:
         exec(argv[2], {})  # the test's own removal of a private name
     from redis_session import _fast
