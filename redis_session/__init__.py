@@ -45,6 +45,7 @@ from .errors import (
     TamperDetected,
     TurnBusy,
     TurnLost,
+    UnknownOption,
     WrongPassphrase,
 )
 from .events import LifecycleHook
@@ -120,6 +121,7 @@ __all__ = [
     "Turn",
     "TurnBusy",
     "TurnLost",
+    "UnknownOption",
     "WrongPassphrase",
     "run_context_from_context",
     "session_key_from_context",

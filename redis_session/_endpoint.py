@@ -8,6 +8,8 @@ URL, the embedded server of ``memory://NAME``, the keywords every client gets, a
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import logging
 import threading
 import time
@@ -16,7 +18,8 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from .errors import InvalidArgument
+from ._dist import install_hint
+from .errors import InvalidArgument, UnknownOption
 
 if TYPE_CHECKING:
     from fakeredis import FakeServer
@@ -63,6 +66,57 @@ DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {"socket_timeout": 10.0, "socket_connec
 """Socket timeouts every client from a URL gets unless the caller says otherwise."""
 DEFAULT_POOL_OPTIONS: dict[str, Any] = {"max_connections": 32, "timeout": 10.0}
 """The bounded pool of a plain client: its size, and how long a caller waits for a connection."""
+
+
+@functools.cache
+def client_keywords(cluster: bool) -> frozenset[str]:
+    """The keywords redis-py's clients take as ``from_url`` builds them: the named parameters
+    of the connection classes (TCP, TLS, Unix socket, blocking and asyncio) and of the pools,
+    and with ``cluster`` those of the cluster clients and the connection keywords they pass on.
+    """
+    import redis.asyncio
+    import redis.asyncio.cluster
+    import redis.cluster
+
+    classes: list[type] = [
+        redis.Connection, redis.SSLConnection, redis.UnixDomainSocketConnection,
+        redis.asyncio.Connection, redis.asyncio.SSLConnection,
+        redis.asyncio.UnixDomainSocketConnection, redis.ConnectionPool,
+        redis.BlockingConnectionPool, redis.asyncio.BlockingConnectionPool,
+    ]  # fmt: skip
+    names: set[str] = set()
+    if cluster:
+        classes += [redis.RedisCluster, redis.asyncio.RedisCluster]
+        names.update(getattr(redis.cluster, "REDIS_ALLOWED_KEYS", ()))
+    for cls in classes:
+        for klass in cls.__mro__:
+            init = vars(klass).get("__init__")
+            if init is not None:
+                names.update(
+                    name
+                    for name, p in inspect.signature(init).parameters.items()
+                    if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name != "self"
+                )
+    return frozenset(names)
+
+
+def check_client_options(url: str, cluster: bool, given: dict[str, Any]) -> None:
+    """Refuse a keyword of ``from_url`` that is neither a store option (split off before) nor a
+    keyword of redis-py's client for ``url``: at once, naming it (redis-py would take it and
+    fail at the first command, or ``memory://`` ignore it).
+    """
+    scheme, _, cluster = parse(url, cluster)
+    known = client_keywords(cluster)
+    for name in given:
+        if name not in known:
+            from .options import StoreOptions  # the store's options: named in the message
+
+            options = ", ".join(sorted(StoreOptions.names()))
+            raise UnknownOption(
+                name,
+                f"neither a store option ({options}) nor a keyword of redis-py's "
+                f"{'cluster ' if cluster else ''}client",
+            )
 
 
 def client_options(given: dict[str, Any], *, pool: bool) -> dict[str, Any]:
@@ -122,9 +176,7 @@ def fakeredis_module() -> Any:
     try:
         import fakeredis
     except ImportError as exc:
-        raise ImportError(
-            "memory:// needs fakeredis with Lua: pip install 'redis-session[memory]'"
-        ) from exc
+        raise ImportError(f"memory:// needs fakeredis with Lua: {install_hint('memory')}") from exc
     return fakeredis
 
 

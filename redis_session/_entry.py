@@ -14,6 +14,8 @@ import os
 import sys
 from typing import NoReturn
 
+from ._dist import install_hint
+
 TRACEBACK_ENV = "REDIS_SESSION_TRACEBACK"
 
 
@@ -38,7 +40,7 @@ def main() -> None:
         kind = type(exc).__name__
         if (exc.name or "").partition(".")[0] in ("click", "rich"):
             _fail(
-                f"the command line needs {exc.name}: pip install 'redis-session[cli]' "
+                f"the command line needs {exc.name}: {install_hint('cli')} "
                 "(the embedded memory:// store: '[cli,memory]')",
                 kind,
             )

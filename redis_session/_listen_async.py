@@ -67,6 +67,9 @@ _TOPOLOGY_ERRORS = (
 again (on another node, or on the slots' new owners)."""
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 2.0
 WAIT_MS = 1000
+GIVEN_BACK_IDLE_MS = 30 * 86_400_000
+"""The idle time an entry a closing member gives back is marked with (30 days: longer than any
+member's ``claim_after``, so the next member's claim takes it)."""
 """The longest single wait on the server (XREAD BLOCK, a pub/sub read), so close() is seen."""
 
 
@@ -953,10 +956,32 @@ class AsyncLogListener:
                 yield event
 
     async def aclose(self) -> None:
-        """Stop (what a group member holds unacknowledged goes to another after claim_after)."""
+        """Stop. In a group, what this member read ahead and did not hand out is given back
+        at once (another member takes it on its next claim, its delivery count as it was);
+        what it handed out and did not acknowledge goes to another after ``claim_after``.
+        """
         self._closed = True
+        if self.group is not None and self._buffer:
+            await self._give_back()
         if self._pubsub is not None:
             await self._pubsub.aclose()
+
+    async def _give_back(self) -> None:
+        """Mark the entries read ahead (in the buffer) as idle for long, so that the next
+        ``XAUTOCLAIM`` of any member takes them, and their delivery count as before this
+        member's read. Best effort: an entry not given back goes after ``claim_after``.
+        """
+        held: dict[tuple[str, int], list[str]] = {}
+        while self._buffer:
+            log_key, entry_id, event = self._buffer.popleft()
+            before = (event.deliveries if event is not None else 1) - 1
+            held.setdefault((log_key, max(before, 0)), []).append(entry_id)
+        for (log_key, before), ids in held.items():
+            with contextlib.suppress(*_TRANSPORT_ERRORS, redis.ResponseError):
+                await self._client.xclaim(
+                    log_key, self.group, self.consumer, 0, ids,
+                    idle=GIVEN_BACK_IDLE_MS, retrycount=before, justid=True,
+                )  # fmt: skip
 
     async def __aenter__(self) -> AsyncLogListener:
         return await self.start()

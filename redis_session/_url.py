@@ -44,7 +44,7 @@ import redis.asyncio
 
 from ._connect_async import async_client, async_close, async_refresh, async_replies
 from ._connect_sync import sync_client, sync_close, sync_refresh, sync_replies
-from ._endpoint import SENTINEL_SCHEME, parse
+from ._endpoint import SENTINEL_SCHEME, check_client_options, parse
 from .errors import InvalidArgument
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "async_remake",
     "async_replies",
     "check_client",
+    "check_client_options",
     "is_failover_error",
     "sync_client",
     "sync_close",

@@ -102,10 +102,12 @@ class AsyncRedisStore:
         ``cluster=True``. Keywords that are this constructor's (the store's options,
         ``lifecycle_hook``, ``options``) go to the store, all others to redis-py's client, as
         its own ``from_url`` takes them (``socket_timeout``, ``max_connections``,
-        ``password``...). The client has a bounded pool and socket
-        timeouts by default (see ``redis_session._url``).
+        ``password``...); a keyword that is neither raises ``UnknownOption`` (an
+        ``InvalidArgument`` and a ``TypeError``) at once, on every scheme. The client has a
+        bounded pool and socket timeouts by default (see ``redis_session._url``).
         """
         store_options, client_options = split_store_options(given)
+        _url.check_client_options(url, cluster, client_options)
         store = cls(_url.async_client(url, cluster=cluster, **client_options), **store_options)
         remake = _url.async_remake(url, cluster=cluster, **client_options)  # async only
         store._clients = LoopClients(store._client, remake, _url.async_close)  # async only

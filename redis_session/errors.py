@@ -20,6 +20,7 @@ Subclasses also inherit the builtin a caller would reach for::
     ├── DurabilityNotReached                 redis_key, acked, wanted  (wait_replicas not met)
     ├── SlotMigrating (TimeoutError)         redis_key, waited  (a cluster slot stayed open)
     ├── InvalidArgument (ValueError)         argument
+    │   └── UnknownOption (TypeError)         argument      (a keyword no store or client takes)
     ├── CorruptData                          key           (foreign or damaged data in Redis)
     │   ├── ForeignKey                        key, redis_key, held  (a key this store did not write)
     │   └── TamperDetected (+EncryptionError) key          (a sealed session holds what it may not)
@@ -234,6 +235,13 @@ class InvalidArgument(SessionError, ValueError):
     def __init__(self, argument: str, problem: str) -> None:
         self.argument = argument
         super().__init__(f"{argument}: {problem}")
+
+
+class UnknownOption(InvalidArgument, TypeError):
+    """A keyword that is neither a store option nor (``from_url``) a keyword of redis-py's
+    client; ``argument`` names it, the message the known ones. Also a ``TypeError``, as
+    Python's own unexpected keyword argument is.
+    """
 
 
 class CorruptData(SessionError):

@@ -16,7 +16,7 @@ from typing import Any
 from ._args import duration_ms, non_negative_int
 from ._cache import DEFAULT_READ_CACHE_BYTES
 from .crypto import DEFAULT_WORK, Passphrase, check_work
-from .errors import InvalidArgument
+from .errors import InvalidArgument, UnknownOption
 from .keys import KeySchema
 
 DEFAULT_EXPIRED_GRACE = timedelta(days=1)
@@ -147,7 +147,7 @@ class StoreOptions:
         unknown = sorted(set(given) - cls.names())
         if unknown:
             known = ", ".join(sorted(cls.names()))
-            raise TypeError(f"unknown store option {unknown[0]!r} (the options: {known})")
+            raise UnknownOption(unknown[0], f"no store option has this name (the options: {known})")
         if options is None:
             return cls(**given)
         if not isinstance(options, StoreOptions):

@@ -44,6 +44,7 @@ from collections.abc import Sequence
 import click
 
 from .. import _fast
+from .._dist import DISTRIBUTION
 from . import acl, bench, demo, doctor, events, keys, sessions
 from ._common import EXIT_CODES, CliGroup, Target, json_option, passphrase_option, store_options
 
@@ -55,7 +56,7 @@ EPILOG = "\b\nExit status:\n" + "\n".join(f"  {code}  {what}" for code, what in 
 
 @click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.version_option(
-    package_name="redis-session",
+    package_name=DISTRIBUTION,
     prog_name="redis-session",
     message="%(prog)s, version %(version)s\nfast path: "
     + _fast.probe().summary().replace("%", "%%"),

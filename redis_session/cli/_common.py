@@ -30,6 +30,7 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.text import Text
 
+from .._dist import DISTRIBUTION, install_hint
 from .._endpoint import where as shown_url
 from ..errors import PassphraseRequired, SessionError
 from ..store import RedisStore
@@ -374,7 +375,7 @@ class TimedOut(CliError):
 def missing_dependency(exc: ImportError) -> str:
     """An ImportError as one line that says what to install: its own message when it says so
     (the library's do, e.g. ``memory://`` without the ``memory`` extra), else the extra of
-    redis-session that requires the missing module, from the installed package's metadata.
+    the distribution that requires the missing module, from the installed package's metadata.
     """
     message = one_line(exc)
     if "pip install" in message:
@@ -382,7 +383,7 @@ def missing_dependency(exc: ImportError) -> str:
     wanted = (exc.name or "").partition(".")[0].replace("_", "-").lower()
     extras = []
     try:
-        requires = importlib.metadata.requires("redis-session") or []
+        requires = importlib.metadata.requires(DISTRIBUTION) or []
     except importlib.metadata.PackageNotFoundError:
         requires = []
     for requirement in requires:
@@ -390,8 +391,7 @@ def missing_dependency(exc: ImportError) -> str:
         extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)", requirement)
         if name and extra and re.sub(r"[._]", "-", name.group().lower()) == wanted:
             extras.append(extra.group(1))
-    hint = f"redis-session[{extras[0]}]" if extras else "redis-session[cli,memory]"
-    return f"{message}: pip install '{hint}'"
+    return f"{message}: {install_hint(extras[0] if extras else 'cli,memory')}"
 
 
 def wants_traceback() -> bool:

@@ -36,9 +36,14 @@ def _listener(
     default=None,
     metavar="earliest|latest|CURSOR",
     help="Read the event log from there (a cursor this command printed), then follow it; "
-    "without: live pub/sub only.",
+    "without: live pub/sub only. With --group: where a group made now starts (default latest: "
+    "only events from now on); an existing group goes on from its own place.",
 )
-@click.option("--group", default=None, help="Read as a member of this consumer group.")
+@click.option(
+    "--group",
+    default=None,
+    help="Read as a member of this consumer group (made on first use, at --since).",
+)
 @click.option(
     "--consumer",
     default=None,
@@ -75,9 +80,11 @@ def events(
     Live by default (pub/sub: at-most-once). With --since, from the event log (none missed
     without an error saying so), and the cursor to resume from is printed at the end (on
     stderr; in the JSON lines as each event's "cursor"). With --group, as a member of a
-    consumer group, acknowledging each event once printed. With --count and --timeout, the
-    timeout running out first is exit status 3. Reads no session content (events carry keys
-    and agent names only): no passphrase needed.
+    consumer group, acknowledging each event once printed; a group made now starts at
+    --since (default latest: it waits for new events, and says so); on exit the member gives
+    back what it read ahead and did not print, so the next member gets it at once. With
+    --count and --timeout, the timeout running out first is exit status 3. Reads no session
+    content (events carry keys and agent names only): no passphrase needed.
     """
     if consumer is not None and group is None:
         raise click.UsageError("--consumer needs --group")
@@ -94,6 +101,14 @@ def events(
         err.print(
             text(f"listening on {where}" + (f" as {group}/{member}" if member else ""), "dim")
         )
+        if group is not None and since is None:
+            err.print(
+                text(
+                    f"a group made now starts at the log's end: {group} gets the events from "
+                    "now on (--since earliest for what the log holds)",
+                    "dim",
+                )
+            )
         try:
             while count is None or seen < count:
                 left = None if deadline is None else deadline - time.monotonic()

@@ -1,9 +1,9 @@
 """Agent-framework integrations, each an optional extra that ``import redis_session`` never loads.
 
 - :mod:`redis_session.integrations.adk`: ``RedisSessionService``, a Google ADK
-  ``BaseSessionService`` (``pip install 'redis-session[adk]'``).
+  ``BaseSessionService`` (``pip install 'redis-agent-sessions[adk]'``).
 - :mod:`redis_session.integrations.openai_agents`: ``RedisAgentSession``, an OpenAI Agents SDK
-  ``Session`` (``pip install 'redis-session[openai-agents]'``).
+  ``Session`` (``pip install 'redis-agent-sessions[openai-agents]'``).
 
 Both sit on :class:`redis_session.AsyncRedisStore` and use only its public API.
 """

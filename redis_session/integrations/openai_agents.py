@@ -59,13 +59,15 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .._dist import install_hint
+
 try:
     from agents.items import TResponseInputItem
     from agents.memory import Session as _SdkSession  # noqa: F401 - the SDK has sessions
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
     raise ImportError(
         "redis_session.integrations.openai_agents needs the OpenAI Agents SDK: "
-        "pip install 'redis-session[openai-agents]'"
+        f"{install_hint('openai-agents')}"
     ) from exc
 
 if TYPE_CHECKING:

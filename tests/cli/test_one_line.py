@@ -40,7 +40,7 @@ ARGS: dict[str, list[str]] = {  # what each command needs besides --url to reach
 }
 NO_URL = {"acl"}  # prints a recipe: no store, no server
 PASSPHRASES = {"REDIS_SESSION_PASSPHRASE": "old one", "REDIS_SESSION_NEW_PASSPHRASE": "new one"}
-MEMORY_HINT = "pip install 'redis-session[memory]'"
+MEMORY_HINT = "pip install 'redis-agent-sessions[memory]'"
 
 WITHOUT_MEMORY: dict[str, tuple[int, str | None]] = {  # status and error type on memory://
     **{name: (1, "ImportError") for name in ARGS},
@@ -91,7 +91,7 @@ def test_a_missing_extra_is_one_line_saying_what_to_install(name: str, as_json: 
     status, kind = WITHOUT_MEMORY[name]
     done = subprocess.run(
         [str(ENTRY_POINT), *argv(name, "memory://", as_json)],
-        env=hiding(["redis-session[cli]"], {**PASSPHRASES, **_env()}),
+        env=hiding(["redis-agent-sessions[cli]"], {**PASSPHRASES, **_env()}),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

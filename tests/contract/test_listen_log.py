@@ -186,6 +186,31 @@ async def test_end_is_processed_at_least_once(store: Any) -> None:
     await close(other)
 
 
+async def test_a_member_that_closes_gives_back_what_it_read_ahead(store: Any) -> None:
+    # It read the whole log ahead (one read), handed out 2, acknowledged them and closed: the
+    # rest is given back at once, not held for claim_after (30 s by default); the next member
+    # takes every event at its first read, each delivered once as far as any member saw.
+    happened = await busy(store, 40)
+    first = await aw(store.listen(group="g2", consumer="w1", since="earliest"))
+    handed = await take(first, 2)
+    for event in handed:
+        assert await aw(first.ack(event))
+    await close(first)
+    pending = await aw(store.pending("g2", limit=1000))
+    assert len(pending) == len(happened) - 2
+    assert all(p.consumer == "w1" and p.idle > 86_400 for p in pending)  # marked idle: free
+    second = await aw(store.listen(group="g2", consumer="w2"))
+    started = time.monotonic()
+    rest = await take(second, len(happened) - 2, timeout=10)
+    assert time.monotonic() - started < 5  # not after claim_after
+    assert len(rest) == len(happened) - 2 and all(e.deliveries == 1 for e in rest)
+    assert len({e.id for e in handed} | {e.id for e in rest}) == len(happened)
+    for event in rest:
+        await aw(second.ack(event))
+    assert await aw(store.pending("g2")) == []
+    await close(second)
+
+
 async def test_a_member_started_again_under_its_name_gets_what_it_held(store: Any) -> None:
     first = await aw(store.listen(group="g", consumer="same", since="latest"))
     await store.create(Session(key="x"))

@@ -14,7 +14,7 @@ the page would have it: a page names its extras with ``pip install`` lines (in a
 inline code); a block gets those of its own section (``#``/``##`` heading to the next), or,
 when its section has none, all of the page's (the README's first line installs ``[test]``,
 so its blocks have every extra but ``docs``'s tools). A page with no ``pip install`` line
-documents the bare package (``pip install redis-session``): its examples get no extra, and
+documents the bare package (``pip install redis-agent-sessions``): its examples get no extra, and
 one that needs an extra must name it on its page. Every other distribution that
 redis-session's extras bring is hidden from the block's process (``tests/support/extras.py``:
 computed from the installed metadata, its modules unimportable, its metadata unlisted), so an
@@ -72,9 +72,9 @@ NOT_RUN = {
         "benchmark: a minute; tests/integrations/test_bench_frameworks.py runs its --quick form",
     ("docs/cli.md", "# one Redis 7.4 on localhost:6379"):
         "needs Docker (docker compose); tests/cli/test_compose.py checks the compose file",
-    ("docs/integrations.md", "pip install 'redis-session[adk]'"):
+    ("docs/integrations.md", "pip install 'redis-agent-sessions[adk]'"):
         "installs packages from the index",
-    ("docs/testing.md", "pip install 'redis-session[memory]' pytest pytest-asyncio"):
+    ("docs/testing.md", "pip install 'redis-agent-sessions[memory]' pytest pytest-asyncio"):
         "installs packages from the index; tests/docs/test_testing_doc.py runs with only these",
     ("docs/production.md", "RS_FIGURES=build/reliability.json .venv/bin/python -m pytest"):
         "runs the reliability suites (minutes) and rewrites RELIABILITY.md",
@@ -188,12 +188,12 @@ def environment(page: str, line: int) -> dict[str, str]:
 
 def test_each_block_gets_what_its_page_installs() -> None:
     def extras(page: str, line: int) -> set[str]:
-        return {r for r in installed(page, line) if r.startswith("redis-session[")}
+        return {r for r in installed(page, line) if r.startswith("redis-agent-sessions[")}
 
-    assert installed("docs/encryption.md", 1) == ["redis-session"]  # names no extra
+    assert installed("docs/encryption.md", 1) == ["redis-agent-sessions"]  # names no extra
     quickstart = next(line for page, line, _ in PYTHON if page == "README.md")
-    assert "redis-session[test]" in extras("README.md", quickstart)
-    assert extras("docs/reference.md", 1) == {"redis-session[memory]"}
+    assert "redis-agent-sessions[test]" in extras("README.md", quickstart)
+    assert extras("docs/reference.md", 1) == {"redis-agent-sessions[memory]"}
 
 
 def _runs(page: str, line: int, argv: list[str], cwd: Path) -> None:

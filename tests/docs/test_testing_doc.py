@@ -35,7 +35,7 @@ def _pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pytest", *args],
         cwd=cwd,
-        env=hiding(["redis-session", *pip_requirements(_page())], env),
+        env=hiding(["redis-agent-sessions", *pip_requirements(_page())], env),
         capture_output=True,
         text=True,
         timeout=120,
@@ -44,7 +44,7 @@ def _pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_page_says_what_to_install() -> None:
-    assert pip_requirements(_page()) == ["redis-session[memory]", "pytest", "pytest-asyncio"]
+    assert pip_requirements(_page()) == ["redis-agent-sessions[memory]", "pytest", "pytest-asyncio"]
 
 
 @pytest.mark.parametrize("mode", ["strict", "auto"])

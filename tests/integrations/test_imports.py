@@ -42,8 +42,8 @@ def test_importing_the_package_loads_no_framework() -> None:
 @pytest.mark.parametrize(
     ("module", "top", "extra"),
     [
-        ("redis_session.integrations.adk", "google", "redis-session[adk]"),
-        ("redis_session.integrations.openai_agents", "agents", "redis-session[openai-agents]"),
+        ("redis_session.integrations.adk", "google", "redis-agent-sessions[adk]"),
+        ("redis_session.integrations.openai_agents", "agents", "redis-agent-sessions[openai-agents]"),
     ],
 )
 def test_a_missing_extra_is_named(module: str, top: str, extra: str) -> None:

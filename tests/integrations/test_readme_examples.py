@@ -63,7 +63,7 @@ def test_the_page_has_one_example_per_framework() -> None:
     assert "redis_session.integrations.adk" in found[0][1]
     assert "redis_session.integrations.openai_agents" in found[1][1]
     for (offset, _), extra in zip(found, FRAMEWORKS, strict=True):  # each names its own
-        assert page_requirements(text, offset)[1:] == [f"redis-session[{extra},memory]"]
+        assert page_requirements(text, offset)[1:] == [f"redis-agent-sessions[{extra},memory]"]
 
 
 @pytest.mark.parametrize("index", [0, 1], ids=FRAMEWORKS)
@@ -79,6 +79,6 @@ def test_integration_example_runs(index: int) -> None:
 def test_without_the_memory_extra_the_example_says_what_to_install(index: int) -> None:
     # what the page told its reader before this change: the framework's extra alone
     _, code = examples(PAGE.read_text(encoding="utf-8"))[index]
-    done = _run(code, [f"redis-session[{FRAMEWORKS[index]}]"])
+    done = _run(code, [f"redis-agent-sessions[{FRAMEWORKS[index]}]"])
     assert done.returncode == 1
-    assert "memory:// needs fakeredis with Lua: pip install 'redis-session[memory]'" in done.stderr
+    assert "memory:// needs fakeredis with Lua: pip install 'redis-agent-sessions[memory]'" in done.stderr

@@ -64,7 +64,9 @@ def _build(kind: str, out: Path, env: dict[str, str] | None = None) -> Path:
          str(ROOT)],
         check=True, capture_output=True, timeout=300, env=env,
     )  # fmt: skip
-    (built,) = out.glob("redis_session-*.whl" if kind == "wheel" else "redis_session-*.tar.gz")
+    (built,) = out.glob(
+        "redis_agent_sessions-*.whl" if kind == "wheel" else "redis_agent_sessions-*.tar.gz"
+    )
     return built
 
 
@@ -82,7 +84,7 @@ LICENSE_TEXT = (ROOT / "LICENSE").read_text(encoding="utf-8")
 
 
 def _check_metadata(meta: Message) -> None:
-    assert meta["Name"] == "redis-session"
+    assert meta["Name"] == "redis-agent-sessions"
     assert (meta["License-Expression"] or meta["License"]) == "MIT"
     classifiers = meta.get_all("Classifier") or []
     for expected in (
@@ -287,9 +289,9 @@ def test_the_wheel_without_extras_talks_to_redis_and_names_the_extras(
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "hello",
-        "memory:// needs fakeredis with Lua: pip install 'redis-session[memory]'",
+        "memory:// needs fakeredis with Lua: pip install 'redis-agent-sessions[memory]'",
     ]
     cli = subprocess.run(
         [str(venv / "bin" / "redis-session"), "ls"], capture_output=True, text=True, timeout=60
     )
-    assert cli.returncode == 1 and "pip install 'redis-session[cli]'" in cli.stderr
+    assert cli.returncode == 1 and "pip install 'redis-agent-sessions[cli]'" in cli.stderr

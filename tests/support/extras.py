@@ -3,7 +3,7 @@ distributions installed here, and a subprocess environment in which everything e
 redis-session's extras bring is absent.
 
 :func:`installed_by` follows ``Requires-Dist`` from requirements such as
-``redis-session[memory]`` or ``pytest``, transitively, each requirement's markers evaluated
+``redis-agent-sessions[memory]`` or ``pytest``, transitively, each requirement's markers evaluated
 for this interpreter and the extras asked for. :func:`optional` is what some extra of
 redis-session brings and the bare package does not. :func:`hiding` gives a subprocess the
 environment of a user who installed only given requirements: the rest of :func:`optional`
@@ -24,7 +24,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-PROJECT = "redis-session"
+PROJECT = "redis-agent-sessions"
 HIDE_DIR = Path(__file__).resolve().parent / "hide"
 MODULES_ENV = "RS_TEST_HIDDEN_MODULES"
 DISTS_ENV = "RS_TEST_HIDDEN_DISTS"
@@ -159,7 +159,7 @@ SHELL_ENDS = frozenset({"&&", "||", ";", "|"})
 
 def pip_requirements(text: str) -> list[str]:
     """What the ``pip install`` lines of ``text`` (in code blocks or inline code) install:
-    the project as ``redis-session[...]`` (from ``.``, ``-e '.[cli]'``, ``'redis-session[adk]'``)
+    the project as ``redis-agent-sessions[...]`` (from ``.``, ``-e '.[cli]'``, ``'redis-agent-sessions[adk]'``)
     and any other requirement as written.
     """
     found: list[str] = []

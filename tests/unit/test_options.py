@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from redis_session import AsyncRedisStore, InvalidArgument, RedisStore, StoreOptions
+from redis_session import AsyncRedisStore, InvalidArgument, RedisStore, StoreOptions, _endpoint
+from redis_session.errors import UnknownOption
 from redis_session.options import split_store_options
 
 
@@ -39,9 +40,9 @@ def test_a_bad_option_is_named_once_whoever_takes_it(given: dict[str, Any], argu
 
 def test_an_unknown_option_is_a_type_error_naming_it() -> None:
     """(``from_url`` hands keywords that are no option to redis-py's client.)"""
-    with pytest.raises(TypeError, match="unknown store option 'tll'"):
+    with pytest.raises(TypeError, match="^tll: no store option has this name"):
         RedisStore(object(), options=StoreOptions(), tll=5)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="unknown store option 'tll'"):
+    with pytest.raises(TypeError, match="^tll: no store option has this name"):
         AsyncRedisStore(object(), tll=5)  # type: ignore[arg-type]
 
 
@@ -65,3 +66,30 @@ def test_one_list_of_options() -> None:
 def test_the_passphrase_never_shows() -> None:
     options = StoreOptions(passphrase="correct horse")
     assert "correct horse" not in repr(options) and "correct horse" not in str(options)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["memory://", "redis://127.0.0.1:1/0", "redis+cluster://127.0.0.1:1",
+     "redis+sentinel://127.0.0.1:1/mymaster", "unix:///nonexistent.sock"],
+)  # fmt: skip
+@pytest.mark.parametrize("cls", [RedisStore, AsyncRedisStore])
+def test_a_misspelt_keyword_is_refused_at_once_on_every_scheme(url: str, cls: Any) -> None:
+    # Nothing listens on these addresses: the keyword is refused before any connection.
+    with pytest.raises(UnknownOption, match=r"^tll: neither a store option \(.*\bttl\b"):
+        cls.from_url(url, tll=5)
+    with pytest.raises(TypeError, match="tll"):  # also what Python raises for a bad keyword
+        cls.from_url(url, tll=5)
+    with pytest.raises(InvalidArgument, match="tll"):
+        cls.from_url(url, tll=5)
+
+
+def test_redis_py_s_own_keywords_pass_and_the_constructor_names_the_options() -> None:
+    store = RedisStore.from_url("memory://", socket_timeout=2, max_connections=4, ttl=5)
+    assert store.ttl is not None
+    with pytest.raises(UnknownOption, match=r"^tll: no store option has this name"):
+        RedisStore(store.client, tll=5)  # type: ignore[call-arg]
+    store.close()
+    cluster = _endpoint.client_keywords(True)
+    assert {"read_from_replicas", "socket_timeout", "password"} <= cluster
+    assert "read_from_replicas" not in _endpoint.client_keywords(False)

@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from ..._dist import install_hint
+
 try:
     from google.adk.events.event import Event
     from google.adk.sessions.base_session_service import (
@@ -29,7 +31,7 @@ try:
     from google.adk.sessions.state import State
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
     raise ImportError(
-        "redis_session.integrations.adk needs Google ADK: pip install 'redis-session[adk]'"
+        f"redis_session.integrations.adk needs Google ADK: {install_hint('adk')}"
     ) from exc
 try:
     from google.adk.errors.already_exists_error import AlreadyExistsError
