@@ -30,6 +30,7 @@ from ._endpoint import (
     Outage,
     client_options,
     fakeredis_module,
+    may_heal,
     memory_server,
     parse,
     retry_cut,
@@ -40,8 +41,10 @@ from ._pools import ConnectedFirstPool, packed
 
 
 class NoticingRetry(redis.retry.Retry):
-    """redis-py's retry policy, telling an :class:`Outage` of each failure and success. The
-    copies redis-py makes for each connection share the outage. Its exponential backoff
+    """redis-py's retry policy, telling an :class:`Outage` of each failure and success; what
+    cannot heal (:func:`may_heal`: credentials, an unknown host, a bad certificate) is raised
+    at once, not retried nor logged. The copies redis-py makes for each connection share the
+    outage. Its exponential backoff
     (``base`` * 2 ** failures, at most ``cap`` seconds; jittered below that or not) is not
     slept past the deadline of :func:`retries_until`: the failure is raised instead.
     """
@@ -55,7 +58,7 @@ class NoticingRetry(redis.retry.Retry):
         base: float,
         cap: float,
     ) -> None:
-        super().__init__(backoff(cap=cap, base=base), retries)
+        super().__init__(backoff(cap=cap, base=base), retries, is_retryable=may_heal)
         self.outage = outage
         self.base, self.cap = base, cap
 
@@ -66,6 +69,8 @@ class NoticingRetry(redis.retry.Retry):
 
         def noticed(error: Exception, *count: Any) -> Any:
             nonlocal failures
+            if not may_heal(error):  # raised at once, no outage to tell of
+                return fail(error, *count)
             failures += 1
             outage.failed(error)
             handled = fail(error, *count)

@@ -8,9 +8,12 @@ URL, the embedded server of ``memory://NAME``, the keywords every client gets, a
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import inspect
 import logging
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -105,7 +108,7 @@ def check_client_options(url: str, cluster: bool, given: dict[str, Any]) -> None
     keyword of redis-py's client for ``url``: at once, naming it (redis-py would take it and
     fail at the first command, or ``memory://`` ignore it).
     """
-    scheme, _, cluster = parse(url, cluster)
+    _, _, cluster = parse(url, cluster)
     known = client_keywords(cluster)
     for name in given:
         if name not in known:
@@ -188,6 +191,25 @@ def memory_server(url: str) -> FakeServer:
         return fakeredis.FakeServer()  # type: ignore[no-any-return]
     with _lock:
         return _servers.setdefault(name, fakeredis.FakeServer())
+
+
+def may_heal(error: BaseException) -> bool:
+    """Whether a failed connection or command may succeed if tried again: not when the server
+    refused the credentials (``AuthenticationError``) or the user's rights
+    (``AuthorizationError``), the host name does not resolve (``EAI_NONAME``; a temporary
+    resolver failure heals), the server's TLS certificate does not verify, or a Unix socket's
+    path does not exist. The retry policies of ``from_url``'s clients raise those at once.
+    """
+    from redis.exceptions import AuthenticationError, AuthorizationError
+
+    if isinstance(error, AuthenticationError | AuthorizationError):
+        return False
+    cause = error.__cause__
+    if isinstance(cause, socket.gaierror):
+        return cause.errno not in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None))
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return False
+    return not (isinstance(cause, OSError) and cause.errno == errno.ENOENT)
 
 
 class Outage:

@@ -43,7 +43,11 @@ def test_importing_the_package_loads_no_framework() -> None:
     ("module", "top", "extra"),
     [
         ("redis_session.integrations.adk", "google", "redis-agent-sessions[adk]"),
-        ("redis_session.integrations.openai_agents", "agents", "redis-agent-sessions[openai-agents]"),
+        (
+            "redis_session.integrations.openai_agents",
+            "agents",
+            "redis-agent-sessions[openai-agents]",
+        ),
     ],
 )
 def test_a_missing_extra_is_named(module: str, top: str, extra: str) -> None:

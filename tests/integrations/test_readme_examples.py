@@ -81,4 +81,7 @@ def test_without_the_memory_extra_the_example_says_what_to_install(index: int) -
     _, code = examples(PAGE.read_text(encoding="utf-8"))[index]
     done = _run(code, [f"redis-agent-sessions[{FRAMEWORKS[index]}]"])
     assert done.returncode == 1
-    assert "memory:// needs fakeredis with Lua: pip install 'redis-agent-sessions[memory]'" in done.stderr
+    assert (
+        "memory:// needs fakeredis with Lua: pip install 'redis-agent-sessions[memory]'"
+        in done.stderr
+    )

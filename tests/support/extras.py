@@ -159,8 +159,8 @@ SHELL_ENDS = frozenset({"&&", "||", ";", "|"})
 
 def pip_requirements(text: str) -> list[str]:
     """What the ``pip install`` lines of ``text`` (in code blocks or inline code) install:
-    the project as ``redis-agent-sessions[...]`` (from ``.``, ``-e '.[cli]'``, ``'redis-agent-sessions[adk]'``)
-    and any other requirement as written.
+    the project as ``redis-agent-sessions[...]`` (from ``.``, ``-e '.[cli]'``,
+    ``'redis-agent-sessions[adk]'``) and any other requirement as written.
     """
     found: list[str] = []
     for match in PIP_INSTALL.finditer(text):
