@@ -11,12 +11,15 @@ holder's lease), which a release pushes to: the next claimer is woken at once, n
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
+from contextvars import ContextVar
 
 from . import contracts
 from ._args import token
 from ._requests import Commands, Op
-from ._sessions import Fence
+from ._sessions import NO_FENCE, Fence
 from ._trees import Trees
 from .errors import InvalidArgument, TurnBusy
 from .keys import check_key
@@ -35,11 +38,37 @@ def lease_ms(seconds: object, argument: str = "lease") -> int:
     return max(1, round(seconds * 1000))
 
 
+_HELD: ContextVar[tuple[tuple[object, str, Fence], ...]] = ContextVar(
+    "redis_session_turns_held", default=()
+)
+"""The turns held in this context (a thread, an asyncio task and the tasks it starts): which
+store's (its :class:`Turns`), of which session, with which fence."""
+
+
 class Turns:
     """Claims, renewals and releases of sessions' turns."""
 
     def __init__(self, trees: Trees) -> None:
         self.trees = trees
+
+    def held(self, key: str) -> Fence:
+        """The fence of the turn of session ``key`` this store holds in this context (inside
+        ``with store.turn(key)``), else ``NO_FENCE``: the store's own writes to ``key`` there
+        go through the turn, refused with ``TurnLost`` once it is not the holder's.
+        """
+        for turns, held_key, fence in _HELD.get():
+            if turns is self and held_key == key:
+                return fence
+        return NO_FENCE
+
+    @contextlib.contextmanager
+    def holding(self, key: str, fence: Fence) -> Iterator[None]:
+        """Mark ``key``'s turn held with ``fence`` in this context for the block."""
+        marker = _HELD.set((*_HELD.get(), (self, key, fence)))
+        try:
+            yield
+        finally:
+            _HELD.reset(marker)
 
     def claim(self, key: str, lease: float, wait: float) -> Op[Fence]:
         """Claim session ``key``'s turn for ``lease`` seconds, waiting up to ``wait`` seconds

@@ -512,8 +512,9 @@ class RedisStore:
         metadata: Mapping[str, str] | None = None,
     ) -> bool:
         op = self._core.sessions.append_message(
-            key, msg, expect_last_id=expect_last_id, metadata=metadata
-        )
+            key, msg, expect_last_id=expect_last_id, metadata=metadata,
+            fence=self._core.turns.held(key),
+        )  # fmt: skip
         return self._run(op)
 
     def append_messages(
@@ -525,8 +526,9 @@ class RedisStore:
         metadata: Mapping[str, str] | None = None,
     ) -> int:
         op = self._core.sessions.append_messages(
-            key, messages, expect_last_id=expect_last_id, metadata=metadata
-        )
+            key, messages, expect_last_id=expect_last_id, metadata=metadata,
+            fence=self._core.turns.held(key),
+        )  # fmt: skip
         return self._run(op)
 
     @contextlib.contextmanager
@@ -541,8 +543,11 @@ class RedisStore:
         raises ``TurnBusy``. Writes made through the :class:`Turn` carry its token and are
         refused inside their script with ``TurnLost`` (a ``StaleExpectation``; nothing is
         written) once the lease ran out or a later claim exists: a worker paused past its lease
-        cannot write after the next one took over (``turn.renew`` extends the lease). Writes
-        made without a turn are not affected. Inside the block ``with_turn_id`` is the turn's
+        cannot write after the next one took over (``turn.renew`` extends the lease). Inside
+        the block, this store's own ``append_message``, ``append_messages`` and
+        ``compact_messages`` of ``key`` go through the turn too (in the same thread or task, and
+        the tasks it starts): ``store.`` written out of habit is fenced as ``turn.`` is. Writes
+        made without a turn, by other stores, are not affected. Inside the block ``with_turn_id`` is the turn's
         id. The turn is released on exit (a released turn wakes one waiting claimer); it lives
         in the session's slot, expires with its lease and goes with the session.
 
@@ -559,7 +564,7 @@ class RedisStore:
                 self._telemetry.metrics.turn_wait.record(time.perf_counter() - started)
         held = Turn(self, key, fence, lease)
         try:
-            with with_turn_id(held.id):
+            with with_turn_id(held.id), self._core.turns.holding(key, fence):
                 yield held
         except BaseException:
             with contextlib.suppress(Exception):  # the block's error, not the release's
@@ -584,9 +589,10 @@ class RedisStore:
     def compact_messages(
         self, key: str, up_to_index: int, summary: str, *, expect_id: str | None = None
     ) -> int:
-        return self._run(
-            self._core.sessions.compact_messages(key, up_to_index, summary, expect_id=expect_id)
+        op = self._core.sessions.compact_messages(
+            key, up_to_index, summary, expect_id=expect_id, fence=self._core.turns.held(key)
         )
+        return self._run(op)
 
     def list_sessions(
         self, limit: int | None = None, offset: int = 0, *, prefix: str | None = None

@@ -147,6 +147,30 @@ async def test_a_holder_paused_past_its_lease_cannot_write_after_the_next_claim(
     assert contents == ["before the pause", "the next worker's"]
 
 
+async def test_inside_a_turn_the_store_s_own_writes_are_fenced_too(make_store: Any) -> None:
+    # store.append_message(key, ...) written out of habit inside `with store.turn(key)`: it goes
+    # through the turn, so a holder paused past its lease is refused as turn.append_message is.
+    slow, fast = make_store(), make_store()
+    await slow.create(Session(key="s"))
+    await slow.create(Session(key="other"))
+    async with turn(slow, "s", lease=0.3):
+        assert await slow.append_message("s", user("through the turn"))
+        await asyncio.sleep(1.0)
+        async with turn(fast, "s", lease=5):
+            for write in (
+                lambda: slow.append_message("s", user("late")),
+                lambda: slow.append_messages("s", [user("late too")]),
+                lambda: slow.compact_messages("s", 0, "late summary"),
+            ):
+                with pytest.raises(TurnLost):
+                    await write()
+            assert await slow.append_message("other", user("another session: not fenced"))
+            assert await fast.append_message("s", user("the holder's store"))
+    assert await slow.append_message("s", user("after the block: no turn"))
+    contents = [m.content for m in await fast.get_history("s")]
+    assert contents == ["through the turn", "the holder's store", "after the block: no turn"]
+
+
 async def test_a_held_turn_makes_a_claim_wait_then_busy_and_a_release_frees_it(
     make_store: Any,
 ) -> None:
