@@ -83,6 +83,7 @@ CLIENT_COMMANDS: Mapping[str, Sent] = MappingProxyType(
         "xreadgroup": Sent("listen(group=...): what a member held before it started again"),
         "xack": Sent("a group listener's ack(event), and the events of types it skips"),
         "xautoclaim": Sent("listen(group=...): taking over what another member held too long"),
+        "xclaim": Sent("listen(group=...) closing: giving back what it read and did not hand out"),
         "xpending": Sent("pending(group); a group listener counting deliveries"),
         "time": Sent("listen(since=...) on a cluster: the primaries' clocks move the cursor"),
         "cluster|info": Sent("listen() on a cluster: is the listener's node still a member"),

@@ -559,9 +559,10 @@ class AsyncRedisStore:
         the block, this store's own ``append_message``, ``append_messages`` and
         ``compact_messages`` of ``key`` go through the turn too (in the same thread or task, and
         the tasks it starts): ``store.`` written out of habit is fenced as ``turn.`` is. Writes
-        made without a turn, by other stores, are not affected. Inside the block ``with_turn_id`` is the turn's
-        id. The turn is released on exit (a released turn wakes one waiting claimer); it lives
-        in the session's slot, expires with its lease and goes with the session.
+        made without a turn, by other stores, are not affected. Inside the block
+        ``with_turn_id`` is the turn's id. The turn is released on exit (a released turn wakes
+        one waiting claimer); it lives in the session's slot, expires with its lease and goes
+        with the session.
 
         Raises:
             TurnBusy: the turn was held for all of ``wait`` seconds.
