@@ -24,6 +24,8 @@
 -- still listed a tree under the key (it ended unseen: no reaper logged it yet). Idempotent
 -- otherwise. Values are
 -- freed by UNLINK (in the background when large), so a huge session does not block Redis.
+-- When no session is left in the index (KEYS[4]) and no consumer group reads the event log,
+-- the log expires after ARGV[3] ms (a prefix used and emptied leaves no key for ever).
 local types = {'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'string', 'string', 'list',
   'stream', 'string'}
 local bad = wrong_type(with_children(types, 13))
@@ -68,5 +70,12 @@ if existed == 1 or listed then
     reply[3 + n] = yes and log_event(11, 4, 'discard', ARGV[8 + 2 * n], now) or 0
   end
   reply[3] = log_event(11, 4, existed == 1 and 'delete' or 'expire', ARGV[8], now)
+end
+-- The last session of the index is gone: its event log, which no consumer group reads, lingers
+-- as long as KEYS[12] (for readers behind), then expires with nothing left under the prefix.
+if tonumber(ARGV[3]) > 0 and redis.call('ZCARD', KEYS[4]) == 0
+    and redis.call('EXISTS', KEYS[11]) == 1 and #redis.call('XINFO', 'GROUPS', KEYS[11]) == 0 then
+  local ttl = redis.call('PTTL', KEYS[11])
+  if ttl < 0 or ttl > tonumber(ARGV[3]) then redis.call('PEXPIRE', KEYS[11], ARGV[3]) end
 end
 return reply

@@ -19,6 +19,7 @@ from redis_session import (
     SessionNotFound,
 )
 from redis_session._eventlog import entry_event
+from redis_session.keys import KeySchema
 from tests.conftest import Backend, StoreFactory
 
 STORY = ["create", "fork", "merge", "fork", "discard", "compact", "delete"]
@@ -231,3 +232,69 @@ async def test_an_expired_tree_deleted_or_created_again_before_a_reaper_logs_exp
     assert b == [("create", "b"), ("expire", "b"), ("create", "b")]
     assert [(e.type, e.key) for e in seen[-3:]] == [a[1], *b[1:]]
     assert await store.reap_expired() == []  # each tree once
+
+
+def _under_prefix(backend: Backend) -> dict[bytes, int]:
+    """Every key under the test's prefix, with its time to live (ms; -1: none)."""
+    raw = backend.sync_client()
+    keys: list[bytes] = []
+    if backend.cluster is not None:
+        for node in raw.get_primaries():
+            keys += raw.get_redis_connection(node).keys(backend.prefix + "*")
+    else:
+        keys = list(raw.scan_iter(match=backend.prefix + "*", count=1000))
+    return {bytes(k): int(raw.pttl(k)) for k in keys}
+
+
+async def test_a_prefix_emptied_leaves_no_key_for_ever(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    # The last session deleted: the event log (no group reads it) and the delete's retry token
+    # go within a minute; nothing under the prefix is kept for ever.
+    store = make_store()
+    await store.create(Session(key="a", history=[Message(role="user", content="q")]))
+    await store.create(Session(key="b"))
+    await store.delete("a")
+    log = backend.schema.log_of("b")
+    assert _under_prefix(backend)[log.encode()] > 86_400_000  # a session left: its retention
+    await store.delete("b")
+    left = _under_prefix(backend)
+    assert left and all(0 < ms <= 60_000 for ms in left.values()), left
+
+
+async def test_a_log_a_group_reads_stays_when_the_last_session_goes(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    store = make_store()
+    await store.create(Session(key="a"))
+    listener = store.listen(group="audit", since="earliest")
+    listener = (await listener) if asyncio.iscoroutine(listener) else listener
+    assert (await _get(listener)).type == "create"
+    await store.delete("a")
+    log = backend.schema.log_of("a").encode()
+    assert _under_prefix(backend)[log] > 86_400_000  # the group still reads it
+    await _close(listener)
+
+
+async def test_an_idle_log_expires_after_its_retention(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    store = make_store(event_log_age=2.0)
+    await store.create(Session(key="a"))
+    log = backend.schema.log_of("a").encode()
+    assert 0 < _under_prefix(backend)[log] <= 2_000  # each event sets it again
+    other = KeySchema(backend.prefix + "n:", cluster=backend.cluster is not None)
+    none = make_store(event_log_age=None, prefix=other.prefix)  # by count alone: no expiry
+    await none.create(Session(key="b"))
+    assert _under_prefix(backend)[other.log_of("b").encode()] == -1
+
+
+async def _get(listener: Any) -> Any:
+    got = listener.get(timeout=5)
+    return (await got) if asyncio.iscoroutine(got) else got
+
+
+async def _close(listener: Any) -> None:
+    done = listener.aclose() if hasattr(listener, "aclose") else listener.close()
+    if asyncio.iscoroutine(done):
+        await done

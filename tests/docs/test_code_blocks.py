@@ -220,14 +220,20 @@ def test_python_block_runs_as_written(
         _runs(page, line, [sys.executable, "-W", "error", "-c", code], tmp_path)
         return
     request.getfixturevalue("local_redis")
-    # The block deletes its sessions; its store's event log and keyring outlive them by
-    # design. Its prefixes' keys that were not there before are removed after it.
+    # Run twice in a row, as a reader would: the block works under a prefix of its own and
+    # cleans up, so the second run finds nothing of the first; what it leaves expires within a
+    # minute (a delete's retry token, the event log of a prefix emptied), never stays. Its
+    # prefixes' keys that were not there before are removed after it.
     patterns = [f"{name}:*" for name in set(_EXAMPLE_PREFIX.findall(code))]
     client = redis.Redis(*LOCAL_REDIS)
     try:
         before = {k for p in patterns for k in client.scan_iter(match=p, count=1000)}
         try:
-            _runs(page, line, [sys.executable, "-W", "error", "-c", code], tmp_path)
+            for _ in range(2):
+                _runs(page, line, [sys.executable, "-W", "error", "-c", code], tmp_path)
+                left = {k for p in patterns for k in client.scan_iter(match=p, count=1000)}
+                kept = {k: client.pttl(k) for k in left - before}
+                assert all(0 < ms <= 60_000 for ms in kept.values()), (page, line, kept)
         finally:
             after = {k for p in patterns for k in client.scan_iter(match=p, count=1000)}
             if after - before:
