@@ -36,6 +36,7 @@ or differs by more than ``await``.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -77,13 +78,27 @@ def async_remake(url: str, *, cluster: bool = False, **kwargs: Any) -> Callable[
     return functools.partial(async_client, url, cluster=cluster, **kwargs)
 
 
-def check_client(client: object) -> bool:
+def check_client(client: object, *, aio: bool = False) -> bool:
     """Whether ``client`` is a cluster client; refuses clients that decode replies (stored
-    digests and messages are bytes) and objects that are no Redis client.
+    digests and messages are bytes), objects that are no Redis client, and a client of the
+    other flavour (``aio``: the store is an ``AsyncRedisStore``) with a ``TypeError`` saying
+    which store takes it.
     """
     get_encoder = getattr(client, "get_encoder", None)
     if get_encoder is None or not hasattr(client, "register_script"):
         raise InvalidArgument("client", f"must be a redis-py client, not {type(client).__name__}")
+    asyncio_client = inspect.iscoroutinefunction(getattr(client, "execute_command", None))
+    if asyncio_client != aio:
+        kind = type(client).__module__ + "." + type(client).__qualname__
+        if aio:
+            raise TypeError(
+                f"AsyncRedisStore takes an asyncio client (redis.asyncio.Redis, "
+                f"redis.asyncio.RedisCluster), not {kind}: use RedisStore for it"
+            )
+        raise TypeError(
+            f"RedisStore takes a blocking client (redis.Redis, redis.RedisCluster), not "
+            f"{kind}: use AsyncRedisStore for it"
+        )
     if get_encoder().decode_responses:
         raise InvalidArgument("client", "must be created with decode_responses=False")
     return isinstance(client, redis.RedisCluster | redis.asyncio.RedisCluster)

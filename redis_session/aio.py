@@ -14,6 +14,7 @@ import redis.asyncio
 
 from . import _follow, _url, events
 from ._args import duration_ms, non_negative_int, text
+from ._awaiting import Listening  # async only
 from ._core import Compute, Core, Emit, Op, RekeyProgress, RekeyReport, Request, ScriptCall
 from ._eventlog import entry_event
 from ._follow import check_types
@@ -84,7 +85,7 @@ class AsyncRedisStore:
         **kwargs: Any,
     ) -> None:
         chosen = StoreOptions.of(options, kwargs)
-        self._core = Core(chosen, cluster=_url.check_client(client))
+        self._core = Core(chosen, cluster=_url.check_client(client, aio=True))
         self._node_clients: dict[str, Any] = {}
         self._unlocking = asyncio.Lock()  # one scrypt per store, however many callers wait
         self.set_lifecycle_hook(lifecycle_hook)
@@ -202,12 +203,12 @@ class AsyncRedisStore:
         self._hook = hook
 
     @overload
-    async def listen(
+    def listen(
         self, since: None = None, *, group: None = None, types: Iterable[str] | None = None
-    ) -> AsyncEventListener: ...
+    ) -> Listening[AsyncEventListener]: ...
 
     @overload
-    async def listen(
+    def listen(
         self,
         since: str,
         *,
@@ -216,10 +217,10 @@ class AsyncRedisStore:
         claim_after: float = 30.0,
         types: Iterable[str] | None = None,
         poll: float = 1.0,
-    ) -> AsyncLogListener: ...
+    ) -> Listening[AsyncLogListener]: ...
 
     @overload
-    async def listen(
+    def listen(
         self,
         since: str | None = None,
         *,
@@ -228,9 +229,9 @@ class AsyncRedisStore:
         claim_after: float = 30.0,
         types: Iterable[str] | None = None,
         poll: float = 1.0,
-    ) -> AsyncLogListener: ...
+    ) -> Listening[AsyncLogListener]: ...
 
-    async def listen(
+    def listen(
         self,
         since: str | None = None,
         *,
@@ -239,9 +240,10 @@ class AsyncRedisStore:
         claim_after: float = 30.0,
         types: Iterable[str] | None = None,
         poll: float = 1.0,
-    ) -> AsyncEventListener | AsyncLogListener:
+    ) -> Listening[AsyncEventListener | AsyncLogListener]:
         """A listener of this store's lifecycle events, ready when it is returned. Iterate it
-        (``async for``) or ``await listener.get(timeout)``; close it with ``aclose()``.
+        (``async for``) or ``await listener.get(timeout)``; close it with ``aclose()``, or use
+        it as a context manager (``async with store.listen() as listener``).
 
         - ``listen()``: live, from pub/sub: at-most-once (a dropped connection, a restart or a
           slow consumer cut off by Redis loses what was published meanwhile).
@@ -257,6 +259,17 @@ class AsyncRedisStore:
         ``poll``: how often a log listener reads every log and reaps expired trees (their
         ``expire`` events) besides waiting for news. See docs/events.md.
         """
+        return Listening(self._listen(since, group, consumer, claim_after, types, poll))
+
+    async def _listen(
+        self,
+        since: str | None,
+        group: str | None,
+        consumer: str | None,
+        claim_after: float,
+        types: Iterable[str] | None,
+        poll: float,
+    ) -> AsyncEventListener | AsyncLogListener:
         kinds = check_types(types)
         if since is None and group is None:
             if self._core.options.sharded_events:

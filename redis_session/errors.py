@@ -20,7 +20,8 @@ Subclasses also inherit the builtin a caller would reach for::
     ├── DurabilityNotReached                 redis_key, acked, wanted  (wait_replicas not met)
     ├── SlotMigrating (TimeoutError)         redis_key, waited  (a cluster slot stayed open)
     ├── InvalidArgument (ValueError)         argument
-    │   └── UnknownOption (TypeError)         argument      (a keyword no store or client takes)
+    │   ├── UnknownOption (TypeError)         argument      (a keyword no store or client takes)
+    │   └── InvalidModel (pydantic's ValidationError)  argument  (a model built with a bad field)
     ├── CorruptData                          key           (foreign or damaged data in Redis)
     │   ├── ForeignKey                        key, redis_key, held  (a key this store did not write)
     │   └── TamperDetected (+EncryptionError) key          (a sealed session holds what it may not)
@@ -38,6 +39,9 @@ wrapped: retries are configured on the client.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import ValidationError
 
 
 class SessionError(Exception):
@@ -242,6 +246,34 @@ class UnknownOption(InvalidArgument, TypeError):
     client; ``argument`` names it, the message the known ones. Also a ``TypeError``, as
     Python's own unexpected keyword argument is.
     """
+
+
+class InvalidModel(InvalidArgument, ValidationError):
+    """A model (``Message``, ``Session``…) built with a bad field: one line naming the field
+    (``Session.metadata.lang: Input should be a valid string, got 1``), ``argument`` the field's
+    path; and pydantic's ``ValidationError`` of the same fields (``errors()``,
+    ``error_count()``), so that ``except pydantic.ValidationError`` catches it too.
+    """
+
+    _line = ""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Made by :meth:`of` (pydantic-core makes the instance)."""
+
+    @classmethod
+    def of(cls, exc: ValidationError, argument: str, text: str) -> InvalidArgument:
+        """``exc`` as an :class:`InvalidModel` saying ``argument: text``; a plain
+        :class:`InvalidArgument` when pydantic cannot make one from its errors.
+        """
+        try:
+            made = cls.from_exception_data(exc.title, exc.errors(include_url=False))  # type: ignore[arg-type]
+        except (TypeError, ValueError, KeyError):
+            return InvalidArgument(argument, text)
+        made.argument, made._line = argument, f"{argument}: {text}"
+        return made
+
+    def __str__(self) -> str:
+        return self._line
 
 
 class CorruptData(SessionError):

@@ -19,7 +19,7 @@ from pydantic import (
 )
 
 from ._fast import ModelMetaclass
-from .errors import InvalidArgument
+from .errors import InvalidArgument, InvalidModel
 
 __all__ = [
     "ChildSession",
@@ -92,7 +92,7 @@ def invalid_field(model: str, exc: ValidationError) -> InvalidArgument:
         text += f", got {first['input']!r:.80}"
     if len(problems) > 1:
         text += f" (and {len(problems) - 1} more)"
-    return InvalidArgument(where, text)
+    return InvalidModel.of(exc, where, text)
 
 
 class _OneLineErrors(ModelMetaclass):
@@ -282,16 +282,27 @@ class LifecycleEventType(StrEnum):
     """``store.end(key)`` marked the session ended (once per session)."""
 
 
+def _event_type(value: Any) -> Any:
+    """A known event type as its :class:`LifecycleEventType` member, any other as it is."""
+    if type(value) is str:
+        try:
+            return LifecycleEventType(value)
+        except ValueError:
+            return value
+    return value
+
+
 class SessionLifecycleEvent(_Model):
     """Something that happened to a session or child session.
 
-    ``type`` is a plain string so that types added later still parse; compare it with
-    :class:`LifecycleEventType` members.
+    ``type`` is a :class:`LifecycleEventType` for the types this version knows (a ``StrEnum``:
+    equal to its string, ``event.type == "merge"``) and a plain ``str`` for a type a later
+    version adds, so that such events still parse (listeners ignore types they do not know).
     """
 
     model_config = ConfigDict(extra="ignore")
 
-    type: str
+    type: Annotated[LifecycleEventType | str, BeforeValidator(_event_type)]
     child_key: str = ""
     parent_key: str = ""
     agent_name: str = ""

@@ -237,7 +237,8 @@ class RedisStore:
         poll: float = 1.0,
     ) -> EventListener | LogListener:
         """A listener of this store's lifecycle events, ready when it is returned. Iterate it
-        (``for``) or ``listener.get(timeout)``; close it with ``close()``.
+        (``for``) or ``listener.get(timeout)``; close it with ``close()``, or use
+        it as a context manager (``with store.listen() as listener``).
 
         - ``listen()``: live, from pub/sub: at-most-once (a dropped connection, a restart or a
           slow consumer cut off by Redis loses what was published meanwhile).
@@ -253,6 +254,17 @@ class RedisStore:
         ``poll``: how often a log listener reads every log and reaps expired trees (their
         ``expire`` events) besides waiting for news. See docs/events.md.
         """
+        return self._listen(since, group, consumer, claim_after, types, poll)
+
+    def _listen(
+        self,
+        since: str | None,
+        group: str | None,
+        consumer: str | None,
+        claim_after: float,
+        types: Iterable[str] | None,
+        poll: float,
+    ) -> EventListener | LogListener:
         kinds = check_types(types)
         if since is None and group is None:
             if self._core.options.sharded_events:

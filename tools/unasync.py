@@ -36,6 +36,9 @@ class DeadRule(Exception):
 RULES: Rules = [
     (r"\bawait self\._clients\.aclose\(_url\.async_close\)", "_url.sync_close(self._client)"),
     (r"\bself\._clients\.current\(\)", "self._client"),
+    (r"\b_url\.check_client\(client, aio=True\)", "_url.check_client(client)"),
+    (r"\bListening\[([\w |]+)\]", r"\1"),
+    (r"\bListening\((self\._listen\([^()]*\))\)", r"\1"),
     (r"\bself\._clients\.nodes\(\)", "self._node_clients"),
     (r"\bawait asyncio\.sleep\(", "time.sleep("),
     (r"\bawait asyncio\.to_thread\(([\w.]+)\)", r"\1()"),

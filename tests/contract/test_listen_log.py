@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from redis_session import (
+    AsyncRedisStore,
     EventsLost,
     InvalidArgument,
+    LifecycleEventType,
     Message,
     RedisStore,
     Session,
@@ -291,3 +293,20 @@ async def test_earliest_on_a_trimmed_log_starts_at_its_oldest_entry_without_a_ga
             got += more
         assert all(e.type == "create" for e in got)
         await close(listener)
+
+
+async def test_async_with_store_listen_needs_no_await(make_store: StoreFactory) -> None:
+    store = make_store()
+    if not isinstance(store, AsyncRedisStore):
+        with store.sync.listen(since="latest") as listener:  # the blocking one: as it is
+            store.sync.create(Session(key="s"))
+            event = listener.get(timeout=5)
+            assert event is not None and event.type == "create"
+        return
+    async with store.listen(since="latest") as listener:  # no await: entered, then closed
+        await store.create(Session(key="s"))
+        event = await listener.get(timeout=5)
+        assert event is not None and event.type == LifecycleEventType.CREATE == "create"
+    assert listener._closed
+    live = await store.listen()  # awaited: the listener itself, as before
+    await live.aclose()

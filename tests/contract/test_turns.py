@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -157,11 +157,12 @@ async def test_inside_a_turn_the_store_s_own_writes_are_fenced_too(make_store: A
         assert await slow.append_message("s", user("through the turn"))
         await asyncio.sleep(1.0)
         async with turn(fast, "s", lease=5):
-            for write in (
+            writes: list[Callable[[], Awaitable[Any]]] = [
                 lambda: slow.append_message("s", user("late")),
                 lambda: slow.append_messages("s", [user("late too")]),
                 lambda: slow.compact_messages("s", 0, "late summary"),
-            ):
+            ]
+            for write in writes:
                 with pytest.raises(TurnLost):
                     await write()
             assert await slow.append_message("other", user("another session: not fenced"))

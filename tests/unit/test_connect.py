@@ -9,6 +9,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import redis
+import redis.asyncio
 
 from redis_session import _connect_async, _connect_sync, _url
 from redis_session._pools import _connected_last
@@ -53,3 +55,21 @@ def test_the_names_the_package_takes_from_url_resolve() -> None:
         assert hasattr(_url, name), name
     assert _url.sync_client is _connect_sync.sync_client
     assert _url.async_client is _connect_async.async_client
+
+
+def test_a_store_refuses_a_client_of_the_other_flavour_at_construction() -> None:
+    import fakeredis
+
+    from redis_session import AsyncRedisStore, RedisStore
+
+    for client in (redis.asyncio.Redis(), fakeredis.FakeAsyncRedis()):
+        with pytest.raises(
+            TypeError, match=r"^RedisStore takes a blocking client .*AsyncRedisStore"
+        ):
+            RedisStore(client)  # type: ignore[arg-type]
+    for sync_client in (redis.Redis(), fakeredis.FakeRedis()):
+        with pytest.raises(
+            TypeError, match=r"^AsyncRedisStore takes an asyncio client .*RedisStore"
+        ):
+            AsyncRedisStore(sync_client)  # type: ignore[arg-type]
+    RedisStore(fakeredis.FakeRedis()).close()  # each its own: fine

@@ -88,3 +88,21 @@ def test_validation_does_not_run_the_constructor() -> None:
     assert [m for m in models if m.__pydantic_custom_init__] == []
     with pytest.raises(pydantic.ValidationError):
         Message.model_validate({"role": "nobody"})
+
+
+def test_a_bad_field_is_caught_as_invalid_argument_and_as_pydantic_s_validation_error() -> None:
+    import pydantic
+
+    from redis_session import InvalidModel
+
+    with pytest.raises(pydantic.ValidationError) as caught:
+        Message(role="robot")
+    error = caught.value
+    assert isinstance(error, InvalidArgument) and isinstance(error, InvalidModel)
+    assert error.argument == "Message.role" and "\n" not in str(error)
+    assert error.error_count() == 1 and error.errors()[0]["loc"] == ("role",)
+    with pytest.raises(InvalidArgument, match=r"^Session\.metadata\.lang: .* got 1$"):
+        Session(key="k", metadata={"lang": 1})
+    with pytest.raises(pydantic.ValidationError) as plain:  # pydantic's own: unchanged
+        Message.model_validate({"role": "robot"})
+    assert not isinstance(plain.value, InvalidArgument)

@@ -88,7 +88,7 @@ def test_redis_py_s_own_keywords_pass_and_the_constructor_names_the_options() ->
     store = RedisStore.from_url("memory://", socket_timeout=2, max_connections=4, ttl=5)
     assert store.ttl is not None
     with pytest.raises(UnknownOption, match=r"^tll: no store option has this name"):
-        RedisStore(store.client, tll=5)  # type: ignore[call-arg]
+        RedisStore(store.client, tll=5)
     store.close()
     cluster = _endpoint.client_keywords(True)
     assert {"read_from_replicas", "socket_timeout", "password"} <= cluster
