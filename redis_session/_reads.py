@@ -151,11 +151,12 @@ class Reader:
         start, h, n = int(read.from_), int(read.head), int(read.tail)
         wanted = h if last < 0 else max(h, n - last)
         version = (bytes(read.token), b"%d" % int(read.generation))
+        first = start - h  # the first element's place in the history: a bad one is named so
         if self.keyring.passphrase is None:
-            new, size = self.decoded(key, items)
+            new, size = self.decoded(key, items, first)
         else:
             new = yield from self.keyring.opened(
-                key, read.kid, read.dk, lambda o: codec.decode_messages(key, items, o)
+                key, read.kid, read.dk, lambda o: codec.decode_messages(key, items, o, first=first)
             )
             size = sum(map(len, items))
         return read, self.hold(key, held, version, h, start, wanted, new, size, len(items))
@@ -428,7 +429,9 @@ class Reader:
             own.clear()
         own[body] = twin
 
-    def decoded(self, key: str, items: Sequence[bytes]) -> tuple[list[Message], int]:
+    def decoded(
+        self, key: str, items: Sequence[bytes], first: int = 0
+    ) -> tuple[list[Message], int]:
         """The cleartext elements ``items`` as messages, and their size in bytes: parsed, or,
         when every one of a few is an own append kept at hand, the twins of those messages
         (see :meth:`wrote`; each is handed out once).
@@ -439,7 +442,7 @@ class Reader:
                 return [own.pop(item) for item in items], sum(map(len, items))
             except (KeyError, TypeError):  # not all own appends (or not bytes): parse them
                 pass
-        return codec.decode_sized(key, items)
+        return codec.decode_sized(key, items, first)
 
     def hold(
         self,

@@ -361,8 +361,8 @@ def decode_messages(
             raise SessionNotEncrypted(key)
         if not items:
             return []
-        items = [opener.message(m, key, i) for i, m in enumerate(items)]
-        return _distinct(key, _decode_plain(key, items))
+        items = [opener.message(m, key, i) for i, m in enumerate(items, first)]
+        return _distinct(key, _decode_plain(key, items, first))
     if not items:
         return []
     return _decode_plain(key, items, first)
@@ -400,7 +400,7 @@ def _distinct(key: str, messages: list[Message]) -> list[Message]:
     return out
 
 
-def decode_sized(key: str, items: Sequence[bytes]) -> tuple[list[Message], int]:
+def decode_sized(key: str, items: Sequence[bytes], first: int = 0) -> tuple[list[Message], int]:
     """:func:`decode_messages` of cleartext ``items`` (no opener), and their size in bytes."""
     if not items:
         return [], 0
@@ -413,7 +413,7 @@ def decode_sized(key: str, items: Sequence[bytes]) -> tuple[list[Message], int]:
         else:
             if not left:
                 return decoded, size
-    return _decode_plain(key, items), sum(map(len, items))
+    return _decode_plain(key, items, first), sum(map(len, items))
 
 
 def _decode_plain(key: str, items: Sequence[bytes], first: int = 0) -> list[Message]:

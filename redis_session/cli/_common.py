@@ -276,6 +276,7 @@ def store_options(fn: F) -> F:
         envvar="REDIS_URL",
         default=DEFAULT_URL,
         show_default=True,
+        callback=_checked_url,
         help="Store URL (redis://, rediss://, unix://, redis+cluster://, redis+sentinel://, "
         "memory://NAME); env REDIS_URL.",
     )
@@ -352,6 +353,18 @@ def one_line(exc: BaseException) -> str:
     """An exception's message on one line (its type name when it has none)."""
     text = " ".join(str(exc).split())
     return text or type(exc).__name__
+
+
+def _checked_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--url`` with a scheme the store knows, else a bad command line (exit status 2)."""
+    from .._endpoint import parse
+    from ..errors import InvalidArgument
+
+    try:
+        parse(value, False)
+    except InvalidArgument as exc:
+        raise click.BadParameter(str(exc).removeprefix("url: "), ctx, param) from None
+    return value
 
 
 class CliError(click.ClickException):

@@ -272,7 +272,7 @@ def _listen(
         while not stop.is_set():
             event = listener.get(timeout=0.05)
             if event is not None:
-                result.events[event.type] += 1
+                result.events[str(event.type)] += 1
                 on_event(event)
 
 

@@ -224,8 +224,10 @@ def show(target: Target, key: str, last: int | None, passphrase: str | None, as_
     def read(store: RedisStore) -> ChildSession | tuple[Session, list[ChildSession], int]:
         try:
             session = store.get(key, last)  # --last N reads only the newest N messages
-        except SessionNotFound:
+        except SessionNotFound as exc:
             if parent_of(key) is None:
+                if target.is_memory:  # the usual surprise there: say why, as ls does
+                    raise CliError(f"{exc} ({MEMORY_NOTE})", kind=type(exc).__name__) from None
                 raise
             return store.get_child(key)
         total = len(session.history)

@@ -42,9 +42,9 @@ def decoded_counts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         counts.append(len(items))
         return real(key, items, *args)
 
-    def counting_sized(key: str, items: Any) -> Any:
+    def counting_sized(key: str, items: Any, *args: Any) -> Any:
         counts.append(len(items))
-        return real_sized(key, items)
+        return real_sized(key, items, *args)
 
     monkeypatch.setattr(codec, "decode_messages", counting)
     monkeypatch.setattr(codec, "decode_sized", counting_sized)
