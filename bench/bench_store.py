@@ -80,6 +80,7 @@ from bench.harness import (
     Bench,
     Row,
     all_targets_pass,
+    chart,
     payload,
     round_trips_ok,
     run_phases,
@@ -210,7 +211,13 @@ def fleet_main(url: str, size: FleetSize, get_rounds: int, rounds: int, check: b
 
 
 def paths_main(
-    url: str, size: FleetSize, get_rounds: int, rounds: int, check: bool, pieces: bool
+    url: str,
+    size: FleetSize,
+    get_rounds: int,
+    rounds: int,
+    check: bool,
+    pieces: bool,
+    chart_path: Path | None = None,
 ) -> int:
     """Both paths (``--paths``) or each private piece (``--pieces``): print the rows."""
     started = time.perf_counter()
@@ -229,6 +236,11 @@ def paths_main(
     print(render(bench.rows))
     for line in shares(bench.rows):
         print(line)
+    if chart_path is not None and not pieces:
+        day = time.strftime("%Y-%m-%d")
+        title = f"redis_session against raw redis-py, {day}, Redis {info['redis_version']}"
+        chart.write(bench.rows, chart_path, title)
+        print(f"wrote {chart_path}")
     print(f"cleanup: deleted {deleted} keys; total {time.perf_counter() - started:.1f}s")
     return 1 if check and any(r.verdict == "FAIL" for r in bench.rows) else 0
 
@@ -265,6 +277,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "get_history(last=20)), interleaved, each against its floor",
     )
     fleet.add_argument(
+        "--chart",
+        type=Path,
+        help="with --paths: also draw the rows as an SVG chart there (docs/img/figures.svg)",
+    )
+    fleet.add_argument(
         "--pieces",
         action="store_true",
         help="each private piece of the fast path left off in turn (cold get, fleet loop)",
@@ -284,8 +301,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.routing, args.read_cache_bytes,
         )  # fmt: skip
         return paths_main(
-            args.url, size, args.get_rounds or 300, args.rounds, args.check, args.pieces
-        )
+            args.url, size, args.get_rounds or 300, args.rounds, args.check, args.pieces,
+            args.chart,
+        )  # fmt: skip
     if args.fleet:
         size = FleetSize(
             args.workers, args.sessions, args.messages, args.turns, args.fleet_warmup,

@@ -926,7 +926,7 @@ class AsyncLogListener:
         """The listener's lag and re-deliveries, as metrics."""
         if self._telemetry is None:
             return
-        metrics, kind = self._telemetry.metrics, {"event.type": event.type}
+        metrics, kind = self._telemetry.metrics, {"event.type": str(event.type)}
         if event.timestamp is not None:
             metrics.lag.record(max(0.0, time.time() - event.timestamp.timestamp()), kind)
         if event.deliveries > 1:

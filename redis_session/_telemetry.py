@@ -344,7 +344,7 @@ def _watched(op: Op[Any], call: Call) -> Generator[Any, Any, Any]:
         except StopIteration as done:
             return done.value
         if isinstance(request, Emit):
-            kind = request.event.type
+            kind = str(request.event.type)  # a str for OpenTelemetry, not the StrEnum
             events.append(kind)
             metrics.events.add(1, {"event.type": kind})
         else:

@@ -322,3 +322,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not FIGURES.empty():
         path = FIGURES.write()
         print(f"\nreliability figures written to {path}")
+
+
+FAST_DIRS = ("unit", "contract")
+"""The fast tier (``-m fast``): the unit tests and the contract suite on fakeredis."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the fast tier: every test of ``tests/unit`` and of ``tests/contract`` that runs on
+    no backend but ``fake`` (and is not ``slow``), so that ``pytest -m fast`` runs it alone.
+    """
+    real = {"redis", "valkey", "cluster", "sentinel", "slow"}
+    for item in items:
+        parts = item.path.parts
+        if "tests" not in parts or parts[parts.index("tests") + 1] not in FAST_DIRS:
+            continue
+        if not {m.name for m in item.iter_markers()} & real:
+            item.add_marker(pytest.mark.fast)

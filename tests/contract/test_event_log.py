@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from typing import Any
 
@@ -268,7 +269,7 @@ async def test_a_log_a_group_reads_stays_when_the_last_session_goes(
     store = make_store()
     await store.create(Session(key="a"))
     listener = store.listen(group="audit", since="earliest")
-    listener = (await listener) if asyncio.iscoroutine(listener) else listener
+    listener = (await listener) if inspect.isawaitable(listener) else listener
     assert (await _get(listener)).type == "create"
     await store.delete("a")
     log = backend.schema.log_of("a").encode()
@@ -291,10 +292,10 @@ async def test_an_idle_log_expires_after_its_retention(
 
 async def _get(listener: Any) -> Any:
     got = listener.get(timeout=5)
-    return (await got) if asyncio.iscoroutine(got) else got
+    return (await got) if inspect.isawaitable(got) else got
 
 
 async def _close(listener: Any) -> None:
     done = listener.aclose() if hasattr(listener, "aclose") else listener.close()
-    if asyncio.iscoroutine(done):
+    if inspect.isawaitable(done):
         await done

@@ -38,9 +38,9 @@ def decoded_counts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     counts: list[int] = []
     real, real_sized = codec.decode_messages, codec.decode_sized
 
-    def counting(key: str, items: Any, *args: Any) -> Any:
+    def counting(key: str, items: Any, *args: Any, **kwargs: Any) -> Any:
         counts.append(len(items))
-        return real(key, items, *args)
+        return real(key, items, *args, **kwargs)
 
     def counting_sized(key: str, items: Any, *args: Any) -> Any:
         counts.append(len(items))
