@@ -36,6 +36,9 @@ from tests.support.sentinel import SERVICE, SentinelSetup, start_sentinel
 from tests.support.servers import Server, redis_binary, start, valkey_binary
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # xdist sets a terminal's size a serial run lacks
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
 BACKENDS = ("fake", "redis", "valkey", "cluster", "sentinel")
 FLAVOURS = ("sync", "async")
 
