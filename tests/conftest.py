@@ -322,9 +322,21 @@ def _collect_from_reports(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _collect_from_reports(session)
+    worker_output = getattr(session.config, "workeroutput", None)
+    if worker_output is not None:  # an xdist worker: its figures go to the controller
+        worker_output["figures"] = FIGURES.as_json()
+        return
     if not FIGURES.empty():
         path = FIGURES.write()
         print(f"\nreliability figures written to {path}")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """(xdist, in the controller) A worker is done: add its figures to the session's."""
+    figures = getattr(node, "workeroutput", {}).get("figures")
+    if figures:
+        FIGURES.merge(figures)
 
 
 FAST_DIRS = ("unit", "contract")

@@ -21,7 +21,7 @@ for spec in project["dependencies"] + extras["cli"] + extras["memory"]:
 PY
 cat "$venv/lowest.txt"
 "$venv/bin/python" -m pip install -q -c "$venv/lowest.txt" -e '.[cli,memory]' \
-  pytest pytest-asyncio pytest-timeout hypothesis pyyaml build hatchling opentelemetry-sdk
+  pytest pytest-asyncio pytest-timeout pytest-xdist hypothesis pyyaml build hatchling opentelemetry-sdk
 if [ "$#" -eq 0 ]; then set -- -m "fake or redis" -q -x; fi
 PIP_CONSTRAINT="$venv/lowest.txt" "$venv/bin/python" -m pytest -p no:cacheprovider \
   --ignore=tests/integrations --ignore=tests/packaging "$@"

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_unit_and_contract_tests_pass_with_the_fast_path_off() -> None:
     env = {**os.environ, "REDIS_SESSION_PURE_PYTHON": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "tests/unit",
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "tests/unit",
          "tests/contract", "-m", "not (valkey or cluster or sentinel)", "-x"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1150, check=False,
     )  # fmt: skip

@@ -81,6 +81,19 @@ class Recorder:
         with self._lock:
             self.related.append({"test": test, "outcome": outcome, "seconds": round(seconds, 2)})
 
+    def merge(self, data: dict[str, Any]) -> None:
+        """Add what another recorder (an xdist worker's, :meth:`as_json`) collected."""
+        with self._lock:
+            self.faults += data.get("faults", [])
+            self.soaks += data.get("soak", [])
+            self.resources += data.get("resources", [])
+            self.fuzz += data.get("fuzz", [])
+            self.related += data.get("related_tests", [])
+            for row in data.get("attacks", []):
+                backends = self.attacks.setdefault((row["attack"], row["outcome"]), [])
+                backends += [b for b in row["backends"] if b not in backends]
+            self.server = self.server or data.get("server", {})
+
     def empty(self) -> bool:
         return not (self.faults or self.soaks or self.fuzz or self.resources or self.attacks)
 
