@@ -54,10 +54,6 @@ class Trees:
             self._names[key] = known
         return known
 
-    def forget_keys(self, key: str) -> None:
-        """Drop ``key``'s names (a create that found another program's key there)."""
-        self._names.pop(key, None)
-
     def get(self, root: str) -> Tree | None:
         """What this store knows of ``root``'s tree, if anything."""
         return self._trees.get(root)

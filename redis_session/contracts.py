@@ -694,12 +694,6 @@ class Merged(NamedTuple):
     members: tuple[Any, ...]
 
 
-class MergeStage(NamedTuple):
-    """``STAGE`` of ``merge_child``: the child holds ``count`` messages, too many for one call."""
-
-    count: Any
-
-
 @_contract(
     "root child_meta child_msgs child_ids stage log *members",
     "head max_messages parent_key child_key call_token call_digest mode summary_digest "

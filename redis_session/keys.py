@@ -300,11 +300,6 @@ class KeySchema:
         return f"{self.prefix}keyring:{GLOBAL_TAG}"
 
     @property
-    def migration_lock(self) -> str:
-        """The lock that keeps two secret migrations from interleaving."""
-        return f"{self.prefix}secrets-lock:{GLOBAL_TAG}"
-
-    @property
     def events_channel(self) -> str:
         """The pub/sub channel lifecycle events are published on."""
         return f"{self.prefix}events"
