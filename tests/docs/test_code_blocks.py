@@ -60,7 +60,9 @@ RUN_ELSEWHERE = {
 NOT_RUN = {
     ("README.md", "python3 -m venv .venv && .venv/bin/pip install -e '.[test]'"):
         "creates a venv, installs the project and runs the whole suite: .ci/run does exactly this",
-    ("README.md", "pip install -e .  "):
+    ("README.md", "pip install -e '.[cli,memory]'"):
+        "installs the project; .ci/run's fresh venv installs it so (its name shown by pip show)",
+    ("docs/install.md", "pip install -e .  "):
         "installs packages; tests/packaging/test_wheel.py installs the bare wheel in a fresh venv",
     ("docs/benchmarks.md", ".venv/bin/python bench/bench_store.py [--url"):
         "benchmarks: tens of seconds each, and a synopsis ([...] are optional arguments)",
