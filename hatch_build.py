@@ -44,7 +44,9 @@ class SpeedupsBuildHook(BuildHookInterface):  # type: ignore[type-arg]
         error = compile_extension(source, built)
         if error:
             built.unlink(missing_ok=True)
-            print(f"redis-agent-sessions: C decoder not built ({error}); pure Python", file=sys.stderr)
+            print(
+                f"redis-agent-sessions: C decoder not built ({error}); pure Python", file=sys.stderr
+            )
             return
         if version == "editable":
             # replaced, not written over: a process that has the old module loaded keeps it

@@ -151,12 +151,12 @@ class Reader:
         start, h, n = int(read.from_), int(read.head), int(read.tail)
         wanted = h if last < 0 else max(h, n - last)
         version = (bytes(read.token), b"%d" % int(read.generation))
-        first = start - h  # the first element's place in the history: a bad one is named so
+        place = start - h  # the first element's place in the history: a bad one is named so
         if self.keyring.passphrase is None:
-            new, size = self.decoded(key, items, first)
+            new, size = self.decoded(key, items, place)
         else:
             new = yield from self.keyring.opened(
-                key, read.kid, read.dk, lambda o: codec.decode_messages(key, items, o, first=first)
+                key, read.kid, read.dk, lambda o: codec.decode_messages(key, items, o, first=place)
             )
             size = sum(map(len, items))
         return read, self.hold(key, held, version, h, start, wanted, new, size, len(items))

@@ -307,7 +307,8 @@ async def test_async_with_store_listen_needs_no_await(make_store: StoreFactory) 
     async with store.listen(since="latest") as listener:  # no await: entered, then closed
         await store.create(Session(key="s"))
         event = await listener.get(timeout=5)
-        assert event is not None and event.type == LifecycleEventType.CREATE == "create"
+        assert event is not None and event.type == LifecycleEventType.CREATE
+        assert str(event.type) == "create"  # a StrEnum: equal to its string
     assert listener._closed
     live = await store.listen()  # awaited: the listener itself, as before
     await live.aclose()
