@@ -179,6 +179,14 @@ def measure_fleet_variants(
     return timings
 
 
+def _filled(bench: Bench, key: str, size: int) -> str:
+    """Session ``key`` of ``size`` messages and its floor's list of the same bytes (returned)."""
+    stored = bench.prefill(key, size)
+    floor_list = bench.floor_keys(key)[0]
+    bench.prefill_floor([floor_list, f"{floor_list}:meta"], stored)
+    return floor_list
+
+
 def measure_cold_get_variants(
     bench: Bench, variants: dict[str, frozenset[str]], fast_target: float | None
 ) -> None:
@@ -186,9 +194,7 @@ def measure_cold_get_variants(
     raw: Any = bench.client
     loads = orjson.loads
     key = "paths-cold-1k"
-    stored = bench.prefill(key, 1_000)
-    floor_list = bench.floor_keys(key)[0]
-    bench.prefill_floor([floor_list, f"{floor_list}:meta"], stored)
+    floor_list = _filled(bench, key, 1_000)
     cold = bench.cold
 
     def get(off: frozenset[str]) -> Callable[[int], object]:
@@ -260,9 +266,7 @@ def _history(bench: Bench, stores: dict[str, RedisStore]) -> None:
     raw: Any = bench.client
     loads = orjson.loads
     key = "paths-history-10k"
-    stored = bench.prefill(key, 10_000)
-    floor_list = bench.floor_keys(key)[0]
-    bench.prefill_floor([floor_list, f"{floor_list}:meta"], stored)
+    floor_list = _filled(bench, key, 10_000)
     t: dict[str, Timings] = {}
     ops: list[tuple[Callable[[int], object], Timings]] = []
     for path, off in PATHS.items():
