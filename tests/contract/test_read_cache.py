@@ -371,6 +371,7 @@ def _run(backend: Backend, examples: int, steps: int) -> None:
     machine().runTest()
 
 
+@pytest.mark.slow  # a state machine of many steps: ~10 s, out of the fast tier
 def test_every_read_equals_a_fresh_stores_read(backend: Backend) -> None:
     examples, steps = (40, 30) if backend.name == "fake" else (12, 25)
     if backend.name == "cluster":
