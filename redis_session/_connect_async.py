@@ -11,7 +11,7 @@ it, an asyncio node has none) and making a client again for another event loop
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis.asyncio
@@ -30,6 +30,7 @@ from ._endpoint import (
     client_options,
     fakeredis_module,
     may_heal,
+    may_heal_through,
     memory_server,
     parse,
     retry_cut,
@@ -56,9 +57,11 @@ class AsyncNoticingRetry(redis.asyncio.retry.Retry):
         *,
         base: float,
         cap: float,
+        heals: Callable[[BaseException], bool] = may_heal,
     ) -> None:
-        super().__init__(backoff(cap=cap, base=base), retries, is_retryable=may_heal)
+        super().__init__(backoff(cap=cap, base=base), retries, is_retryable=heals)
         self.outage = outage
+        self.heals = heals
         self.base, self.cap = base, cap
 
     async def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
@@ -68,7 +71,7 @@ class AsyncNoticingRetry(redis.asyncio.retry.Retry):
 
         async def noticed(error: Exception, *count: Any) -> Any:
             nonlocal failures
-            if not may_heal(error):  # raised at once, no outage to tell of
+            if not self.heals(error):  # raised at once, no outage to tell of
                 return await fail(error, *count)
             failures += 1
             outage.failed(error)
@@ -98,8 +101,9 @@ def _default_retry(url: str) -> AsyncNoticingRetry:
 
 def _sentinel_retry(url: str) -> AsyncNoticingRetry:
     outage = Outage(where(url), SENTINEL_RETRY_ATTEMPTS, SENTINEL_RETRY_SECONDS)
+    heals = may_heal_through(sentinel_target(url)[0])
     return AsyncNoticingRetry(
-        ExponentialBackoff, SENTINEL_RETRY_ATTEMPTS, outage, base=0.05, cap=1.0
+        ExponentialBackoff, SENTINEL_RETRY_ATTEMPTS, outage, base=0.05, cap=1.0, heals=heals
     )
 
 

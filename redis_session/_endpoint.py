@@ -16,7 +16,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -210,6 +210,35 @@ def may_heal(error: BaseException) -> bool:
     if isinstance(cause, ssl.SSLCertVerificationError):
         return False
     return not (isinstance(cause, OSError) and cause.errno == errno.ENOENT)
+
+
+def _resolves(host: str) -> bool:
+    """Whether ``host`` resolves, or may (a temporary resolver failure); False when the name
+    is unknown (``EAI_NONAME``).
+    """
+    try:
+        socket.getaddrinfo(host, None)
+    except socket.gaierror as exc:
+        return exc.errno not in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None))
+    return True
+
+
+def may_heal_through(hosts: list[tuple[str, int]]) -> Callable[[BaseException], bool]:
+    """:func:`may_heal` for a client that finds its primary through the sentinels at
+    ``hosts``: no primary found while not one sentinel's host name resolves cannot heal
+    either (looked up only then, on the failure).
+    """
+    from redis.asyncio.sentinel import MasterNotFoundError as AsyncMasterNotFound
+    from redis.sentinel import MasterNotFoundError
+
+    def check(error: BaseException) -> bool:
+        if not may_heal(error):
+            return False
+        if isinstance(error, (MasterNotFoundError, AsyncMasterNotFound)):
+            return any(_resolves(host) for host, _ in hosts)
+        return True
+
+    return check
 
 
 class Outage:

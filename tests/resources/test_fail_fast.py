@@ -92,6 +92,27 @@ def test_an_unknown_host_fails_at_once() -> None:
     assert "not known" in stderr and len(stderr.strip().splitlines()) == 1
 
 
+def test_sentinels_at_an_unknown_host_fail_at_once() -> None:
+    # No sentinel host name resolves: no primary will be found however long one retries.
+    url = "redis+sentinel://no-such-host.invalid:26379/mymaster"
+    assert _sync_fails(url, redis.ConnectionError) < FAST
+    assert _async_fails(url, redis.ConnectionError) < FAST
+
+
+def test_sentinels_that_may_come_back_are_still_retried() -> None:
+    from redis.asyncio.sentinel import MasterNotFoundError as AsyncMasterNotFound
+    from redis.sentinel import MasterNotFoundError
+
+    from redis_session._endpoint import may_heal_through
+
+    down = may_heal_through([("127.0.0.1", free_port())])  # resolves: a sentinel may start
+    gone = may_heal_through([("no-such-host.invalid", 26379), ("also-gone.invalid", 26379)])
+    for error in (MasterNotFoundError("none"), AsyncMasterNotFound("none")):
+        assert down(error) and not gone(error)
+    assert gone(redis.ConnectionError("refused"))  # anything else: as for any client
+    assert not gone(redis.AuthenticationError("wrong"))
+
+
 def test_a_missing_unix_socket_fails_at_once(tmp_path: Path) -> None:
     url = f"unix://{tmp_path / 'nothing.sock'}"
     assert _sync_fails(url, redis.ConnectionError) < FAST
