@@ -167,7 +167,7 @@ def is_failover_error(exc: BaseException) -> bool:
     return isinstance(exc, redis.ResponseError) and "WAIT cannot be used with replica" in str(exc)
 
 
-def sync_node_client(node: Any, cache: dict[str, Any]) -> Any:
+def sync_node_client(node: Any) -> Any:
     """The blocking client of a cluster node (redis-py keeps one per node)."""
     return node.redis_connection
 

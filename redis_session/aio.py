@@ -86,7 +86,6 @@ class AsyncRedisStore:
     ) -> None:
         chosen = StoreOptions.of(options, kwargs)
         self._core = Core(chosen, cluster=_url.check_client(client, aio=True))
-        self._node_clients: dict[str, Any] = {}
         self._unlocking = asyncio.Lock()  # one scrypt per store, however many callers wait
         self.set_lifecycle_hook(lifecycle_hook)
         self._client = client
@@ -790,8 +789,6 @@ class AsyncRedisStore:
         )
 
     async def close(self) -> None:
-        for node_client in self._node_clients.values():
-            await node_client.aclose()
         await self._clients.aclose(_url.async_close)
 
     async def __aenter__(self) -> AsyncRedisStore:

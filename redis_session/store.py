@@ -85,7 +85,6 @@ class RedisStore:
     ) -> None:
         chosen = StoreOptions.of(options, kwargs)
         self._core = Core(chosen, cluster=_url.check_client(client))
-        self._node_clients: dict[str, Any] = {}
         self._unlocking = threading.Lock()  # one scrypt per store, however many callers wait
         self.set_lifecycle_hook(lifecycle_hook)
         self._client = client
@@ -392,7 +391,7 @@ class RedisStore:
         client: Any = self._client
         if not self._core.schema.cluster:
             return client
-        return _url.sync_node_client(client.get_node_from_key(key), self._node_clients)
+        return _url.sync_node_client(client.get_node_from_key(key))
 
     def _durable(self, request: ScriptCall) -> Any:
         """Run a write script and WAIT on the same connection, riding through a failover.
@@ -773,8 +772,6 @@ class RedisStore:
         return self._run(self._core.secrets.migrate_secrets(reencrypt, new_salt, new_checksum))
 
     def close(self) -> None:
-        for node_client in self._node_clients.values():
-            node_client.close()
         _url.sync_close(self._client)
 
     def __enter__(self) -> RedisStore:

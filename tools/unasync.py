@@ -39,7 +39,7 @@ RULES: Rules = [
     (r"\b_url\.check_client\(client, aio=True\)", "_url.check_client(client)"),
     (r"\bListening\[([\w |]+)\]", r"\1"),
     (r"\bListening\((self\._listen\([^()]*\))\)", r"\1"),
-    (r"\bself\._clients\.nodes\(\)", "self._node_clients"),
+    (r", self\._clients\.nodes\(\)\)", ")"),  # redis-py keeps a blocking node's client
     (r"\bawait asyncio\.sleep\(", "time.sleep("),
     (r"\bawait asyncio\.to_thread\(([\w.]+)\)", r"\1()"),
     (r"\basyncio\.Lock\(\)", "threading.Lock()"),
