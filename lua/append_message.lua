@@ -26,8 +26,8 @@
 -- type is checked by the first command on it (redis.pcall), and nothing is written before every
 -- check passed; the first write (ZADD) is one that Redis refuses when it is out of memory.
 -- The hot path (one message, no metadata, a window that need not turn over) uses locals only:
--- inside a script each Redis call costs ~1-2 us and each Lua table or string built ~0.1-0.5 us,
--- so fields are read only where needed (tg only when the deadline moves).
+-- inside a script each Redis call and each Lua table or string built costs server time, so
+-- fields are read only where needed (tg only when the deadline moves).
 local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n')
 if failed(f) then return refusal(f, 1) end
 if not f[1] then return gone(1, 2, 3, 5) end

@@ -1,7 +1,7 @@
 -- discard_children: remove one batch of a session's children on the way to its delete, so that
--- deleting a session with many children is made of bounded steps (each child costs 15-45 us
--- of server time on a 2-core VM: its checks, its keys unlinked, its event) instead of one
--- script that keeps every other client waiting.
+-- deleting a session with many children is made of bounded steps (each child costs server
+-- time: its checks, its keys unlinked, its event) instead of one script that keeps every
+-- other client waiting.
 -- KEYS: root log gone *children
 -- ARGV: call_token events *children
 -- OK: done event_ids

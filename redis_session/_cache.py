@@ -16,9 +16,9 @@ stored (the decoded objects take a few times that), least recently read evicted 
 A session first read while the cache is full is not held: only a second read within a window
 (a doorkeeper of the keys last turned away, as many as the cache holds entries) evicts others
 to hold it. A cache that cannot hold the sessions its store serves would otherwise replace an
-entry on every read: each miss would free an entry long out of the CPU's caches (~250 us for
-300 messages) and keep its own models alive long enough for the collector's older generations
-to walk them again and again, which made such a store slower than one without a cache.
+entry on every read: each miss would free an entry long out of the CPU's caches and keep its own
+models alive long enough for the collector's older generations to walk them again and again, which
+made such a store slower than one without a cache (docs/benchmarks.md, "Figures behind the code").
 """
 
 from __future__ import annotations

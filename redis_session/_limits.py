@@ -17,7 +17,7 @@ READ_BUDGET = 4 * 1024 * 1024
 STEP_MESSAGES = 2_000
 """Messages one script call copies at most (a merge, an inheriting fork): more go in steps."""
 BATCH_MESSAGES = 10_000
-"""Messages one append call takes at most (one script call, ~3 µs each on the server)."""
+"""Messages one append call takes at most (one script call: each message is server time)."""
 BATCH_BYTES = 64 * 1024 * 1024
 """Bytes of messages one append call takes at most."""
 STAGE_LEASE_MS = 30_000

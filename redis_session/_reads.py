@@ -3,7 +3,7 @@ is long, and kept decoded so that the next read of it sends and decodes only wha
 
 A first read of a session takes its messages without Lua: one pipeline of plain reads,
 checked as the ``get`` script checks them (on a cluster: a plain ``LRANGE`` sent behind the
-``get`` script; the elements never pass through Lua, ~1.5 µs each on the server); a read of a
+``get`` script; the elements never pass through Lua, which costs per element); a read of a
 session the store holds sends the version it holds and gets only the messages added since;
 a list longer than one read's budget continues in plain steps (``LRANGE`` with the token,
 generation and positions behind it), taken when those are still what the read began with,
@@ -34,7 +34,8 @@ COLD_READ_MESSAGES = 2_000
 ``get`` script (fewer when the elements it read so far were larger: about one read's budget)."""
 SMALL_READ = 24
 """A read of at most this many newest messages passes them through the ``get`` script: below
-it the LRANGE's round-trip share costs more than the script's ~1.5 us per element it saves."""
+it the LRANGE's round-trip share costs more than the script's cost per element it saves
+(docs/benchmarks.md, "Figures behind the code")."""
 OWN_APPENDS = 256
 """Own appends a store keeps at hand (stored form -> decoded twin), to read back unparsed."""
 OWN_APPEND_BYTES = 16 * 1024
@@ -173,11 +174,11 @@ class Reader:
         one pipeline of plain reads: the id window's type, the meta hash (its position fields
         only without ``with_meta``), ``LRANGE`` of list indexes ``span``, then the positions
         again and the list's length; checked here as the ``get`` script checks them, so that
-        it answers what the script would (the script's ~20-50 µs of server time a read saved,
-        measured). Not atomic, as :meth:`rest`: the elements belong to the meta hash read
-        first when the token, generation and positions read after them are the same and the
-        list's length is what they say (every change a store makes to a list changes one of
-        them). Not a MULTI/EXEC: Redis refuses to queue commands when it is out of memory.
+        it answers what the script would, without the script's server time. Not atomic, as
+        :meth:`rest`: the elements belong to the meta hash read first when the token,
+        generation and positions read after them are the same and the list's length is what
+        they say (every change a store makes to a list changes one of them). Not a MULTI/EXEC:
+        Redis refuses to queue commands when it is out of memory.
         A longer list continues in steps (:meth:`rest`). None when anything is not as a store
         writes it (a missing or foreign meta hash, a key of another type, another schema
         version, positions that are not numbers, a list whose length is not what they say, a

@@ -32,10 +32,10 @@ DELETE_ATTEMPTS = 8
 DELETE_BATCH = 100
 """The most children one script of a delete removes: a session with more loses them a batch
 at a time first (``discard_children``), so that no script of a delete keeps the server
-longer than 100 children's worth (each 15-45 µs of server time measured on a 2-core VM: its
-checks, its keys unlinked, its ``discard`` event). A delete sends at most as many batches as
-the children it first counted fill, plus ``DELETE_ATTEMPTS`` (children forked meanwhile), then
-gives up with :class:`ConcurrentChange`."""
+longer than 100 children's worth (each child is server time: its checks, its keys unlinked, its
+``discard`` event; docs/benchmarks.md, "Figures behind the code"). A delete sends at most as many
+batches as the children it first counted fill, plus ``DELETE_ATTEMPTS`` (children forked meanwhile),
+then gives up with :class:`ConcurrentChange`."""
 
 
 def _discards(drafts: Sequence[Draft | None], event_ids: Sequence[Any] | None) -> Op[None]:

@@ -238,11 +238,10 @@ static int timestamp(Cursor *c, PyObject **out) {
  * frozen: only a caller that stores into one past that (object.__setattr__) an object that
  * refers back to it makes a cycle, which is then never
  * collected (a leak under such misuse only; refcounting frees every model as before). Taken
- * for what the collector costs otherwise: a read of 300 messages made ~900 tracked objects,
- * each walked by every collection while young (decode 279 us tracked, 188 us with the collector
- * off), and a worker's read cache keeps thousands of models that every full collection walks
- * (a 60 MB cache: full collections of up to 122 ms with the models tracked, 47 ms without;
- * 3,000 reads 574 -> 432 us each). From Python 3.14 on, where dicts may no longer be tracked
+ * for what the collector costs otherwise: a read of 300 messages makes ~900 tracked objects,
+ * each walked by every collection while young, and a worker's read cache keeps thousands of
+ * models that every full collection walks (docs/benchmarks.md, "Figures behind the code").
+ * From Python 3.14 on, where dicts may no longer be tracked
  * again on their own, nothing is untracked. */
 static PyObject *instance(PyObject *cls, PyObject *dict, PyObject *fields) {
     PyTypeObject *type = (PyTypeObject *)cls;
