@@ -62,6 +62,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC
+from enum import Enum
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -157,8 +158,12 @@ def _turn_off(name: str, why: str, level: int = logging.WARNING) -> None:
     )
 
 
-def probe() -> Status:
-    """Check every piece once per process (later calls return the same :data:`STATUS`)."""
+def probe(message: type[BaseModel], tool_call: type[BaseModel], roles: type[Enum]) -> Status:
+    """Check every piece once per process (later calls return the same :data:`STATUS`), the
+    two that build models against pydantic's validation of ``message`` and ``tool_call`` (the
+    package's ``Message``, ``ToolCall`` and ``MessageRole``, given by :mod:`redis_session.codec`:
+    this module imports nothing of the package's models, which derive their metaclass here).
+    """
     global DECODE, RECLASS
     with _probed:
         if STATUS.pieces:
@@ -168,8 +173,8 @@ def probe() -> Status:
                 STATUS.pieces[name] = Piece(name, False, f"{PURE_ENV} is set")
             return STATUS
         checks: dict[str, Callable[[], Any]] = {
-            "decoder": _check_decoder,
-            "reclass": _check_reclass,
+            "decoder": lambda: _check_decoder(message, tool_call, roles),
+            "reclass": lambda: _check_reclass(message, tool_call),
             "idle-order": _check_idle_order,
             "loop-close": _check_loop_close,
             "cluster-seed": _check_cluster_seed,
@@ -224,10 +229,10 @@ FOREIGN = b'{"role":"user","id":"x","timestamp":"2026-01-02T03:04:05Z"}'
 """A message in another writer's form: the C decoder leaves it to validation."""
 
 
-def _same(built: Any, reference: Any, what: str) -> None:
-    """``built`` is what pydantic's validation gives (``reference``), as a user sees it."""
-    from .models import Message, ToolCall
-
+def _same(built: Any, reference: Any, what: str, tool_call: type[BaseModel]) -> None:
+    """``built`` is what pydantic's validation gives (``reference``), as a user sees it (a
+    message or a ``tool_call``).
+    """
     _expect(type(built) is type(reference), f"{what}: type {type(built).__name__}")
     _expect(built == reference, f"{what}: not equal to pydantic's")
     _expect(list(vars(built)) == list(vars(reference)), f"{what}: fields in another order")
@@ -243,59 +248,53 @@ def _same(built: Any, reference: Any, what: str) -> None:
     back = pickle.loads(pickle.dumps(built))
     _expect(back == built and type(back.model_fields_set) is set, f"{what}: pickling")
     _expect(copy.copy(built) == built, f"{what}: copy")
-    if isinstance(built, Message):
+    if not isinstance(built, tool_call):
         offset = built.timestamp.utcoffset()
         _expect(offset is not None and not offset, f"{what}: timestamp not UTC")
         _expect(built.model_copy(update={"content": "z"}).content == "z", f"{what}: model_copy")
         for call, ref in zip(built.tool_calls, reference.tool_calls, strict=True):
-            _same(call, ref, f"{what}'s tool call")
-    else:
-        _expect(isinstance(built, ToolCall), f"{what}: not a tool call")
+            _same(call, ref, f"{what}'s tool call", tool_call)
 
 
-def _check_decoder() -> Callable[[Sequence[bytes]], tuple[list[Any], list[int], int]]:
-    from pydantic import BaseModel
-
+def _check_decoder(
+    message: type[BaseModel], tool_call: type[BaseModel], roles: type[Enum]
+) -> Callable[[Sequence[bytes]], tuple[list[Any], list[int], int]]:
     try:
         from . import _speedups
     except ImportError as exc:
         raise NotBuilt(f"the C module is not built: {exc}") from None
-    from .models import Message, MessageRole, ToolCall
-
     for name in SLOTS:
         descriptor = _static(BaseModel, name)
         _expect(type(descriptor).__name__ == "member_descriptor", f"BaseModel.{name} is no slot")
-    for cls in (Message, ToolCall):
+    for cls in (message, tool_call):
         _expect(not vars(cls).get("__slots__"), f"{cls.__name__} slots")
         _expect(cls.__dictoffset__ != 0, f"{cls.__name__} has no __dict__")
     _speedups.configure(
-        {role.value: role for role in MessageRole},
-        Message,
-        ToolCall,
+        {role.value: role for role in roles},
+        message,
+        tool_call,
         decoded_utc(),
-        _defaults(Message),
-        _defaults(ToolCall),
+        _defaults(message),
+        _defaults(tool_call),
         SharedFieldsSet,
     )
     built, left, size = _speedups.decode([*SAMPLES, FOREIGN])
     _expect(left == [len(SAMPLES)], f"left {left} for {len(SAMPLES)} samples and one foreign")
     _expect(size == sum(map(len, [*SAMPLES, FOREIGN])), f"size {size}")
     for i, raw in enumerate(SAMPLES):
-        _same(built[i], Message.model_validate_json(raw), f"sample {i}")
+        _same(built[i], message.model_validate_json(raw), f"sample {i}", tool_call)
     return _speedups.decode
 
 
-def _check_reclass() -> None:
-    from .models import Message
-
-    class Twin(Message):
+def _check_reclass(message: type[BaseModel], tool_call: type[BaseModel]) -> None:
+    class Twin(message):  # type: ignore[valid-type,misc]
         id: str
 
     for i, raw in enumerate(SAMPLES):
         twin = Twin.model_validate_json(raw)
         _expect(type(twin) is Twin, "a subclass validates as itself")
-        object.__setattr__(twin, "__class__", Message)
-        _same(twin, Message.model_validate_json(raw), f"sample {i} re-classed")
+        object.__setattr__(twin, "__class__", message)
+        _same(twin, message.model_validate_json(raw), f"sample {i} re-classed", tool_call)
 
 
 def reclass(models: list[Any], cls: type) -> None:

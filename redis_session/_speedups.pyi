@@ -4,15 +4,15 @@ from collections.abc import Sequence
 from datetime import tzinfo
 from typing import Any
 
-from .models import Message
+from pydantic import BaseModel
 
 def configure(
     roles: dict[str, Any],
-    message_cls: type[Message],
+    message_cls: type[BaseModel],
     tool_call_cls: type[Any],
     tz: tzinfo,
     message_defaults: dict[str, Any],
     call_defaults: dict[str, Any],
     fields_set_cls: type[set[str]],
 ) -> None: ...
-def decode(items: Sequence[bytes]) -> tuple[list[Message | None], list[int], int]: ...
+def decode(items: Sequence[bytes]) -> tuple[list[Any], list[int], int]: ...

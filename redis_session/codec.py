@@ -65,7 +65,8 @@ INHERITED = b"\0" * 8
 """The digest a child's inherited message is stored with: never merged back."""
 
 
-_fast.probe()  # once per process: which pieces of the fast path this process runs
+# Once per process: which pieces of the fast path this process runs.
+_fast.probe(Message, ToolCall, MessageRole)
 
 READ_TZ: tzinfo = _fast.read_tzinfo()
 """The tzinfo of every timestamp a read decodes (pydantic-core's UTC where the fast path

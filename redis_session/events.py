@@ -80,16 +80,3 @@ def finish_hook_sync(pending: Awaitable[None] | None, event: SessionLifecycleEve
     log.error(
         "redis_session: the lifecycle hook of a RedisStore must not be async (%s)", event.type
     )
-
-
-def __getattr__(name: str) -> Any:
-    """The listeners, where they were before they moved (``redis_session.events.EventListener``)."""
-    if name in ("AsyncEventListener", "AsyncLogListener"):
-        from . import _listen_async
-
-        return getattr(_listen_async, name)
-    if name in ("EventListener", "LogListener"):
-        from . import _listen_sync
-
-        return getattr(_listen_sync, name)
-    raise AttributeError(name)

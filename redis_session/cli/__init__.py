@@ -59,7 +59,7 @@ EPILOG = "\b\nExit status:\n" + "\n".join(f"  {code}  {what}" for code, what in 
     package_name=DISTRIBUTION,
     prog_name="redis-session",
     message="%(prog)s, version %(version)s\nfast path: "
-    + _fast.probe().summary().replace("%", "%%"),
+    + _fast.STATUS.summary().replace("%", "%%"),
 )
 def cli() -> None:
     """LLM-agent sessions in Redis: a demo, and tools for operators.

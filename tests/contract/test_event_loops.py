@@ -205,7 +205,7 @@ def test_durable_writes_from_loop_after_loop(server_backend: Backend) -> None:
 
 
 @pytest.mark.skipif(
-    not _fast.probe().pieces["loop-close"].on,
+    not _fast.STATUS.pieces["loop-close"].on,
     reason="the fast path's loop-close is off: such a loop's sockets close when collected",
 )
 def test_a_loop_closed_without_shutting_down_leaves_nothing_behind(
