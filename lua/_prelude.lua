@@ -281,8 +281,9 @@ end
 -- holds t, the fields and p, the id of the entry before it ('0-0': the stream begins here),
 -- so that a reader can tell a gap (entries trimmed or the stream lost) from no events. The
 -- published JSON carries the id. The log keeps about its limit (XADD's MAXLEN ~ trims whole
--- blocks only, in O(1)) and nothing older than its age limit (XTRIM MINID ~); with an age
--- limit, the log expires when no event was logged for that long (its TTL set at each event).
+-- blocks only, in O(1)) and nothing older than its age limit (XTRIM MINID ~). The log has no
+-- TTL, so that volatile-* eviction never takes it: an event undoes the expiry that the delete
+-- of a prefix's last session set (delete.lua).
 local function log_event(l, e, t, fields, now)
   local id = ''
   local max, age = tonumber(ARGV[e + 2]), tonumber(ARGV[e + 3])
@@ -290,10 +291,8 @@ local function log_event(l, e, t, fields, now)
     local last = redis.call('XREVRANGE', KEYS[l], '+', '-', 'COUNT', 1)[1]
     id = redis.call('XADD', KEYS[l], 'MAXLEN', '~', max, '*',
       't', t, 'p', last and last[1] or '0-0', 'e', fields)
-    if age > 0 then  -- the log's retention: events older than it go, an idle log expires
-      redis.call('XTRIM', KEYS[l], 'MINID', '~', now - age)
-      redis.call('PEXPIRE', KEYS[l], age)
-    end
+    redis.call('PERSIST', KEYS[l])
+    if age > 0 then redis.call('XTRIM', KEYS[l], 'MINID', '~', now - age) end
   end
   local publish = ARGV[e + 1]
   if publish ~= '' then

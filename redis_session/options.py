@@ -28,7 +28,7 @@ MIN_DEDUP_WINDOW = 64
 DEFAULT_KEEP_MERGED_CHILDREN = 4
 DEFAULT_EVENT_LOG_MAX = 100_000
 DEFAULT_EVENT_LOG_AGE = timedelta(days=7)
-"""How long the event log keeps an event, and lives idle."""
+"""How long the event log keeps an event."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,9 +52,8 @@ class StoreOptions:
     """How many events each event log stream keeps (Redis trims whole blocks: a little more;
     0: no log, pub/sub alone). See docs/events.md."""
     event_log_age: float | timedelta | None = DEFAULT_EVENT_LOG_AGE
-    """The log's retention: events older than this are trimmed, and a log stream no event
-    was written to for this long expires (7 days; None: kept by count alone, never expiring).
-    See docs/events.md."""
+    """The log's retention: each event trims the events older than this (7 days; None: by
+    count alone). The log has no TTL (see docs/events.md)."""
     sharded_events: bool = False
     """Publish with ``SPUBLISH`` on each slot's shard channel (``<prefix>events:{tag}`` on a
     cluster) instead of ``PUBLISH`` on ``<prefix>events``, which a cluster broadcasts to every

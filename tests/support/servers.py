@@ -65,6 +65,17 @@ class Server:
     def client(self, **kwargs: Any) -> redis.Redis:
         return redis.Redis.from_url(self.url, **kwargs)
 
+    def cpu_us(self) -> int:
+        """The CPU time the server's main thread (the one that runs commands) has spent, in µs:
+        ``/proc/<pid>/task/<pid>/schedstat``. Unlike ``SLOWLOG``'s wall time it does not
+        count the moments a loaded machine did not run the server, so that a bound on it holds
+        under load (the tests start the server, so its thread is on this machine).
+        """
+        assert self.process is not None, "only a server the tests started"
+        pid = self.process.pid
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as stat:
+            return int(stat.read().split()[0]) // 1000
+
     def stop(self) -> None:
         if self.process is not None:
             self.process.kill()
