@@ -82,7 +82,7 @@ NOT_RUN = {
         "runs the reliability suites (minutes) and rewrites RELIABILITY.md",
 }  # fmt: skip
 
-ILLUSTRATIONS = ("console", "text")
+ILLUSTRATIONS = ("console", "text", "mermaid")
 
 
 def blocks() -> list[tuple[str, int, str, str]]:
