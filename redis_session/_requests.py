@@ -31,13 +31,11 @@ class ScriptCall:
 
 @dataclass(slots=True)
 class Commands:
-    """Send plain commands in one pipeline; the reply is their replies.
-
-    With ``transaction``, as one MULTI/EXEC (all keys must then share a slot).
+    """Send plain commands in one pipeline; the reply is their replies. Never a MULTI/EXEC
+    (Redis refuses MULTI out of memory): what must be read at one moment is a script.
     """
 
     commands: Sequence[tuple[Any, ...]]
-    transaction: bool = False
     errors_as_values: bool = False
     """Reply with a failed command's exception in its place instead of raising it."""
     read_only: bool = False

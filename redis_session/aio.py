@@ -307,24 +307,12 @@ class AsyncRedisStore:
         if isinstance(request, ScriptCall):
             if request.write and self._core.options.wait_replicas:
                 return await self._durable(request)
+            replies = await self._script(self._clients.current(), request, *request.after)
             if request.after:
-                return await self._script_then(request)
-            # EVALSHA by hand rather than through Script.__call__: the same reload on NOSCRIPT,
-            # without its per-call copies (this is the append hot path); on a pooled
-            # connection directly when the client is one the store made (async_replies).
-            script = self._scripts[request.name]
-            client: Any = self._clients.current()
-            command = ("EVALSHA", script.sha, len(request.keys), *request.keys, *request.args)
-            replies = await _url.async_replies(client, (command,))
-            if replies is not None and not isinstance(replies[0], redis.exceptions.NoScriptError):
-                if isinstance(replies[0], Exception):
-                    raise replies[0]
-                return replies[0]
-            try:
-                return await client.execute_command(*command)
-            except redis.exceptions.NoScriptError:
-                await client.script_load(script.script)
-                return await client.execute_command(*command)
+                return replies
+            if isinstance(replies[0], Exception):
+                raise replies[0]
+            return replies[0]
         if isinstance(request, Emit):
             pending = events.call_hook(self._hook, request.event)
             return await events.finish_hook(pending, request.event)
@@ -332,47 +320,54 @@ class AsyncRedisStore:
             return await asyncio.to_thread(request.fn)
         if request.direct:
             return [await self._direct(command) for command in request.commands]
-        client = self._clients.current()  # redis-py leaves execute_command untyped
-        if request.read_only and not request.transaction:
-            replies = await _url.async_replies(client, request.commands)
-            if replies is not None:
-                if not request.errors_as_values:
-                    for reply in replies:
-                        if isinstance(reply, Exception):
-                            raise reply
-                return replies
-        if len(request.commands) == 1 and not request.transaction:
-            try:
-                return [await client.execute_command(*request.commands[0])]
-            except redis.ResponseError as exc:
-                if not request.errors_as_values:
-                    raise
-                return [exc]
-        await client.initialize()  # async only: else redis-py's cluster pipeline leaks
-        pipe = client.pipeline(transaction=request.transaction)
-        for command in request.commands:
-            pipe.execute_command(*command)
-        return await pipe.execute(raise_on_error=not request.errors_as_values)
+        replies = await self._sent(
+            self._clients.current(), request.commands, direct=request.read_only
+        )
+        if not request.errors_as_values:
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+        return replies
 
-    async def _script_then(self, request: ScriptCall) -> list[Any]:
-        """Run a read-only script and the plain reads behind it in one pipeline (reloading
-        the script on NOSCRIPT); each failed command's exception in its reply's place.
+    async def _script(self, client: Any, request: ScriptCall, *after: tuple[Any, ...]) -> list[Any]:
+        """The replies of ``request``'s script (``EVALSHA``) and of the commands ``after`` it,
+        sent together on ``client``, each error as its exception in its place. The one place a
+        script is loaded: on ``NOSCRIPT`` (a restarted server, a failover, ``SCRIPT FLUSH``)
+        it is loaded and everything sent again, once. Every script is safe to send twice
+        (idempotent by ids and tokens), so it goes out directly (:meth:`_sent`).
         """
         script = self._scripts[request.name]
-        client: Any = self._clients.current()
-        await client.initialize()  # async only: else redis-py's cluster pipeline leaks
-        for _ in range(2):
-            pipe = client.pipeline(transaction=False)
-            pipe.execute_command(
-                "EVALSHA", script.sha, len(request.keys), *request.keys, *request.args
-            )
-            for command in request.after:
-                pipe.execute_command(*command)
-            replies: list[Any] = await pipe.execute(raise_on_error=False)
-            if not isinstance(replies[0], redis.exceptions.NoScriptError):
-                break
+        run = ("EVALSHA", script.sha, len(request.keys), *request.keys, *request.args)
+        replies = await self._sent(client, (run, *after), direct=True)
+        if isinstance(replies[0], redis.exceptions.NoScriptError):
             await client.script_load(script.script)
+            replies = await self._sent(client, (run, *after), direct=True)
         return replies
+
+    async def _sent(
+        self, client: Any, commands: Sequence[tuple[Any, ...]], *, direct: bool
+    ) -> list[Any]:
+        """The replies of ``commands``, sent together on ``client`` (never a transaction), each
+        error reply as its exception in its place. ``direct`` (commands safe to send twice):
+        on a pooled connection of a client the store made, without redis-py's per-command
+        Python (``async_replies``, the append hot path); otherwise, and for a client of
+        another kind, through redis-py (``execute_command`` for one, a pipeline for more).
+        """
+        if direct:
+            replies = await _url.async_replies(client, commands)
+            if replies is not None:
+                return replies
+        if len(commands) == 1:
+            try:
+                return [await client.execute_command(*commands[0])]
+            except redis.ResponseError as exc:
+                return [exc]
+        await client.initialize()  # async only: else redis-py's cluster pipeline leaks
+        pipe = client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        got: list[Any] = await pipe.execute(raise_on_error=False)
+        return got
 
     async def _direct(self, command: tuple[Any, ...]) -> Any:
         """``command``'s reply from the node serving its key (see ``Commands.direct``), or
@@ -407,24 +402,16 @@ class AsyncRedisStore:
         Every write script is idempotent (ids, tokens), so sending it again after a lost
         reply, a failover or a slot move is safe.
         """
-        script = self._scripts[request.name]
         core = self._core.options
         deadline = time.monotonic() + core.failover_window_ms / 1000
         delay = 0.05
         while True:
             writer = await self._writer_for(request.keys[0])
-            pipe = writer.pipeline(transaction=False)
-            pipe.execute_command(
-                "EVALSHA", script.sha, len(request.keys), *request.keys, *request.args
-            )
-            pipe.execute_command("WAIT", core.wait_replicas, core.wait_timeout_ms)
+            wait = ("WAIT", core.wait_replicas, core.wait_timeout_ms)
             try:
-                reply, acked = await pipe.execute(raise_on_error=False)
+                reply, acked = await self._script(writer, request, wait)
             except _url.FAILOVER_ERRORS as exc:
                 reply, acked = exc, 0
-            if isinstance(reply, redis.exceptions.NoScriptError):
-                await writer.script_load(script.script)
-                continue
             error = next((r for r in (reply, acked) if isinstance(r, Exception)), None)
             if error is None:
                 if acked < core.wait_replicas:

@@ -302,24 +302,12 @@ class RedisStore:
         if isinstance(request, ScriptCall):
             if request.write and self._core.options.wait_replicas:
                 return self._durable(request)
+            replies = self._script(self._client, request, *request.after)
             if request.after:
-                return self._script_then(request)
-            # EVALSHA by hand rather than through Script.__call__: the same reload on NOSCRIPT,
-            # without its per-call copies (this is the append hot path); on a pooled
-            # connection directly when the client is one the store made (async_replies).
-            script = self._scripts[request.name]
-            client: Any = self._client
-            command = ("EVALSHA", script.sha, len(request.keys), *request.keys, *request.args)
-            replies = _url.sync_replies(client, (command,))
-            if replies is not None and not isinstance(replies[0], redis.exceptions.NoScriptError):
-                if isinstance(replies[0], Exception):
-                    raise replies[0]
-                return replies[0]
-            try:
-                return client.execute_command(*command)
-            except redis.exceptions.NoScriptError:
-                client.script_load(script.script)
-                return client.execute_command(*command)
+                return replies
+            if isinstance(replies[0], Exception):
+                raise replies[0]
+            return replies[0]
         if isinstance(request, Emit):
             pending = events.call_hook(self._hook, request.event)
             return events.finish_hook_sync(pending, request.event)
@@ -327,45 +315,49 @@ class RedisStore:
             return request.fn()
         if request.direct:
             return [self._direct(command) for command in request.commands]
-        client = self._client  # redis-py leaves execute_command untyped
-        if request.read_only and not request.transaction:
-            replies = _url.sync_replies(client, request.commands)
-            if replies is not None:
-                if not request.errors_as_values:
-                    for reply in replies:
-                        if isinstance(reply, Exception):
-                            raise reply
-                return replies
-        if len(request.commands) == 1 and not request.transaction:
-            try:
-                return [client.execute_command(*request.commands[0])]
-            except redis.ResponseError as exc:
-                if not request.errors_as_values:
-                    raise
-                return [exc]
-        pipe = client.pipeline(transaction=request.transaction)
-        for command in request.commands:
-            pipe.execute_command(*command)
-        return pipe.execute(raise_on_error=not request.errors_as_values)
+        replies = self._sent(self._client, request.commands, direct=request.read_only)
+        if not request.errors_as_values:
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+        return replies
 
-    def _script_then(self, request: ScriptCall) -> list[Any]:
-        """Run a read-only script and the plain reads behind it in one pipeline (reloading
-        the script on NOSCRIPT); each failed command's exception in its reply's place.
+    def _script(self, client: Any, request: ScriptCall, *after: tuple[Any, ...]) -> list[Any]:
+        """The replies of ``request``'s script (``EVALSHA``) and of the commands ``after`` it,
+        sent together on ``client``, each error as its exception in its place. The one place a
+        script is loaded: on ``NOSCRIPT`` (a restarted server, a failover, ``SCRIPT FLUSH``)
+        it is loaded and everything sent again, once. Every script is safe to send twice
+        (idempotent by ids and tokens), so it goes out directly (:meth:`_sent`).
         """
         script = self._scripts[request.name]
-        client: Any = self._client
-        for _ in range(2):
-            pipe = client.pipeline(transaction=False)
-            pipe.execute_command(
-                "EVALSHA", script.sha, len(request.keys), *request.keys, *request.args
-            )
-            for command in request.after:
-                pipe.execute_command(*command)
-            replies: list[Any] = pipe.execute(raise_on_error=False)
-            if not isinstance(replies[0], redis.exceptions.NoScriptError):
-                break
+        run = ("EVALSHA", script.sha, len(request.keys), *request.keys, *request.args)
+        replies = self._sent(client, (run, *after), direct=True)
+        if isinstance(replies[0], redis.exceptions.NoScriptError):
             client.script_load(script.script)
+            replies = self._sent(client, (run, *after), direct=True)
         return replies
+
+    def _sent(self, client: Any, commands: Sequence[tuple[Any, ...]], *, direct: bool) -> list[Any]:
+        """The replies of ``commands``, sent together on ``client`` (never a transaction), each
+        error reply as its exception in its place. ``direct`` (commands safe to send twice):
+        on a pooled connection of a client the store made, without redis-py's per-command
+        Python (``async_replies``, the append hot path); otherwise, and for a client of
+        another kind, through redis-py (``execute_command`` for one, a pipeline for more).
+        """
+        if direct:
+            replies = _url.sync_replies(client, commands)
+            if replies is not None:
+                return replies
+        if len(commands) == 1:
+            try:
+                return [client.execute_command(*commands[0])]
+            except redis.ResponseError as exc:
+                return [exc]
+        pipe = client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        got: list[Any] = pipe.execute(raise_on_error=False)
+        return got
 
     def _direct(self, command: tuple[Any, ...]) -> Any:
         """``command``'s reply from the node serving its key (see ``Commands.direct``), or
@@ -399,24 +391,16 @@ class RedisStore:
         Every write script is idempotent (ids, tokens), so sending it again after a lost
         reply, a failover or a slot move is safe.
         """
-        script = self._scripts[request.name]
         core = self._core.options
         deadline = time.monotonic() + core.failover_window_ms / 1000
         delay = 0.05
         while True:
             writer = self._writer_for(request.keys[0])
-            pipe = writer.pipeline(transaction=False)
-            pipe.execute_command(
-                "EVALSHA", script.sha, len(request.keys), *request.keys, *request.args
-            )
-            pipe.execute_command("WAIT", core.wait_replicas, core.wait_timeout_ms)
+            wait = ("WAIT", core.wait_replicas, core.wait_timeout_ms)
             try:
-                reply, acked = pipe.execute(raise_on_error=False)
+                reply, acked = self._script(writer, request, wait)
             except _url.FAILOVER_ERRORS as exc:
                 reply, acked = exc, 0
-            if isinstance(reply, redis.exceptions.NoScriptError):
-                writer.script_load(script.script)
-                continue
             error = next((r for r in (reply, acked) if isinstance(r, Exception)), None)
             if error is None:
                 if acked < core.wait_replicas:

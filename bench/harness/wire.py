@@ -99,7 +99,7 @@ def bare_request(client: Any, request: Request) -> Callable[[], Any]:
     commands = [tuple(c) for c in request.commands]
 
     def send_all() -> Any:
-        pipe = client.pipeline(transaction=request.transaction)
+        pipe = client.pipeline(transaction=False)
         for c in commands:
             pipe.execute_command(*c)
         return pipe.execute(raise_on_error=False)

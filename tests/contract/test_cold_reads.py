@@ -48,7 +48,7 @@ def first_read(store: RedisStore, request: Any) -> list[str]:
         assert isinstance(request, ScriptCall) and request.name == "get"
         assert request.args[5] == 0
         return [c[0] for c in request.after]
-    assert isinstance(request, Commands) and not request.transaction
+    assert isinstance(request, Commands)
     return [c[0] for c in request.commands]
 
 

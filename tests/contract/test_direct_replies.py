@@ -158,11 +158,13 @@ def test_a_store_from_a_url_reads_and_appends_on_the_direct_path(real_backend: B
     own = RedisStore(redis.Redis.from_url(real_backend.url), prefix=real_backend.prefix)
     try:
         store.create(Session(key="s", metadata={"m": "1"}))
+        store.append_message("s", msg("first"))  # the scripts loaded: no NOSCRIPT below
+        store.get("s")
         with counted() as counts:
             store.append_messages("s", [msg(f"m{i}") for i in range(40)])
             got = other.get("s")  # a first read: the plain reads' pipeline
         assert counts == {"direct": 2, "redis": 0}
-        assert [m.content for m in got.history] == [f"m{i}" for i in range(40)]
+        assert [m.content for m in got.history] == ["first"] + [f"m{i}" for i in range(40)]
         with counted() as counts:
             assert own.get("s") == got  # the caller's client: redis-py, the same answer
         assert counts["direct"] == 0 and counts["redis"] >= 1
