@@ -343,10 +343,23 @@ FAST_DIRS = ("unit", "contract")
 """The fast tier (``-m fast``): the unit tests and the contract suite on fakeredis."""
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the fast tier: every test of ``tests/unit`` and of ``tests/contract`` that runs on
-    no backend but ``fake`` (and is not ``slow``), so that ``pytest -m fast`` runs it alone.
+def perf_wanted(config: pytest.Config) -> bool:
+    """Whether this run takes the ``perf`` tests (what they measure is a speed or a cost, which a
+    loaded machine blurs): in CI (``CI=true``), with ``RS_PERF=1``, or when ``-m`` names them.
     """
+    return IN_CI or os.environ.get("RS_PERF") == "1" or "perf" in (config.option.markexpr or "")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave out the ``perf`` tests unless :func:`perf_wanted`; mark the fast tier: every test
+    of ``tests/unit`` and of ``tests/contract`` that runs on no backend but ``fake`` (and is
+    not ``slow``), so that ``pytest -m fast`` runs it alone.
+    """
+    if not perf_wanted(config):
+        left_out = [item for item in items if item.get_closest_marker("perf") is not None]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if item.get_closest_marker("perf") is None]
     real = {"redis", "valkey", "cluster", "sentinel", "slow"}
     for item in items:
         parts = item.path.parts

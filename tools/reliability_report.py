@@ -72,7 +72,7 @@ def _n(value: int) -> str:
 
 def _command(width: int = 92) -> list[str]:
     """The pytest command of :data:`TESTS`, wrapped in shell continuation lines."""
-    lines, line = [], "RS_FIGURES=build/reliability.json .venv/bin/python -m pytest"
+    lines, line = [], "RS_FIGURES=build/reliability.json RS_PERF=1 .venv/bin/python -m pytest"
     for word in TESTS.split():
         if len(line) + 1 + len(word) + 2 > width:
             lines.append(line + " \\")

@@ -20,7 +20,7 @@ from redis_session import ChildSessionConfig, Message, RedisStore, Session
 from tests.resources.conftest import PrivateServer
 from tests.support.figures import Recorder
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.perf]  # wall times: CI runs it, a local run not
 
 BODY = "the quick brown fox jumps over the lazy dog " * 10
 LIMIT_MS = 150.0
