@@ -193,6 +193,10 @@ def memory_server(url: str) -> FakeServer:
         return _servers.setdefault(name, fakeredis.FakeServer())
 
 
+_UNKNOWN_NAME = (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None))
+"""The resolver's answers that a host name does not exist (a temporary failure heals)."""
+
+
 def may_heal(error: BaseException) -> bool:
     """Whether a failed connection or command may succeed if tried again: not when the server
     refused the credentials (``AuthenticationError``) or the user's rights
@@ -206,7 +210,7 @@ def may_heal(error: BaseException) -> bool:
         return False
     cause = error.__cause__
     if isinstance(cause, socket.gaierror):
-        return cause.errno not in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None))
+        return cause.errno not in _UNKNOWN_NAME
     if isinstance(cause, ssl.SSLCertVerificationError):
         return False
     return not (isinstance(cause, OSError) and cause.errno == errno.ENOENT)
@@ -219,7 +223,7 @@ def _resolves(host: str) -> bool:
     try:
         socket.getaddrinfo(host, None)
     except socket.gaierror as exc:
-        return exc.errno not in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None))
+        return exc.errno not in _UNKNOWN_NAME
     return True
 
 

@@ -338,10 +338,11 @@ class AsyncRedisStore:
         """
         script = self._scripts[request.name]
         run = ("EVALSHA", script.sha, len(request.keys), *request.keys, *request.args)
-        replies = await self._sent(client, (run, *after), direct=True)
+        commands = (run, *after)
+        replies = await self._sent(client, commands, direct=True)
         if isinstance(replies[0], redis.exceptions.NoScriptError):
             await client.script_load(script.script)
-            replies = await self._sent(client, (run, *after), direct=True)
+            replies = await self._sent(client, commands, direct=True)
         return replies
 
     async def _sent(

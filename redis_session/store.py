@@ -331,10 +331,11 @@ class RedisStore:
         """
         script = self._scripts[request.name]
         run = ("EVALSHA", script.sha, len(request.keys), *request.keys, *request.args)
-        replies = self._sent(client, (run, *after), direct=True)
+        commands = (run, *after)
+        replies = self._sent(client, commands, direct=True)
         if isinstance(replies[0], redis.exceptions.NoScriptError):
             client.script_load(script.script)
-            replies = self._sent(client, (run, *after), direct=True)
+            replies = self._sent(client, commands, direct=True)
         return replies
 
     def _sent(self, client: Any, commands: Sequence[tuple[Any, ...]], *, direct: bool) -> list[Any]:
