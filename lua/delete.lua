@@ -1,5 +1,5 @@
 -- delete: remove a session, its messages, its expiry marker, its index entry and every child.
--- KEYS: root pop turn wake log gone *children
+-- KEYS: root pop turn wake log gone *child_records
 -- ARGV: session_key call_token gone_ms events event *children
 -- OK: existed event_id event_ids
 -- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] the session's pop key

@@ -2,7 +2,7 @@
 -- deleting a session with many children is made of bounded steps (each child costs server
 -- time: its checks, its keys unlinked, its event) instead of one script that keeps every
 -- other client waiting.
--- KEYS: root log gone *children
+-- KEYS: root log gone *child_records
 -- ARGV: call_token events *children
 -- OK: done event_ids
 -- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] the tree's event log stream

@@ -2,7 +2,7 @@
 -- checksum 'default', all or nothing, only if nothing changed since the secrets were read.
 -- KEYS: secrets salts checksums stage
 -- ARGV: version salt checksum staged *pairs
--- OK: count
+-- OK: migrated
 -- KEYS[1] secrets hash   KEYS[2] salts hash   KEYS[3] checksums hash
 -- KEYS[4] a staging hash (many secrets: the new ones were put there by HSET in steps)
 -- ARGV[1] secrets version read (as returned by HGET v; '' when there was none)

@@ -42,12 +42,12 @@ from .status import Ctx, Status, check
 CHILDREN_READ_ATTEMPTS = 8
 
 
-def _child_token(read: contracts.ChildRead) -> Any:
+def _child_token(read: contracts.ChildRead) -> bytes:
     """The child's fork token, from the meta array of a ``get_child`` reply."""
     meta = read.meta
     for i in range(0, len(meta) - 1, 2):
         if bytes(meta[i]) == b"token":
-            return meta[i + 1]
+            return bytes(meta[i + 1])
     return b""
 
 
@@ -128,7 +128,12 @@ class Children:
         def build(staged: int, generation: Any) -> Callable[[Sealer | None], ScriptCall]:
             def make(sealer: Sealer | None) -> ScriptCall:
                 return contracts.fork_child(
-                    (*root, ck.meta, ck.msgs, ck.ids, log, *self.trees.members(parent_key)),
+                    root=root,
+                    child_meta=ck.meta,
+                    child_msgs=ck.msgs,
+                    child_ids=ck.ids,
+                    log=log,
+                    members=self.trees.members(parent_key),
                     head=self.trees.head(parent_key),
                     parent_key=parent_key,
                     child_key=child.key,
@@ -155,9 +160,9 @@ class Children:
             reply = yield from write(parent_key, build(0, ""), ctx, passthrough)
             if contracts.status(reply) == Status.STAGE:  # many to inherit: in steps first
                 stage = contracts.parsed(contracts.ForkStage, reply)
-                first = max(int(stage.head), int(stage.tail) - config.inherit_history)
+                first = max(stage.head, stage.tail - config.inherit_history)
                 copied = yield from self._copy_inherited(
-                    root, ck.msgs, stage.generation, first, int(stage.tail)
+                    root, ck.msgs, stage.generation, first, stage.tail
                 )
                 if copied < 0:
                     continue
@@ -171,28 +176,29 @@ class Children:
         forked = contracts.parsed(contracts.Forked, reply)
         self.trees.learn(parent_key, forked.tree_generation, forked.members)
         yield Emit(draft.event(forked.event_id))
-        if forked.elements is None or forked.elements is False:  # inherited in steps: read so
+        if forked.elements is None:  # inherited in steps: read so
             history = (yield from self.get_child(child.key)).history
         else:
-            items = [bytes(item[8:]) for item in forked.elements]
+            items = [item[8:] for item in forked.elements]
             history = yield from self.keyring.written(
                 parent_key, lambda o: codec.decode_messages(child.key, items, o)
             )
-        created = codec.to_datetime(int(forked.created_at))
+        created = codec.to_datetime(forked.created_at)
         return child.model_copy(update={"created_at": created, "history": history})
 
     def _copy_inherited(
-        self, root: tuple[str, ...], target: str, generation: Any, first: int, last: int
+        self, root: tuple[str, ...], target: str, generation: int, first: int, last: int
     ) -> Op[int]:
         """Copy the parent's messages ``first .. last - 1`` (in ``generation``) to a new
         child's list in steps, each marked inherited; how many, or -1 when the parent's list
         began a new generation meanwhile.
         """
         at, copied = first, 0
-        keys = (root[0], root[1], target)
         while at < last:
-            reply = yield contracts.copy_range(
-                keys,
+            call = contracts.copy_range(
+                source_meta=root[0],
+                source_msgs=root[1],
+                target=target,
                 generation=generation,
                 from_=at,
                 to=last,
@@ -201,11 +207,12 @@ class Children:
                 ttl_ms=STAGE_LEASE_MS,
                 budget=self.limits.read_budget,
             )
+            reply = yield call
             if contracts.status(reply) == Status.STALE:
                 yield Commands([("DEL", target)])
                 return -1
-            step = contracts.parsed(contracts.Copied, check(reply, Ctx(keys=keys)))
-            at, copied = int(step.upto), int(step.length)
+            step = contracts.parsed(contracts.Copied, check(reply, Ctx(keys=call.keys)))
+            at, copied = step.upto, step.length
         return copied
 
     def append_child_messages(
@@ -231,7 +238,12 @@ class Children:
         def build(sealer: Sealer | None) -> ScriptCall:
             sealed = codec.seal_pairs(pairs, messages, sealer, "messages", limit)
             return contracts.append_child_message(
-                (*keys, *self.trees.members(parent)),
+                root=root,
+                child_meta=ck.meta,
+                child_msgs=ck.msgs,
+                child_ids=ck.ids,
+                turn=sk.turn,
+                members=self.trees.members(parent),
                 head=self.trees.head(parent),
                 parent_key=parent,
                 child_key=child_key,
@@ -288,7 +300,13 @@ class Children:
                 summary_digest, element = codec.seal_pairs(pairs, [msg], sealer, "summary", limit)
                 mode = "staged" if staged else ("summary" if summary else "history")
                 return contracts.merge_child(
-                    (*root, ck.meta, ck.msgs, ck.ids, ck.stage, log, *self.trees.members(parent)),
+                    root=root,
+                    child_meta=ck.meta,
+                    child_msgs=ck.msgs,
+                    child_ids=ck.ids,
+                    stage=ck.stage,
+                    log=log,
+                    members=self.trees.members(parent),
                     head=self.trees.head(parent),
                     max_messages=self.options.max_history_turns,
                     parent_key=parent,
@@ -310,22 +328,24 @@ class Children:
 
             return make
 
-        keys = (*root, ck.meta, ck.msgs, ck.ids, ck.stage)
-        ctx = Ctx(child_key, (*keys, log), child=True, parent=parent)
+        ctx = Ctx(
+            child_key, (*root, ck.meta, ck.msgs, ck.ids, ck.stage, log), child=True, parent=parent
+        )
         reply = yield from self.writer.write(parent, build(None), ctx, (Status.STAGE,))
         if contracts.status(reply) == Status.STAGE:
-            reply = yield from self._merge_in_steps(child_key, parent, call, keys, build, ctx)
+            reply = yield from self._merge_in_steps(child_key, parent, call, root, ck, build, ctx)
         merged = contracts.parsed(contracts.Merged, reply)
         self.trees.learn(parent, merged.tree_generation, merged.members)
         yield Emit(draft.event(merged.event_id))
-        return int(merged.appended)
+        return merged.appended
 
     def _merge_in_steps(
         self,
         child_key: str,
         parent: str,
         call: str,
-        keys: tuple[str, ...],
+        root: tuple[str, ...],
+        ck: ChildKeys,
         build: Callable[[Sequence[Any] | None], Callable[[Sealer | None], ScriptCall]],
         ctx: Ctx,
     ) -> Op[Sequence[Any]]:
@@ -342,7 +362,11 @@ class Children:
             ) -> Callable[[Sealer | None], ScriptCall]:
                 def make(sealer: Sealer | None) -> ScriptCall:
                     return contracts.merge_stage(
-                        keys,
+                        root=root,
+                        child_meta=ck.meta,
+                        child_msgs=ck.msgs,
+                        child_ids=ck.ids,
+                        stage=ck.stage,
                         head=self.trees.head(parent),
                         parent_key=parent,
                         child_key=child_key,
@@ -364,12 +388,12 @@ class Children:
             if contracts.status(reply) == Status.STALE:
                 continue
             begun = contracts.parsed(contracts.MergeBegun, reply)
-            g = int(begun.generation)
+            g = begun.generation
             staged = pushed = 0
             stale = False
             for step, first, last in (
-                ("parent", int(begun.head), int(begun.tail)),
-                ("child", int(begun.child_head), int(begun.child_tail)),
+                ("parent", begun.head, begun.tail),
+                ("child", begun.child_head, begun.child_tail),
             ):
                 at = first
                 while at < last and not stale:
@@ -379,11 +403,11 @@ class Children:
                     stale = contracts.status(reply) == Status.STALE
                     if not stale:
                         part = contracts.parsed(contracts.MergeStep, reply)
-                        at, staged = int(part.upto), int(part.length)
-                        pushed += int(part.child_staged)
+                        at, staged = part.upto, part.length
+                        pushed += part.child_staged
             if stale:
                 continue
-            final = build((g, int(begun.tail), pushed, staged))
+            final = build((g, begun.tail, pushed, staged))
             reply = yield from write(parent, final, ctx, passthrough)
             if contracts.status(reply) != Status.STALE:
                 return reply
@@ -394,11 +418,16 @@ class Children:
         draft = new_event(LifecycleEventType.DISCARD, parent, child_key=child_key, agent_name=agent)
         digest = codec.message_digest("discard:" + call_token(given_token))
         _, root = self.trees.keys(parent)
-        keys = (*root, ck.meta, ck.msgs, ck.ids, self.events.log_of(parent))
+        log = self.events.log_of(parent)
+        keys = (*root, ck.meta, ck.msgs, ck.ids, log)
 
         def build(sealer: Sealer | None) -> ScriptCall:
             return contracts.discard_child(
-                keys,
+                root=root,
+                child_meta=ck.meta,
+                child_msgs=ck.msgs,
+                child_ids=ck.ids,
+                log=log,
                 head=self.trees.head(parent),
                 parent_key=parent,
                 child_key=child_key,
@@ -418,28 +447,32 @@ class Children:
         keys = (ck.meta, ck.msgs, parent_keys.done, parent_keys.meta)
         reader = self.reader
         held = reader.cache.get(child_key)
-        first = contracts.get_child(
-            keys,
-            child_key=child_key,
-            generation="" if held is None else held.generation,
-            tail="" if held is None else held.tail,
-            budget=self.limits.read_budget,
-            held_head="" if held is None else held.head,
-            token="" if held is None else held.token,
-        )
-        ctx = Ctx(child_key, keys, child=True)
 
-        def parse(reply: Any) -> contracts.ChildRead:
-            return contracts.parsed(contracts.ChildRead, check(reply, ctx))
+        def call(budget: int, after: Sequence[tuple[Any, ...]]) -> ScriptCall:
+            return contracts.get_child(
+                child_meta=ck.meta,
+                child_msgs=ck.msgs,
+                done=parent_keys.done,
+                parent_meta=parent_keys.meta,
+                child_key=child_key,
+                generation="" if held is None else held.generation,
+                tail="" if held is None else held.tail,
+                budget=budget,
+                held_head="" if held is None else held.head,
+                token="" if held is None else held.token,
+            )
+
+        def ctx() -> Ctx:
+            return Ctx(child_key, keys, child=True)
 
         try:
-            read, items = yield from reader.steps(
-                child_key, first, parse, (ck.meta, ck.msgs), _child_token, ctx
+            read, items = yield from reader.listed(
+                child_key, call, contracts.ChildRead, ctx, (ck.meta, ck.msgs), _child_token
             )
         except SessionError:
             reader.cache.discard(child_key)
             raise
-        bodies = [bytes(item[8:]) for item in items]
+        bodies = [item[8:] for item in items]
         if self.keyring.passphrase is None:
             new = codec.decode_messages(child_key, bodies)
         else:
@@ -447,8 +480,8 @@ class Children:
                 parent, read.kid, read.dk, lambda o: codec.decode_messages(child_key, bodies, o)
             )
         meta = read.meta
-        version = (bytes(_child_token(read)), b"%d" % int(read.generation))
-        start, h = int(read.from_), int(read.head)
+        version = (_child_token(read), b"%d" % read.generation)
+        start, h = read.from_, read.head
         size = sum(map(len, bodies))
         history = reader.hold(child_key, held, version, h, start, h, new, size, len(bodies))
         child: ChildSession = yield from self.keyring.opened(
@@ -466,25 +499,30 @@ class Children:
         for _ in range(CHILDREN_READ_ATTEMPTS):
             (members,) = yield from self.index.reads([("ZRANGE", kids, 0, -1)], parent_key)
             raw = [bytes(m) for m in members]
-            keys: list[str | bytes] = [kids, sk.meta]
+            records: list[str | bytes] = []
             for m in raw:
                 ck = self.schema.child(codec.member_key(m))
-                keys += (codec.wire(ck.meta), codec.wire(ck.msgs))
-            reply = yield contracts.children_of(
-                keys, budget=self.limits.read_budget, child_keys=raw
+                records += (codec.wire(ck.meta), codec.wire(ck.msgs))
+            call = contracts.children_of(
+                kids=kids,
+                parent_meta=sk.meta,
+                children=records,
+                budget=self.limits.read_budget,
+                child_keys=raw,
             )
+            reply = yield call
             if contracts.status(reply) != Status.CONFLICT:
-                check(reply, Ctx(parent_key, keys))
+                check(reply, Ctx(parent_key, call.keys))
                 break
         else:
             raise ConcurrentChange(parent_key, "its children kept changing while read")
         found = contracts.parsed(contracts.Children, reply)
         entries: list[tuple[str, Any, list[bytes]] | ChildSession] = []
         kid, dk = found.key_record
-        for m, part in zip(raw, found.children, strict=True):
+        for m, values in zip(raw, found.children, strict=True):
             child = codec.member_key(m)
-            part = contracts.ChildPart(*part)
-            if int(part.upto) < int(part.tail) and part.meta:
+            part = contracts.typed(contracts.ChildPart, values)
+            if part.upto < part.tail and part.meta:
                 with contextlib.suppress(ChildNotFound):  # a long child: read on its own, in
                     entries.append((yield from self.get_child(child)))  # steps (gone: skip)
                 continue

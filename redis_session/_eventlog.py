@@ -181,7 +181,7 @@ class EventLog:
             self._scan_from.pop(index, None)
         members = [member for member, _ in pairs]
         ttl = self.options.ttl_ms
-        keys: list[str] = [index, self.schema.beside(index, "log")]
+        metas: list[str] = []
         candidates: list[bytes | str] = []
         drafts: dict[str, Draft] = {}
         for raw in members:
@@ -191,14 +191,20 @@ class EventLog:
                 codec.log_bad_record("the reaper", exc)
                 continue
             draft = drafts[key] = new_event(LifecycleEventType.EXPIRE, key)
-            keys.append(self.schema.session(key).meta)
+            metas.append(self.schema.session(key).meta)
             candidates += (key, draft.fields)
         if not ttl or not candidates:
             return []
-        reply = yield contracts.reap_expired(
-            keys, events=self.events_beside(index), ttl_ms=ttl, candidates=candidates
+        call = contracts.reap_expired(
+            index=index,
+            log=self.schema.beside(index, "log"),
+            metas=metas,
+            events=self.events_beside(index),
+            ttl_ms=ttl,
+            candidates=candidates,
         )
-        reaped = contracts.parsed(contracts.Reaped, check(reply, Ctx("", keys))).reaped
+        reply = yield call
+        reaped = contracts.parsed(contracts.Reaped, check(reply, Ctx("", call.keys))).reaped
         events = [
             drafts[_text(key)].event(event_id)
             for key, event_id in zip(reaped[::2], reaped[1::2], strict=True)

@@ -163,12 +163,18 @@ class Keyring:
         yield from self.init_records(salt, crypto.key_check(kek, self.kdf_work), master)
 
     def init_records(self, salt: bytes, key_check: bytes, master: MasterKey) -> Op[None]:
-        keys = [self.schema.salts, self.schema.checksums, self.schema.keyring]
-        reply = yield contracts.init_keyring(
-            keys, record=CURRENT, salt=salt, key_check=key_check, master_wrap=master.wrapped
+        call = contracts.init_keyring(
+            salts=self.schema.salts,
+            checksums=self.schema.checksums,
+            keyring=self.schema.keyring,
+            record=CURRENT,
+            salt=salt,
+            key_check=key_check,
+            master_wrap=master.wrapped,
         )
+        reply = yield call
         if contracts.status(reply) != Status.EXISTS:
-            check(reply, Ctx(name="keyring", keys=keys))
+            check(reply, Ctx(name="keyring", keys=call.keys))
 
     def _restore(self, passphrase: Passphrase) -> Op[bool]:
         """The prefix's records are gone: restore them from a sealed session, if there is one

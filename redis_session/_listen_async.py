@@ -851,7 +851,7 @@ class AsyncLogListener:
     async def _read_group(self, log_key: str) -> bool:
         await self._join(log_key)
         call = contracts.read_group(
-            [log_key], group=str(self.group), consumer=self.consumer, count=READ_COUNT
+            log=log_key, group=str(self.group), consumer=self.consumer, count=READ_COUNT
         )
         reply = await self._run(read_group(call))
         if contracts.status(reply) in (Status.NOT_FOUND, Status.MISSING):

@@ -848,7 +848,7 @@ class LogListener:
     def _read_group(self, log_key: str) -> bool:
         self._join(log_key)
         call = contracts.read_group(
-            [log_key], group=str(self.group), consumer=self.consumer, count=READ_COUNT
+            log=log_key, group=str(self.group), consumer=self.consumer, count=READ_COUNT
         )
         reply = self._run(read_group(call))
         if contracts.status(reply) in (Status.NOT_FOUND, Status.MISSING):

@@ -1,20 +1,21 @@
 """The read path: a session's (or child's) list read in one snapshot, in bounded steps when it
 is long, and kept decoded so that the next read of it sends and decodes only what was added.
 
-A first read of a session takes its messages without Lua: one pipeline of plain reads,
-checked as the ``get`` script checks them (on a cluster: a plain ``LRANGE`` sent behind the
-``get`` script; the elements never pass through Lua, which costs per element); a read of a
-session the store holds sends the version it holds and gets only the messages added since;
-a list longer than one read's budget continues in plain steps (``LRANGE`` with the token,
-generation and positions behind it), taken when those are still what the read began with,
-else by the ``read_range`` script. See ``_cache`` for what is held.
+Every read is one loop (:meth:`Reader.listed`) around the list's read script (``get``,
+``get_child``), which alone checks what it reads; reads differ only by what they ask of it:
+a read of a session the store holds sends the version it holds and gets only the messages
+added since; a first read asks the script for the meta hash and the positions only, with a
+plain ``LRANGE`` behind it in the same round trip (elements never pass through Lua, which
+costs per element); a list longer than one read's budget continues in plain steps
+(``LRANGE`` with the token, generation and positions behind it), taken when those are still
+what the read began with, else by the ``read_range`` script. See ``_cache`` for what is held.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from . import codec, contracts
 from ._cache import Held, ReadCache
@@ -46,18 +47,20 @@ class ListRead(Protocol):
     """What a read script answers of a list (``get``, ``get_child``)."""
 
     @property
-    def head(self) -> Any: ...
+    def from_(self) -> int: ...
     @property
-    def tail(self) -> Any: ...
+    def head(self) -> int: ...
     @property
-    def generation(self) -> Any: ...
+    def tail(self) -> int: ...
     @property
-    def elements(self) -> Any: ...
+    def generation(self) -> int: ...
     @property
-    def upto(self) -> Any: ...
+    def elements(self) -> list[bytes]: ...
+    @property
+    def upto(self) -> int: ...
 
 
-L = TypeVar("L", bound=ListRead)
+L = TypeVar("L", contracts.Read, contracts.ChildRead)
 
 
 class Reader:
@@ -92,66 +95,45 @@ class Reader:
         meta array is read as well with ``with_meta``.
         """
         sk = self.trees.keys(key)[0]
-        read_keys = (sk.meta, sk.msgs, sk.ids, sk.mark)
-
-        def ctx() -> Ctx:  # built only for an exception
-            return Ctx(key, read_keys)
-
-        def parse(reply: Any) -> contracts.Read:
-            return contracts.parsed(contracts.Read, check(reply, ctx))
-
         held = self.cache.get(key)
         if held is not None and not held.reaches(last):
             held = None  # it holds the newest messages only and this read wants more
-        budget = self.limits.read_budget
+        known = (
+            ("", "", "", "")
+            if held is None
+            else (held.token, held.generation, held.tail, held.head)
+        )
+
+        def call(budget: int, after: Sequence[tuple[Any, ...]]) -> ScriptCall:
+            return contracts.get(
+                meta=sk.meta,
+                msgs=sk.msgs,
+                ids=sk.ids,
+                mark=sk.mark,
+                last=last,
+                with_meta=with_meta,
+                token=known[0],
+                generation=known[1],
+                tail=known[2],
+                budget=budget,
+                held_head=known[3],
+                after=after,
+            )
+
+        def ctx() -> Ctx:  # built only for an exception
+            return Ctx(key, (sk.meta, sk.msgs, sk.ids, sk.mark))
+
         try:
-            if held is not None:  # the hot path: only what was added since travels
-                first = contracts.get(
-                    read_keys,
-                    last=last,
-                    with_meta=with_meta,
-                    token=held.token,
-                    generation=held.generation,
-                    tail=held.tail,
-                    budget=budget,
-                    held_head=held.head,
-                )
-                read = parse((yield first))
-                items = read.elements
-                if int(read.upto) < int(read.tail):  # more than one read's budget: in steps
-                    rest = yield from self.rest(
-                        read.generation,
-                        int(read.upto),
-                        int(read.tail),
-                        read_keys[:2],
-                        ctx,
-                        read.token,
-                        int(read.head),
-                    )
-                    if rest is None:  # changed meanwhile: from the start
-                        read, items = yield from self.steps(
-                            key, first, parse, read_keys[:2], _token, ctx
-                        )
-                    else:
-                        items = [*items, *rest]
-            else:
-                cold = dict(last=last, with_meta=with_meta, token="", generation="", tail="")
-                span = self.cold_span(last)
-                got: tuple[contracts.Read, list[bytes]] | None = None
-                if span is not None and self.schema.cluster:
-                    got = yield from self._cold(read_keys, cold, span, parse, ctx)
-                elif span is not None:
-                    got = yield from self._snapshot(read_keys, last, with_meta, span, ctx)
-                if got is None:
-                    first = contracts.get(read_keys, **cold, budget=budget, held_head="")
-                    got = yield from self.steps(key, first, parse, read_keys[:2], _token, ctx)
-                read, items = got
+            span = None if held is not None else self.cold_span(last)
+            read, items = yield from self.listed(
+                key, call, contracts.Read, ctx, (sk.meta, sk.msgs), _token, span
+            )
         except SessionError:
             self.cache.discard(key)
             raise
-        start, h, n = int(read.from_), int(read.head), int(read.tail)
+        start, h, n = read.from_, read.head, read.tail
         wanted = h if last < 0 else max(h, n - last)
-        version = (bytes(read.token), b"%d" % int(read.generation))
+        version = (read.token, b"%d" % read.generation)
         place = start - h  # the first element's place in the history: a bad one is named so
         if self.keyring.passphrase is None:
             new, size = self.decoded(key, items, place)
@@ -162,163 +144,71 @@ class Reader:
             size = sum(map(len, items))
         return read, self.hold(key, held, version, h, start, wanted, new, size, len(items))
 
-    def _snapshot(
-        self,
-        read_keys: tuple[str, ...],
-        last: int,
-        with_meta: bool,
-        span: tuple[int, int],
-        ctx: Callable[[], Ctx],
-    ) -> Op[tuple[contracts.Read, list[bytes]] | None]:
-        """A read of a session this store does not hold, without Lua (outside a cluster), in
-        one pipeline of plain reads: the id window's type, the meta hash (its position fields
-        only without ``with_meta``), ``LRANGE`` of list indexes ``span``, then the positions
-        again and the list's length; checked here as the ``get`` script checks them, so that
-        it answers what the script would, without the script's server time. Not atomic, as
-        :meth:`rest`: the elements belong to the meta hash read first when the token,
-        generation and positions read after them are the same and the list's length is what
-        they say (every change a store makes to a list changes one of them). Not a MULTI/EXEC:
-        Redis refuses to queue commands when it is out of memory.
-        A longer list continues in steps (:meth:`rest`). None when anything is not as a store
-        writes it (a missing or foreign meta hash, a key of another type, another schema
-        version, positions that are not numbers, a list whose length is not what they say, a
-        session without a token, a failed command) or changed meanwhile: the caller reads by
-        the script, which names what is wrong.
-        """
-        meta, msgs, ids = read_keys[0], read_keys[1], read_keys[2]
-        fields = ("HGETALL", meta) if with_meta else ("HMGET", meta, *_READ_FIELDS)
-        replies = yield Commands(
-            [
-                ("TYPE", ids),
-                fields,
-                ("LRANGE", msgs, *span),
-                ("HMGET", meta, *_VERSION_FIELDS),
-                ("LLEN", msgs),
-            ],
-            errors_as_values=True,
-            read_only=True,
-        )
-        if any(isinstance(r, Exception) for r in replies):
-            return None
-        kind, values, items, now, length = replies
-        if with_meta:  # HGETALL as read (a flat list with RESP2, a map with RESP3: no callback)
-            got = codec.raw_fields(str(meta), values)
-        else:
-            got = dict(zip(_READ_FIELDS, values, strict=True))
-        version = [got.get(f) for f in _VERSION_FIELDS]
-        if kind not in _WINDOW_TYPES or got.get(b"v") != codec.SCHEMA_VERSION or now != version:
-            return None
-        token = version[0] or b""
-        if not token or not all(x is None or _WHOLE.fullmatch(x) for x in version[1:]):
-            return None  # the script says what a store does not write
-        g, h, n = (int(x or 0) for x in version[1:])
-        if length != n - h:
-            return None
-        start = h if last < 0 else max(h, n - last)
-        count = len(items)
-        if count != min(span[1] - span[0] + 1 if span[0] >= 0 else n - start, n - start):
-            return None
-        kid, dk = got.get(b"k") or b"", got.get(b"dk") or b""
-        read = contracts.Read(
-            values if with_meta else [], start, h, n, g, token, [], start, kid, dk
-        )
-        upto = start + count
-        if upto < n:
-            rest = yield from self.rest(g, upto, n, (meta, msgs), ctx, token, h)
-            if rest is None:
-                return None
-            items += rest
-        return read, items
+    # -- the one read loop ---------------------------------------------------------------------
 
-    def _cold(
-        self,
-        read_keys: tuple[str, ...],
-        cold: dict[str, Any],
-        span: tuple[int, int],
-        parse: Callable[[Any], contracts.Read],
-        ctx: Callable[[], Ctx],
-    ) -> Op[tuple[contracts.Read, list[bytes]] | None]:
-        """A read of a session this store does not hold, on a cluster (elsewhere
-        :meth:`_snapshot`), in one round trip without passing the elements through Lua: the
-        ``get`` script for the meta hash and the list's positions
-        only (a zero byte budget), then ``LRANGE`` of list indexes ``span`` and the positions
-        again (``HMGET``), pipelined, not atomic. The elements belong to the script's snapshot
-        when the positions read after them are the same (every change to a session's list
-        changes its token, generation, head or tail); the rest of a longer list is read in
-        steps. None: the caller reads by the script alone (changed between, a list changed
-        behind the store).
-        """
-        meta, msgs = read_keys[0], read_keys[1]
-        after = (("LRANGE", msgs, *span), ("HMGET", meta, *_VERSION_FIELDS))
-        first = contracts.get(read_keys, **cold, budget=0, held_head="", after=after)
-        script, items, now = yield first
-        if isinstance(script, Exception):
-            raise script
-        read = parse(script)
-        if isinstance(items, Exception) or isinstance(now, Exception):
-            return None
-        start, n, g = int(read.from_), int(read.tail), read.generation
-        token = bytes(read.token)
-        version = [token, b"%d" % int(g), b"%d" % int(read.head), b"%d" % n]
-        now_token, now_g, now_h, now_n = now
-        if not token or [now_token, now_g or b"0", now_h or b"0", now_n] != version:
-            return None
-        count = span[1] - span[0] + 1 if span[0] >= 0 else n - start
-        if len(items) != min(count, n - start):
-            return None
-        upto = start + len(items)
-        if upto < n:
-            rest = yield from self.rest(g, upto, n, (meta, msgs), ctx, token, int(read.head))
-            if rest is None:
-                return None
-            items += rest
-        return read, items
-
-    # -- lists in steps ------------------------------------------------------------------------
-
-    def steps(
+    def listed(
         self,
         key: str,
-        first: ScriptCall,
-        parse: Callable[[Any], L],
-        range_keys: tuple[str, ...],
-        token_of: Callable[[L], Any],
-        ctx: Ctx | Callable[[], Ctx],
+        call: Callable[[int, Sequence[tuple[Any, ...]]], ScriptCall],
+        kind: type[L],
+        ctx: Callable[[], Ctx],
+        range_keys: tuple[str, str],
+        token_of: Callable[[L], bytes],
+        span: tuple[int, int] | None = None,
     ) -> Op[tuple[L, list[bytes]]]:
-        """Run read script ``first`` (its reply read by ``parse``) and, when the list is longer
-        than one read's budget, read the rest in steps (:meth:`rest`), each only while the list
-        keeps its generation and nothing read was trimmed away; else read again from the start.
-        ``token_of`` gives the list's token in a reply. Returns the first reply and every
-        element from its start to its tail: one snapshot of the list as it was when the first
-        step ran.
+        """A list's read: the read script ``call(budget, after)`` makes (its reply of type
+        ``kind``, checked with ``ctx``) and, when the list is longer than one read's budget,
+        the rest in steps (:meth:`rest`). Returns the script's reply and every element from
+        its ``from_`` to its ``tail``: one snapshot of the list as it was when the script ran.
+
+        With ``span`` (the list indexes a first read wants, :meth:`cold_span`) the script is
+        asked for the meta hash and the positions only (a zero byte budget) and the elements
+        come from a plain ``LRANGE`` of ``span`` sent behind it in the same round trip, so
+        that they never pass through Lua, with the positions read again after them
+        (:func:`_unchanged`): not atomic, so the elements are taken only when those are what
+        the script saw; else the script alone reads again. A list that changed while it was
+        read in steps is read again from the start, a few times at most.
         """
+        range_meta, range_list = range_keys
         for _ in range(READ_ATTEMPTS):
-            read = parse((yield first))
-            items = list(read.elements)
-            upto, n = int(read.upto), int(read.tail)
-            if upto >= n:
-                return read, items
-            rest = yield from self.rest(
-                read.generation,
-                upto,
-                n,
-                range_keys,
-                ctx,
-                token_of(read),
-                int(read.head),
-            )
-            if rest is not None:
-                return read, items + rest
+            after: tuple[tuple[Any, ...], ...] = ()
+            if span is not None:
+                lrange = ("LRANGE", range_list, span[0], span[1])
+                after = (lrange, ("HMGET", range_meta, *_VERSION_FIELDS))
+            reply = yield call(0 if span else self.limits.read_budget, after)
+            items: list[bytes]
+            if span is None:
+                read = contracts.parsed(kind, check(reply, ctx))
+                items, upto = read.elements, read.upto
+            else:
+                script, elements, now = reply
+                if isinstance(script, Exception):
+                    raise script
+                read = contracts.parsed(kind, check(script, ctx))
+                got = _unchanged(read, token_of(read), span, elements, now)
+                if got is None:  # changed between, or not as a store writes it: the script
+                    span = None
+                    continue
+                items, upto = got, read.from_ + len(got)
+            if upto < read.tail:  # more than one read's budget: in steps
+                rest: list[bytes] | None = yield from self.rest(
+                    read.generation, upto, read.tail, range_keys, ctx, token_of(read), read.head
+                )
+                if rest is None:  # changed meanwhile: from the start
+                    span = None
+                    continue
+                items = items + rest
+            return read, items
         raise ConcurrentChange(key, "its history kept changing while it was read in steps")
 
     def rest(
         self,
-        g: Any,
+        g: int,
         upto: int,
         n: int,
-        range_keys: tuple[str, ...],
+        range_keys: tuple[str, str],
         ctx: Ctx | Callable[[], Ctx],
-        token: Any,
+        token: bytes,
         h: int,
     ) -> Op[list[bytes] | None]:
         """The elements of a list of generation ``g`` and ``token`` whose head was at position
@@ -342,7 +232,7 @@ class Reader:
         """
         items: list[bytes] = []
         plain = bool(token) and self.element_bytes > 0
-        meta, msgs = range_keys[0], range_keys[1]
+        meta, msgs = range_keys
         while upto < n:
             if plain:
                 budget = self.limits.read_budget // self.element_bytes
@@ -357,29 +247,32 @@ class Reader:
                     got, now, length = yield Commands(
                         [lrange, *check_after], errors_as_values=True, read_only=True
                     )
-                if not any(isinstance(r, Exception) for r in (got, now, length)):
-                    now_token, now_g, now_h, now_n = now
-                    if (
-                        bytes(now_token or b"") == bytes(token)
-                        and int(now_g or 0) == int(g)
-                        and int(length) == int(now_n or 0) - int(now_h or 0)
-                    ):  # the same list and generation, its length what its positions say
-                        head = int(now_h or 0)
-                        if head > upto:
-                            return None  # what was to be read was trimmed away
-                        if head != h:  # trimmed at the head meanwhile: the indexes moved
-                            h = head
-                            continue
-                        if len(got) == count:
-                            items += got
-                            upto += len(got)
-                            continue
+                at = _positions(now)
+                if (
+                    at is not None
+                    and isinstance(length, int)
+                    and at.tail is not None
+                    and not isinstance(got, Exception)
+                    and at.token == token
+                    and at.generation == g
+                    and length == at.tail - at.head
+                ):  # the same list and generation, its length what its positions say
+                    if at.head > upto:
+                        return None  # what was to be read was trimmed away
+                    if at.head != h:  # trimmed at the head meanwhile: the indexes moved
+                        h = at.head
+                        continue
+                    if len(got) == count:
+                        items += got
+                        upto += len(got)
+                        continue
                 # Another list or generation, a list changed behind the store's back (its
                 # positions begin anew, which only a script sees), damage, a failed command:
                 # the script decides (STALE: from the start) and names what is wrong.
                 plain = False
             reply = yield contracts.read_range(
-                range_keys,
+                meta=meta,
+                msgs=msgs,
                 generation=g,
                 from_=upto,
                 to=n,
@@ -390,7 +283,7 @@ class Reader:
                 return None
             part = contracts.parsed(contracts.Part, check(reply, ctx))
             items += part.elements
-            upto = int(part.upto)
+            upto = part.upto
         return items
 
     def cold_span(self, last: int) -> tuple[int, int] | None:
@@ -480,16 +373,54 @@ class Reader:
 
 
 _VERSION_FIELDS = (b"token", b"g", b"h", b"n")
-"""The meta hash's fields that change with every change a store makes to a session's list
-(read again after a plain ``LRANGE``: a first read's, a long read's steps)."""
-_READ_FIELDS = (b"v", *_VERSION_FIELDS, b"k", b"dk")
-"""The meta hash's fields a first read of the history alone takes (:meth:`Reader._snapshot`)."""
+"""The meta hash's fields that change with every change a store makes to a list (read again
+after a plain ``LRANGE``: a first read's, a long read's steps)."""
+
+
+class Positions(NamedTuple):
+    """The meta hash's :data:`_VERSION_FIELDS` as ``HMGET`` reads them (None: absent)."""
+
+    token: bytes | None
+    generation: int
+    head: int
+    tail: int | None
+
+
+def _positions(reply: Any) -> Positions | None:
+    """An ``HMGET`` of :data:`_VERSION_FIELDS` as :class:`Positions` (an absent generation or
+    head is 0, as the scripts take it), or None for a failed command or a value that is not a
+    position as a store writes it (the script judges those).
+    """
+    if isinstance(reply, Exception) or not all(x is None or _WHOLE.fullmatch(x) for x in reply[1:]):
+        return None
+    token, g, h, n = reply
+    return contracts.typed(Positions, (token, g or 0, h or 0, n))
+
+
+def _unchanged(
+    read: ListRead, token: bytes, span: tuple[int, int], elements: Any, now: Any
+) -> list[bytes] | None:
+    """The ``LRANGE`` of list indexes ``span`` sent behind a read script (``elements``) when
+    the positions read after it (``now``) are those of the script's reply ``read`` (of the
+    list with ``token``) and it holds what the span asks of them; else None.
+    """
+    at = _positions(now)
+    if (
+        at is None
+        or isinstance(elements, Exception)
+        or not token
+        or at != (token, read.generation, read.head, read.tail)
+    ):
+        return None
+    lo, hi = span
+    count = hi - lo + 1 if lo >= 0 else read.tail - read.from_
+    return elements if len(elements) == min(count, read.tail - read.from_) else None
+
+
 _WHOLE = re.compile(rb"\d{1,15}")
 """A list position as a store writes it (what the scripts' ``whole`` takes, and less: no
 sign, space, exponent or hexadecimal form, which the script then judges)."""
-_WINDOW_TYPES = frozenset({b"none", b"hash"})
-"""What ``TYPE`` may say of a session's id window (absent in a session written by no append)."""
 
 
-def _token(read: contracts.Read) -> Any:
+def _token(read: contracts.Read) -> bytes:
     return read.token

@@ -111,18 +111,20 @@ class Rotation:
             master_next = crypto.rewrap_master_key(
                 self.keyring.master.raw, kek_next, next_salt, work_next, prefix
             )
-            keys = [self.schema.salts, self.schema.checksums, self.schema.keyring]
-            reply = yield contracts.begin_rekey(
-                keys,
+            call = contracts.begin_rekey(
+                salts=self.schema.salts,
+                checksums=self.schema.checksums,
+                keyring=self.schema.keyring,
                 record=NEXT,
                 salt=next_salt,
                 key_check=crypto.key_check(kek_next, work_next),
                 master_field=master_field(NEXT),
                 master_wrap=master_next.wrapped,
             )
+            reply = yield call
             if contracts.status(reply) == Status.CONFLICT:
                 raise ConcurrentChange("keyring", "another rotation began first")
-            check(reply, Ctx(name="keyring", keys=keys))
+            check(reply, Ctx(name="keyring", keys=call.keys))
         self.keyring.remember_master(master_next)
         sessions = values = 0
         for number in range(1, REKEY_PASSES + 1):
@@ -150,13 +152,18 @@ class Rotation:
                 break
         else:
             raise ConcurrentChange("keyring", "sessions kept appearing under an older key")
-        keys = [self.schema.salts, self.schema.checksums, self.schema.keyring]
-        reply = yield contracts.finish_rekey(
-            keys, record=CURRENT, next_record=NEXT, next_salt=next_salt
+        call = contracts.finish_rekey(
+            salts=self.schema.salts,
+            checksums=self.schema.checksums,
+            keyring=self.schema.keyring,
+            record=CURRENT,
+            next_record=NEXT,
+            next_salt=next_salt,
         )
+        reply = yield call
         if contracts.status(reply) == Status.CONFLICT:
             raise ConcurrentChange("keyring", "the rotation was finished or undone meanwhile")
-        check(reply, Ctx(name="keyring", keys=keys))
+        check(reply, Ctx(name="keyring", keys=call.keys))
         self.keyring.passphrase = new
         self.keyring.master, self.keyring.masters = None, []
         self.keyring.session_keys.clear()
@@ -191,7 +198,7 @@ class Rotation:
                 pending, from_cleartext = True, True
             new_dk = crypto.make_dk(master, prefix, key, new_kid, dek, pending, from_cleartext)
             reply = yield contracts.rekey_session(
-                [sk.meta], kid=kid, dk=dk, new_kid=new_kid, new_dk=new_dk
+                meta=sk.meta, kid=kid, dk=dk, new_kid=new_kid, new_dk=new_dk
             )
             if contracts.status(reply) == Status.NOT_FOUND:
                 return 0
@@ -205,7 +212,7 @@ class Rotation:
             resealed = yield from self._reseal(key, target)
             done_dk = crypto.make_dk(master, prefix, key, new_kid, dek, False)
             reply = yield contracts.rekey_session(
-                [sk.meta], kid=new_kid, dk=new_dk, new_kid=new_kid, new_dk=done_dk
+                meta=sk.meta, kid=new_kid, dk=new_dk, new_kid=new_kid, new_dk=done_dk
             )
             if contracts.status(reply) == Status.CONFLICT:
                 continue
@@ -233,13 +240,19 @@ class Rotation:
             key, {bytes(f): bytes(v) for f, v in meta.items()}, sealer
         )
         if quads:
-            keys = [sk.meta, sk.meta, sk.msgs]
-            reply = yield contracts.reseal_session(
-                keys, kid=target.kid, generation="", elements=(), fields=quads
+            call = contracts.reseal_session(
+                session_meta=sk.meta,
+                owner_meta=sk.meta,
+                list=sk.msgs,
+                kid=target.kid,
+                generation="",
+                elements=(),
+                fields=quads,
             )
+            reply = yield call
             if contracts.status(reply) not in (Status.NOT_FOUND, Status.CONFLICT):
-                check(reply, Ctx(key, keys))
-                replaced += int(contracts.parsed(contracts.Resealed, reply).replaced)
+                check(reply, Ctx(key, call.keys))
+                replaced += contracts.parsed(contracts.Resealed, reply).replaced
         return replaced
 
     def _reseal_list(
@@ -251,12 +264,13 @@ class Rotation:
         replaced = 0
         for _ in range(RESEAL_ATTEMPTS):
             ((g_now, h_now, n_now),) = yield Commands([("HMGET", owner_meta, "g", "h", "n")])
-            g = bytes(g_now or b"0")
+            g = int(g_now or 0)
             h, n = int(h_now or 0), int(n_now or 0)
             at, stale = h, False
             while at < n and not stale:
                 reply = yield contracts.read_range(
-                    (owner_meta, list_key),
+                    meta=owner_meta,
+                    msgs=list_key,
                     generation=g,
                     from_=at,
                     to=n,
@@ -266,7 +280,7 @@ class Rotation:
                     stale = True
                     break
                 part = contracts.parsed(contracts.Part, check(reply, Ctx(key)))
-                items = [bytes(i) for i in part.elements]
+                items = part.elements
                 triples: list[Any] = []
                 for offset, item in enumerate(items):
                     new = self._reseal_element(key, item, skip, sealer, at + offset)
@@ -275,7 +289,9 @@ class Rotation:
                 for i in range(0, len(triples), 3 * RESEAL_STEP):
                     run = triples[i : i + 3 * RESEAL_STEP]
                     reply = yield contracts.reseal_session(
-                        [self.schema.session(key).meta, owner_meta, list_key],
+                        session_meta=self.schema.session(key).meta,
+                        owner_meta=owner_meta,
+                        list=list_key,
                         kid=sealer.kid,
                         generation=g,
                         elements=run,
@@ -285,10 +301,9 @@ class Rotation:
                         stale = True
                         break
                     resealed = contracts.parsed(contracts.Resealed, check(reply, Ctx(key)))
-                    replaced += int(resealed.replaced)
-                    generation = resealed.generation
-                    g = generation if isinstance(generation, bytes) else str(generation).encode()
-                at = int(part.upto)
+                    replaced += resealed.replaced
+                    g = resealed.generation
+                at = part.upto
             if not stale:
                 return replaced
         raise ConcurrentChange(key, "its history kept changing while it was re-sealed")

@@ -45,11 +45,13 @@ class Secrets:
 
     def set_checksum(self, name: str, checksum: bytes) -> Op[None]:
         item = name_arg(name)
-        keys = [self.schema.salts, self.schema.checksums]
-        reply = yield contracts.set_checksum(
-            keys, name=item, checksum=as_bytes(checksum, "checksum")
+        call = contracts.set_checksum(
+            salts=self.schema.salts,
+            checksums=self.schema.checksums,
+            name=item,
+            checksum=as_bytes(checksum, "checksum"),
         )
-        check(reply, Ctx(keys=keys, kind="salt", name=item))
+        check((yield call), Ctx(keys=call.keys, kind="salt", name=item))
 
     def get_secret(self, name: str) -> Op[bytes]:
         item = name_arg(name)
@@ -59,17 +61,19 @@ class Secrets:
 
     def set_secret(self, name: str, value: bytes) -> Op[None]:
         item = name_arg(name)
-        keys = [self.schema.secrets]
-        reply = yield contracts.set_secret(
-            keys, field=SECRET_PREFIX + item, value=as_bytes(value, "value")
+        call = contracts.set_secret(
+            secrets=self.schema.secrets, field=SECRET_PREFIX + item, value=as_bytes(value, "value")
         )
-        check(reply, Ctx(keys=keys, name=item))
+        check((yield call), Ctx(keys=call.keys, name=item))
 
     def delete_secret(self, name: str) -> Op[bool]:
         item = name_arg(name)
-        keys = [self.schema.secrets]
-        reply = yield contracts.set_secret(keys, field=SECRET_PREFIX + item, value=None)
-        done = contracts.parsed(contracts.SecretSet, check(reply, Ctx(keys=keys, name=item)))
+        call = contracts.set_secret(
+            secrets=self.schema.secrets, field=SECRET_PREFIX + item, value=None
+        )
+        done = contracts.parsed(
+            contracts.SecretSet, check((yield call), Ctx(keys=call.keys, name=item))
+        )
         return bool(done.changed)
 
     def list_secrets(self) -> Op[list[str]]:
@@ -91,7 +95,6 @@ class Secrets:
             if bytes(field).startswith(SECRET_PREFIX.encode()):
                 pairs += (bytes(field), as_bytes(reencrypt(bytes(old)), "reencrypt(...)"))
         stage = f"{self.schema.secrets}#{token()}"
-        keys = [self.schema.secrets, self.schema.salts, self.schema.checksums, stage]
         batch = self.limits.batch_messages
         staged, inline = 0, pairs
         if len(pairs) // 2 > batch:  # many: staged in steps, then swapped in
@@ -103,10 +106,18 @@ class Secrets:
                     ]
                 )
             staged, inline = len(pairs) // 2, []
-        reply = yield contracts.migrate_secrets(
-            keys, version=version, salt=salt, checksum=checksum, staged=staged, pairs=inline
+        call = contracts.migrate_secrets(
+            secrets=self.schema.secrets,
+            salts=self.schema.salts,
+            checksums=self.schema.checksums,
+            stage=stage,
+            version=version,
+            salt=salt,
+            checksum=checksum,
+            staged=staged,
+            pairs=inline,
         )
-        migrated = contracts.parsed(
-            contracts.Migrated, check(reply, Ctx(keys=keys, name="secrets"))
-        )
-        return int(migrated.count)
+        reply = yield call
+        return contracts.parsed(
+            contracts.Migrated, check(reply, Ctx(keys=call.keys, name="secrets"))
+        ).migrated

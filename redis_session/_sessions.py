@@ -20,7 +20,7 @@ from ._requests import Emit, Op, ScriptCall
 from ._trees import Trees
 from ._writes import Writer, appended
 from .crypto import Sealer
-from .errors import ConcurrentChange, InvalidArgument, PassphraseRequired
+from .errors import ConcurrentChange, InvalidArgument
 from .keys import KeySchema, check_key, parent_of
 from .models import LifecycleEventType, Message, MessageRole, Session
 from .options import StoreOptions
@@ -156,14 +156,14 @@ class Sessions:
         if len(runs) > 1:  # a long history: staged in steps, then swapped in by the create
             for run in runs:
                 reply = yield contracts.stage_push(
-                    [stage], length=staged, ttl_ms=STAGE_LEASE_MS, elements=run
+                    stage=stage, length=staged, ttl_ms=STAGE_LEASE_MS, elements=run
                 )
-                part = contracts.parsed(contracts.Staged, check(reply, Ctx(key, [stage])))
-                staged = int(part.length)
+                staged = contracts.parsed(contracts.Staged, check(reply, Ctx(key, [stage]))).length
             messages = pairs[0::2][-o.window :]
-        create_keys = (*keys, stage, self.events.log_of(key))
-        reply = yield contracts.create(
-            create_keys,
+        call_ = contracts.create(
+            root=keys,
+            stage=stage,
+            log=self.events.log_of(key),
             head=self.trees.head(key),
             session_key=key,
             call_token=call,
@@ -175,20 +175,21 @@ class Sessions:
             staged=staged,
             messages=messages,
         )
+        reply = yield call_
         if contracts.status(reply) != Status.OK:
             self.keyring.session_keys.pop(key, None)  # not this key's: nothing was written
-        created = contracts.parsed(contracts.Created, check(reply, Ctx(key, create_keys)))
+        created = contracts.parsed(contracts.Created, check(reply, Ctx(key, call_.keys)))
         self.trees.forget(key)
-        if self.schema.cluster and int(created.index_created):
+        if self.schema.cluster and created.index_created:
             # Not atomic with the script (other slots): a crash right here leaves this index
             # shard unlisted until repair_index(); the session itself is whole.
             yield from self.index.register(keys[3])
         if created.expired is not None:  # an earlier tree under the key had expired unseen
             yield Emit(draft._replace(type=LifecycleEventType.EXPIRE.value).event(created.expired))
         yield Emit(draft.event(created.event_id))
-        if created.due and int(created.due):  # trees of this index shard expired unseen
+        if created.due:  # trees of this index shard expired unseen
             yield from self.events.reap_due(keys[3])
-        now = codec.to_datetime(int(created.created_at))
+        now = codec.to_datetime(created.created_at)
         return session.model_copy(update={"created_at": now, "updated_at": now})
 
     def get(self, key: str, last: int | None = None) -> Op[Session]:
@@ -226,7 +227,8 @@ class Sessions:
             meta = metadata(sealer)
             self.metadata.check_total(meta, "session.metadata")
             return contracts.update(
-                (*keys, *self.trees.members(key)),
+                root=keys,
+                members=self.trees.members(key),
                 head=self.trees.head(key),
                 session_key=key,
                 kid=b"" if sealer is None else sealer.kid,
@@ -248,7 +250,8 @@ class Sessions:
 
         def build(sealer: Sealer | None) -> ScriptCall:
             return contracts.update_metadata(
-                (*keys, *self.trees.members(key)),
+                root=keys,
+                members=self.trees.members(key),
                 head=self.trees.head(key),
                 session_key=key,
                 kid=b"" if sealer is None else sealer.kid,
@@ -284,12 +287,18 @@ class Sessions:
                 if batches < 0:
                     break
                 child_keys, children, drafts = self._children_args(key, members[:DELETE_BATCH])
-                batch_keys = [*keys, log_key, sk.gone, *child_keys]
-                reply = yield contracts.discard_children(
-                    batch_keys, call_token=call, events=events, children=children
+                discard = contracts.discard_children(
+                    root=keys,
+                    log=log_key,
+                    gone=sk.gone,
+                    child_records=child_keys,
+                    call_token=call,
+                    events=events,
+                    children=children,
                 )
+                reply = yield discard
                 batch = contracts.parsed(
-                    contracts.DiscardedBatch, check(reply, Ctx(key, batch_keys))
+                    contracts.DiscardedBatch, check(reply, Ctx(key, discard.keys))
                 )
                 self.trees.forget(key)
                 if batch.done:  # this call's delete was done before (as delete.lua answers it)
@@ -299,9 +308,14 @@ class Sessions:
                 continue
             attempts += 1
             child_keys, children, drafts = self._children_args(key, members)
-            all_keys = [*keys, sk.pop, sk.turn, sk.wake, log_key, sk.gone, *child_keys]
-            reply = yield contracts.delete(
-                all_keys,
+            delete = contracts.delete(
+                root=keys,
+                pop=sk.pop,
+                turn=sk.turn,
+                wake=sk.wake,
+                log=log_key,
+                gone=sk.gone,
+                child_records=child_keys,
                 session_key=key,
                 call_token=call,
                 gone_ms=kept,
@@ -309,8 +323,9 @@ class Sessions:
                 event=draft.fields,
                 children=children,
             )
+            reply = yield delete
             if contracts.status(reply) != Status.CONFLICT:
-                deleted = contracts.parsed(contracts.Deleted, check(reply, Ctx(key, all_keys)))
+                deleted = contracts.parsed(contracts.Deleted, check(reply, Ctx(key, delete.keys)))
                 existed = bool(deleted.existed)
                 self.trees.forget(key)
                 if existed:
@@ -384,55 +399,18 @@ class Sessions:
         metadata: Mapping[str, str] | None = None,
         fence: Fence = NO_FENCE,
     ) -> Op[bool]:
-        # The hot path, written out: one generator, nothing built twice.
         if type(msg) is not Message:
             msg = message_arg(msg)
-        key = check_key(key)
-        o = self.options
         expect = b"" if expect_last_id is None else expect_last(expect_last_id)
-        if self.keyring.passphrase is not None or metadata:
-            pairs = codec.message_args([msg], "msg", o.max_message_bytes)
-            stored = yield from self._append(
-                key, [msg], pairs, "msg", metadata, expect, expect_last_id, fence
-            )
-            return stored == 1
-        if metadata is not None:  # an empty mapping: nothing to set, but still a mapping
-            codec.metadata_args(metadata, "metadata")
-        sk, root = self.trees.keys(key)
-        keys = (*root, sk.turn)
-        tree = self.trees.get(key)
-        body, ready = codec.stored_form(msg)
-        codec.check_size(body, o.max_message_bytes, "msg")
-        twin = self.reader.twin(key, body, msg) if ready else None
-        reply = yield contracts.append_message(
-            keys if tree is None else (*keys, *tree[1]),
-            head=self.trees.head(key),
-            max_messages=o.max_history_turns,
-            session_key=key,
-            kid=b"",
-            max_metadata_bytes=o.max_metadata_bytes,
-            fence=fence.value,
-            expect_last=expect,
-            metadata=(),
-            messages=(codec.message_digest(msg.id), body),
+        body, _ = codec.stored_form(msg)
+        pair = [
+            codec.message_digest(msg.id),
+            codec.check_size(body, self.options.max_message_bytes, "msg"),
+        ]
+        stored = yield from self._append(
+            key, (msg,), pair, "msg", metadata, expect, expect_last_id, fence
         )
-        status = reply[0] if type(reply) is list and reply else None
-        if status == Status.OK:
-            if twin is not None:
-                self.reader.wrote(body, twin)
-            return appended(reply) == 1
-        if status == Status.KEY_CHANGED:
-            raise PassphraseRequired(key)
-        if status == Status.TREE_CHANGED:
-            tree_now = contracts.parsed(contracts.TreeChanged, reply)
-            self.trees.learn(key, tree_now.tree_generation, tree_now.members)
-            pairs = codec.message_args([msg], "msg", o.max_message_bytes)
-            stored = yield from self._append(
-                key, [msg], pairs, "msg", metadata, expect, expect_last_id, fence
-            )
-            return stored == 1
-        check(reply, lambda: self._ctx(key, keys, expect_last_id, fence))
-        raise AssertionError("unreachable")  # pragma: no cover: check raised
+        return stored == 1
 
     def _ctx(
         self,
@@ -462,41 +440,57 @@ class Sessions:
         expect_last_id: str | None,
         fence: Fence,
     ) -> Op[int]:
+        """Append ``messages`` (``pairs``: their digest/stored-form pairs, checked) through
+        the write loop; in cleartext, each message whose decoded twin a read may take is kept
+        at hand once the script stored it (:meth:`Reader.wrote`).
+        """
         key = check_key(key)
         o = self.options
         sk, root = self.trees.keys(key)
-        keys = (*root, sk.turn)
-        metadata_pairs = self.metadata.pairs({} if metadata is None else metadata, "metadata")
+        # None and {} both set nothing; {} is still checked to be a mapping.
+        meta = None if metadata is None else self.metadata.pairs(metadata, "metadata")
+        trees = self.trees
 
         def build(sealer: Sealer | None) -> ScriptCall:
             return contracts.append_message(
-                (*keys, *self.trees.members(key)),
-                head=self.trees.head(key),
+                root=root,
+                turn=sk.turn,
+                members=trees.members(key),
+                head=trees.head(key),
                 max_messages=o.max_history_turns,
                 session_key=key,
                 kid=b"" if sealer is None else sealer.kid,
                 max_metadata_bytes=o.max_metadata_bytes,
                 fence=fence.value,
                 expect_last=expect,
-                metadata=metadata_pairs(sealer),
-                messages=codec.seal_pairs(pairs, messages, sealer, argument, o.max_message_bytes),
+                metadata=() if meta is None else meta(sealer),
+                messages=pairs
+                if sealer is None
+                else codec.seal_pairs(pairs, messages, sealer, argument, o.max_message_bytes),
             )
 
-        twins = (
-            [
-                (body, self.reader.twin(key, body, msg) if codec.twin_ready(msg) else None)
-                for msg, body in zip(messages, pairs[1::2], strict=True)
-            ]
-            if self.keyring.passphrase is None
-            else []
-        )
+        twins = self._twins(key, messages, pairs) if self.keyring.passphrase is None else ()
         reply = yield from self.writer.write(
-            key, build, lambda: self._ctx(key, keys, expect_last_id, fence, "metadata")
+            key,
+            build,
+            lambda: self._ctx(key, (*root, sk.turn), expect_last_id, fence, "metadata"),
         )
         for body, twin in twins:
-            if twin is not None:
-                self.reader.wrote(body, twin)
+            self.reader.wrote(body, twin)
         return appended(reply)
+
+    def _twins(
+        self, key: str, messages: Sequence[Message], pairs: list[bytes]
+    ) -> list[tuple[bytes, Message]]:
+        """Each stored form of ``messages`` (in ``pairs``) with its decoded twin, for those a
+        read may take it for (:meth:`Reader.twin`), taken before the write is sent.
+        """
+        reader = self.reader
+        found = []
+        for msg, body in zip(messages, pairs[1::2], strict=True):
+            if codec.twin_ready(msg) and (twin := reader.twin(key, body, msg)) is not None:
+                found.append((body, twin))
+        return found
 
     def annotate_timeout(self, key: str, partial: str) -> Op[bool]:
         text(partial, "partial")
@@ -520,14 +514,17 @@ class Sessions:
         msg = Message(role=MessageRole.SYSTEM, content="[Compacted Summary]\n" + summary)
         expect = codec.id_prefix(expect_id) if expect_id else b""
         sk, root = self.trees.keys(key)
-        keys = (*root, sk.turn, self.events.log_of(key))
+        log = self.events.log_of(key)
         draft = new_event(LifecycleEventType.COMPACT, key)
         pairs = codec.message_args([msg], "summary", limit)
 
         def build(sealer: Sealer | None) -> ScriptCall:
             digest, element = codec.seal_pairs(pairs, [msg], sealer, "summary", limit)
             return contracts.compact_messages(
-                (*keys, *self.trees.members(key)),
+                root=root,
+                turn=sk.turn,
+                log=log,
+                members=self.trees.members(key),
                 head=self.trees.head(key),
                 session_key=key,
                 up_to=index,
@@ -540,23 +537,26 @@ class Sessions:
                 fence=fence.value,
             )
 
+        keys = (*root, sk.turn, log)
         ctx = Ctx(key, keys, index=index, expect_id=expect_id or "", token=fence.token)
         reply = yield from self.writer.write(key, build, ctx)
         compacted = contracts.parsed(contracts.Compacted, reply)
-        removed = int(compacted.removed)
-        if removed:
+        if compacted.removed:
             yield Emit(draft.event(compacted.event_id))
-        return removed
+        return compacted.removed
 
     def end(self, key: str) -> Op[bool]:
         key = check_key(key)
         _, root = self.trees.keys(key)
-        keys = (*root, self.events.log_of(key))
         draft = new_event(LifecycleEventType.END, key)
-        reply = yield contracts.end_session(
-            keys, events=self.events.events_of(key), event=draft.fields
+        call = contracts.end_session(
+            root=root,
+            log=self.events.log_of(key),
+            events=self.events.events_of(key),
+            event=draft.fields,
         )
-        ended = contracts.parsed(contracts.Ended, check(reply, Ctx(key, keys)))
+        reply = yield call
+        ended = contracts.parsed(contracts.Ended, check(reply, Ctx(key, call.keys)))
         if ended.event_id is None:  # ended before
             return False
         yield Emit(draft.event(ended.event_id))
@@ -572,7 +572,9 @@ class Sessions:
 
         def build(sealer: Sealer | None) -> ScriptCall:
             return contracts.pop_message(
-                (*keys, sk.pop, *self.trees.members(key)),
+                root=keys,
+                pop=sk.pop,
+                members=self.trees.members(key),
                 head=self.trees.head(key),
                 session_key=key,
                 call_token=call,
@@ -586,7 +588,7 @@ class Sessions:
         popped = contracts.parsed(contracts.Popped, (yield from self.writer.write(key, build, ctx)))
         if popped.element is None:
             return None
-        element = bytes(popped.element)
+        element = popped.element
         (msg,) = yield from self.keyring.written(
             key, lambda o: codec.decode_messages(key, [element], o)
         )

@@ -83,16 +83,17 @@ class Turns:
         call = token()
         started = time.monotonic()
         while True:
-            reply = yield contracts.claim_turn(keys, lease_ms=ms, call_token=call)
+            reply = yield contracts.claim_turn(
+                root=root, turn=sk.turn, lease_ms=ms, call_token=call
+            )
             if contracts.status(reply) != Status.TURN_BUSY:
                 claimed = contracts.parsed(contracts.Claimed, check(reply, Ctx(key, keys)))
-                number = int(claimed.token)
-                return Fence(f"{number}:{call}", number)
+                return Fence(f"{claimed.token}:{call}", claimed.token)
             waited = time.monotonic() - started
             left = wait - waited
             if left <= 0:
                 raise TurnBusy(key, waited)
-            held = int(contracts.parsed(contracts.TurnHeld, reply).pttl) / 1000
+            held = contracts.parsed(contracts.TurnHeld, reply).pttl / 1000
             step = max(0.01, min(left, WAKE_STEP, held if held > 0 else WAKE_STEP))
             yield Commands([("BLPOP", sk.wake, f"{step:.3f}")])
 
@@ -102,7 +103,7 @@ class Turns:
         """
         ms = lease_ms(lease)
         sk = self.trees.keys(key)[0]
-        reply = yield contracts.renew_turn((sk.turn,), fence=fence.value, lease_ms=ms)
+        reply = yield contracts.renew_turn(turn=sk.turn, fence=fence.value, lease_ms=ms)
         check(reply, Ctx(key, (sk.turn,), token=fence.token))
 
     def release(self, key: str, fence: Fence) -> Op[bool]:
@@ -110,7 +111,8 @@ class Turns:
         more (its lease ran out, or another claim took it).
         """
         sk = self.trees.keys(key)[0]
-        keys = (sk.turn, sk.wake)
-        reply = yield contracts.release_turn(keys, fence=fence.value, wake_ms=WAKE_MS)
-        released = contracts.parsed(contracts.Released, check(reply, Ctx(key, keys)))
-        return bool(int(released.released))
+        call = contracts.release_turn(
+            turn=sk.turn, wake=sk.wake, fence=fence.value, wake_ms=WAKE_MS
+        )
+        reply = yield call
+        return contracts.parsed(contracts.Released, check(reply, Ctx(key, call.keys))).released

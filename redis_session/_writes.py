@@ -25,8 +25,8 @@ def appended(reply: Any) -> int:
     """
     done = contracts.parsed(contracts.Appended, reply)
     if done.trimmed:
-        note_trimmed(int(done.trimmed))
-    return int(done.appended)
+        note_trimmed(done.trimmed)
+    return done.appended
 
 
 class Writer:
@@ -58,12 +58,12 @@ class Writer:
                 return reply  # type: ignore[no-any-return]
             if status == Status.KEY_CHANGED:
                 changed = contracts.parsed(contracts.KeyChanged, reply)
-                yield from keyring.follow(root, bytes(changed.kid), bytes(changed.dk))
+                yield from keyring.follow(root, changed.kid, changed.dk)
                 continue
             if status == Status.VERSION:  # another writer's clock is ahead: go past it
                 refused = contracts.parsed(contracts.VersionRefused, reply)
-                name = bytes(refused.field)[2:].decode("utf-8", "replace")
-                keyring.versions[(root, name)] = int.from_bytes(bytes(refused.version), "big")
+                name = refused.field[2:].decode("utf-8", "replace")
+                keyring.versions[(root, name)] = int.from_bytes(refused.version, "big")
                 continue
             if status == Status.TREE_CHANGED:
                 tree = contracts.parsed(contracts.TreeChanged, reply)

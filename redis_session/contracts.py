@@ -18,15 +18,17 @@ the status (:class:`~redis_session.status.Status`); the named types here hold wh
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, get_args, get_type_hints
 
 from ._requests import ScriptCall
 
 Key = str | bytes
 Arg = bytes | str | int
 R = TypeVar("R", bound=tuple[Any, ...])
+B = TypeVar("B", bound=Callable[..., ScriptCall])
 
 
 class Head(NamedTuple):
@@ -59,27 +61,77 @@ def status(reply: Any) -> Any:
 
 
 def parsed(cls: type[R], reply: Sequence[Any]) -> R:
-    """What follows a reply's status, as ``cls``; a last field named in :data:`REST` takes
-    every remaining element (a tuple), a field the reply does not reach is None.
+    """What follows a reply's status, as ``cls`` (:func:`typed`)."""
+    return typed(cls, reply, 1)
+
+
+def typed(cls: type[R], values: Sequence[Any], first: int = 0) -> R:
+    """``values`` from index ``first`` on as ``cls``, each field converted to its annotated
+    type (:func:`converters`); a last field named in :data:`REST` takes every remaining
+    element (a tuple), a field the values do not reach is None.
     """
-    shape = _SHAPES.get(cls)
-    if shape is None:
-        fields = cls._fields  # type: ignore[attr-defined]
-        shape = _SHAPES[cls] = (len(fields), bool(fields) and fields[-1] in REST)
-    count, rest = shape
-    if not rest and len(reply) == count + 1:  # the common case: one value per field
-        return tuple.__new__(cls, reply[1:])
-    values = list(reply[1:])
+    count, rest, convert = _SHAPES.get(cls) or _shape(cls)
+    got = list(values[first:])
     if rest:
         fixed = count - 1
-        values = [*values[:fixed], *([None] * (fixed - len(values))), tuple(values[fixed:])]
-    else:
-        values += [None] * (count - len(values))
-    return cls(*values)
+        got = [*got[:fixed], *([None] * (fixed - len(got))), tuple(got[fixed:])]
+    elif len(got) != count:
+        got += [None] * (count - len(got))
+    for i, kind, to in convert:
+        value = got[i]
+        if value is not None and type(value) is not kind:
+            got[i] = to(value)
+    return tuple.__new__(cls, got)
 
 
-_SHAPES: dict[type[Any], tuple[int, bool]] = {}
-"""Per reply type: its number of fields, and whether the last takes the rest of a reply."""
+def _as_int(value: Any) -> int:
+    return int(value)  # a number, or its digits in a Redis string
+
+
+def _as_bytes(value: Any) -> bytes:
+    return b"%d" % value if type(value) is int else bytes(value)
+
+
+def _as_bool(value: Any) -> bool:
+    return bool(int(value))
+
+
+_CONVERTERS: dict[Any, Callable[[Any], Any]] = {
+    int: _as_int,
+    bytes: _as_bytes,
+    bool: _as_bool,
+    float: float,
+}
+"""The one converter per field type (as redis-py's response callbacks): a Lua number arrives
+as an int, a Lua string (a hash field's value too) as bytes, ``false`` and nil as None."""
+
+
+def converters(cls: type[tuple[Any, ...]]) -> tuple[tuple[int, type, Callable[[Any], Any]], ...]:
+    """Per field of reply type ``cls`` whose type has a converter: its index, its type and the
+    converter (``T | None``: T's; None stays None). Other fields (lists, tuples, ``Any``) are
+    taken as they are.
+    """
+    hints = get_type_hints(cls)
+    found = []
+    for i, name in enumerate(cls._fields):  # type: ignore[attr-defined]
+        kind = hints[name]
+        if isinstance(kind, types.UnionType):  # T | None: T's; two types: as it is
+            kinds = [k for k in get_args(kind) if k is not type(None)]
+            kind = kinds[0] if len(kinds) == 1 else None
+        if kind in _CONVERTERS:
+            found.append((i, kind, _CONVERTERS[kind]))
+    return tuple(found)
+
+
+def _shape(cls: type[Any]) -> tuple[int, bool, tuple[tuple[int, type, Callable[[Any], Any]], ...]]:
+    fields = cls._fields
+    shape = _SHAPES[cls] = (len(fields), bool(fields) and fields[-1] in REST, converters(cls))
+    return shape
+
+
+_SHAPES: dict[type[Any], tuple[int, bool, tuple[tuple[int, type, Callable[[Any], Any]], ...]]] = {}
+"""Per reply type: its number of fields, whether the last takes the rest of a reply, and its
+converters."""
 
 
 REST = frozenset({"members", "children", "reaped", "event_ids"})
@@ -102,8 +154,8 @@ class KeyChanged(NamedTuple):
 class TreeChanged(NamedTuple):
     """``TREE_CHANGED``: the tree's generation and its members (child keys)."""
 
-    tree_generation: Any
-    members: tuple[Any, ...]
+    tree_generation: bytes
+    members: tuple[bytes, ...]
 
 
 class VersionRefused(NamedTuple):
@@ -120,8 +172,8 @@ class Damaged(NamedTuple):
 
     at: int
     what: bytes | str
-    found: Any
-    expected: Any
+    found: bytes | int
+    expected: bytes | int
 
 
 class WrongType(NamedTuple):
@@ -141,7 +193,7 @@ class TooLarge(NamedTuple):
 class Pruned(NamedTuple):
     """``PRUNED``: the child was merged (at ``merged_at``, µs) and its record pruned since."""
 
-    merged_at: Any
+    merged_at: float
 
 
 class ParentGone(NamedTuple):
@@ -161,13 +213,13 @@ class Stale(NamedTuple):
     names it (an append's ``expect_last``), else None.
     """
 
-    newest: Any
+    newest: bytes | None
 
 
 class TurnHeld(NamedTuple):
     """``TURN_BUSY``: another claim holds the session's turn for ``pttl`` ms more."""
 
-    pttl: Any
+    pttl: int
 
 
 class Nothing(NamedTuple):
@@ -193,10 +245,8 @@ class Contract:
 CONTRACTS: dict[str, Contract] = {}
 
 
-def _contract(
-    keys: str, argv: str, *ok: type[tuple[Any, ...]]
-) -> Callable[[Callable[..., ScriptCall]], Callable[..., ScriptCall]]:
-    def register(build: Callable[..., ScriptCall]) -> Callable[..., ScriptCall]:
+def _contract(keys: str, argv: str, *ok: type[tuple[Any, ...]]) -> Callable[[B], B]:
+    def register(build: B) -> B:
         name = build.__name__
         CONTRACTS[name] = Contract(name, tuple(keys.split()), tuple(argv.split()), build, ok)
         return build
@@ -208,15 +258,15 @@ def _contract(
 
 
 class Created(NamedTuple):
-    created_at: Any
+    created_at: int
     """Microseconds since the epoch (the server's clock)."""
-    index_created: Any
+    index_created: int
     """1 when this call created the index key (a cluster registers its shard)."""
-    event_id: Any
+    event_id: bytes
     """The ``create`` event's id in the log (``b''``: no log, or a retry of this call)."""
-    due: Any
+    due: int | None
     """How many index entries of the shard belong to trees whose deadline passed."""
-    expired: Any
+    expired: bytes | None
     """The ``expire`` event's id of an earlier tree under the key that ended unseen (None:
     there was none)."""
 
@@ -227,8 +277,10 @@ class Created(NamedTuple):
     Created,
 )
 def create(
-    keys: Sequence[Key],
     *,
+    root: Sequence[Key],
+    stage: Key,
+    log: Key,
     head: Head,
     session_key: str,
     call_token: str,
@@ -245,7 +297,7 @@ def create(
     """
     return ScriptCall(
         "create",
-        keys,
+        [*root, stage, log],
         [
             *head,
             session_key,
@@ -267,22 +319,25 @@ class Read(NamedTuple):
     of its list (which holds ``head`` .. ``tail`` in ``generation``).
     """
 
-    meta: Any
-    from_: Any
-    head: Any
-    tail: Any
-    generation: Any
-    token: Any
-    elements: Any
-    upto: Any
-    kid: Any
-    dk: Any
+    meta: list[bytes]
+    from_: int
+    head: int
+    tail: int
+    generation: int
+    token: bytes
+    elements: list[bytes]
+    upto: int
+    kid: bytes
+    dk: bytes
 
 
 @_contract("meta msgs ids mark", "last with_meta token generation tail budget held_head", Read)
 def get(
-    keys: Sequence[Key],
     *,
+    meta: Key,
+    msgs: Key,
+    ids: Key,
+    mark: Key,
     last: int,
     with_meta: bool,
     token: Arg,
@@ -296,18 +351,19 @@ def get(
     version the caller holds (``''``: none); ``after``: plain reads sent behind it.
     """
     args: list[Arg] = [last, "1" if with_meta else "0", token, generation, tail, budget, held_head]
-    return ScriptCall("get", keys, args, False, after)
+    return ScriptCall("get", [meta, msgs, ids, mark], args, False, after)
 
 
 class Part(NamedTuple):
-    elements: Any
-    upto: Any
+    elements: list[bytes]
+    upto: int
 
 
 @_contract("meta msgs", "generation from_ to budget token", Part)
 def read_range(
-    keys: Sequence[Key],
     *,
+    meta: Key,
+    msgs: Key,
     generation: Arg,
     from_: int,
     to: int,
@@ -318,17 +374,18 @@ def read_range(
     args: list[Arg] = [generation, from_, to, budget]
     if token is not None:
         args.append(token)
-    return ScriptCall("read_range", keys, args, write=False)
+    return ScriptCall("read_range", [meta, msgs], args, write=False)
 
 
 class Updated(NamedTuple):
-    updated_at: Any
+    updated_at: int
 
 
 @_contract("root *members", "head session_key kid #scalars *metadata", Updated)
 def update(
-    keys: Sequence[Key],
     *,
+    root: Sequence[Key],
+    members: Sequence[Key] = (),
     head: Head,
     session_key: str,
     kid: bytes,
@@ -337,13 +394,14 @@ def update(
 ) -> ScriptCall:
     """``scalars``, ``metadata``: field/value pairs (scalars counted in pairs)."""
     args: list[Arg] = [*head, session_key, kid, len(scalars) // 2, *scalars, *metadata]
-    return ScriptCall("update", keys, args)
+    return ScriptCall("update", [*root, *members], args)
 
 
 @_contract("root *members", "head session_key kid max_metadata_bytes #delete *set", Updated)
 def update_metadata(
-    keys: Sequence[Key],
     *,
+    root: Sequence[Key],
+    members: Sequence[Key] = (),
     head: Head,
     session_key: str,
     kid: bytes,
@@ -352,26 +410,32 @@ def update_metadata(
     set: Sequence[bytes],
 ) -> ScriptCall:
     args: list[Arg] = [*head, session_key, kid, max_metadata_bytes, len(delete), *delete, *set]
-    return ScriptCall("update_metadata", keys, args)
+    return ScriptCall("update_metadata", [*root, *members], args)
 
 
 class Deleted(NamedTuple):
-    existed: Any
-    event_id: Any
+    existed: int
+    event_id: bytes | None
     """The ``delete`` (or ``expire``) event's id in the log (``b''``: none logged)."""
-    event_ids: Any
+    event_ids: tuple[bytes | int, ...]
     """Per child, in order: its ``discard`` event's id when it was live (``b''``: no log),
     else 0."""
 
 
 @_contract(
-    "root pop turn wake log gone *children",
+    "root pop turn wake log gone *child_records",
     "session_key call_token gone_ms events event *children",
     Deleted,
 )
 def delete(
-    keys: Sequence[Key],
     *,
+    root: Sequence[Key],
+    pop: Key,
+    turn: Key,
+    wake: Key,
+    log: Key,
+    gone: Key,
+    child_records: Sequence[Key],
     session_key: str,
     call_token: str,
     gone_ms: int,
@@ -385,21 +449,24 @@ def delete(
     ``discard`` event.
     """
     args: list[Arg] = [session_key, call_token, gone_ms, *events, event, *children]
-    return ScriptCall("delete", keys, args)
+    return ScriptCall("delete", [*root, pop, turn, wake, log, gone, *child_records], args)
 
 
 class DiscardedBatch(NamedTuple):
-    done: Any
+    done: int
     """1 when the delete the batch belongs to was done before (nothing discarded), else 0."""
-    event_ids: Any
+    event_ids: tuple[bytes | int, ...]
     """Per child, in order: its ``discard`` event's id when it was live (``b''``: no log),
     else 0 (merged, damaged, or no longer a member)."""
 
 
-@_contract("root log gone *children", "call_token events *children", DiscardedBatch)
+@_contract("root log gone *child_records", "call_token events *children", DiscardedBatch)
 def discard_children(
-    keys: Sequence[Key],
     *,
+    root: Sequence[Key],
+    log: Key,
+    gone: Key,
+    child_records: Sequence[Key],
     call_token: str,
     events: Events,
     children: Sequence[bytes],
@@ -408,51 +475,59 @@ def discard_children(
     per child; ``call_token``: the delete's (``""``: none); ``children``: per child, its key
     as read and the fields of its ``discard`` event (a batch of a delete: see ``delete``).
     """
-    return ScriptCall("discard_children", keys, [call_token, *events, *children])
+    return ScriptCall(
+        "discard_children", [*root, log, gone, *child_records], [call_token, *events, *children]
+    )
 
 
 class Ended(NamedTuple):
-    ended_at: Any
+    ended_at: int | None
     """Microseconds since the epoch (the server's clock), when the session was ended."""
-    event_id: Any
+    event_id: bytes | None
     """The ``end`` event's id (``b''``: no log); None when the session was ended before."""
 
 
 @_contract("root log", "events event", Ended)
-def end_session(keys: Sequence[Key], *, events: Events, event: bytes) -> ScriptCall:
-    return ScriptCall("end_session", keys, [*events, event])
+def end_session(*, root: Sequence[Key], log: Key, events: Events, event: bytes) -> ScriptCall:
+    return ScriptCall("end_session", [*root, log], [*events, event])
 
 
 class Reaped(NamedTuple):
-    reaped: tuple[Any, ...]
+    reaped: tuple[bytes, ...]
     """Session key, event id, session key, event id, ... of the trees reaped by this call."""
 
 
 @_contract("index log *metas", "events ttl_ms *candidates", Reaped)
 def reap_expired(
-    keys: Sequence[Key], *, events: Events, ttl_ms: int, candidates: Sequence[bytes | str]
+    *,
+    index: Key,
+    log: Key,
+    metas: Sequence[Key],
+    events: Events,
+    ttl_ms: int,
+    candidates: Sequence[bytes | str],
 ) -> ScriptCall:
     """``keys``: the index shard, its log, then each candidate's meta hash; ``candidates``:
     per candidate, its session key and its ``expire`` event's fields.
     """
-    return ScriptCall("reap_expired", keys, [*events, ttl_ms, *candidates])
+    return ScriptCall("reap_expired", [index, log, *metas], [*events, ttl_ms, *candidates])
 
 
 class GroupRead(NamedTuple):
-    delivered: Any
+    delivered: bytes
     """The group's last delivered id before this call."""
-    entries: Any
+    entries: list[Any]
     """``[id, [field, value, ...]]`` per entry taken."""
 
 
 @_contract("log", "group consumer count", GroupRead)
-def read_group(keys: Sequence[Key], *, group: str, consumer: str, count: int) -> ScriptCall:
-    return ScriptCall("read_group", keys, [group, consumer, count], write=False)
+def read_group(*, log: Key, group: str, consumer: str, count: int) -> ScriptCall:
+    return ScriptCall("read_group", [log], [group, consumer, count], write=False)
 
 
 class Appended(NamedTuple):
-    appended: Any
-    trimmed: Any
+    appended: int
+    trimmed: int
     """Messages the append trimmed from the session's head (its ``max_messages``)."""
 
 
@@ -462,8 +537,10 @@ class Appended(NamedTuple):
     Appended,
 )
 def append_message(
-    keys: Sequence[Key],
     *,
+    root: Sequence[Key],
+    turn: Key,
+    members: Sequence[Key] = (),
     head: Head,
     max_messages: int,
     session_key: str,
@@ -481,7 +558,7 @@ def append_message(
     """
     return ScriptCall(
         "append_message",
-        keys,
+        [*root, turn, *members],
         [
             *head,
             max_messages,
@@ -498,8 +575,8 @@ def append_message(
 
 
 class Compacted(NamedTuple):
-    removed: Any
-    event_id: Any
+    removed: int
+    event_id: bytes
     """The ``compact`` event's id in the log (``b''``: none logged)."""
 
 
@@ -509,8 +586,11 @@ class Compacted(NamedTuple):
     Compacted,
 )
 def compact_messages(
-    keys: Sequence[Key],
     *,
+    root: Sequence[Key],
+    turn: Key,
+    log: Key,
+    members: Sequence[Key] = (),
     head: Head,
     session_key: str,
     up_to: int,
@@ -534,18 +614,20 @@ def compact_messages(
         kid,
         fence,
     ]
-    return ScriptCall("compact_messages", keys, args)
+    return ScriptCall("compact_messages", [*root, turn, log, *members], args)
 
 
 class Popped(NamedTuple):
-    element: Any
+    element: bytes | None
     """None when the history was empty."""
 
 
 @_contract("root pop *members", "head session_key call_token digest expect kid keep_ms", Popped)
 def pop_message(
-    keys: Sequence[Key],
     *,
+    root: Sequence[Key],
+    pop: Key,
+    members: Sequence[Key] = (),
     head: Head,
     session_key: str,
     call_token: str,
@@ -555,31 +637,29 @@ def pop_message(
     keep_ms: int,
 ) -> ScriptCall:
     args: list[Arg] = [*head, session_key, call_token, digest, expect, kid, keep_ms]
-    return ScriptCall("pop_message", keys, args)
+    return ScriptCall("pop_message", [*root, pop, *members], args)
 
 
 class Staged(NamedTuple):
-    length: Any
+    length: int
 
 
 @_contract("stage", "length ttl_ms *elements", Staged)
-def stage_push(
-    keys: Sequence[Key], *, length: int, ttl_ms: int, elements: Sequence[bytes]
-) -> ScriptCall:
-    return ScriptCall("stage_push", keys, [length, ttl_ms, *elements])
+def stage_push(*, stage: Key, length: int, ttl_ms: int, elements: Sequence[bytes]) -> ScriptCall:
+    return ScriptCall("stage_push", [stage], [length, ttl_ms, *elements])
 
 
 # Children ----------------------------------------------------------------------------------
 
 
 class Forked(NamedTuple):
-    created_at: Any
-    tree_generation: Any
-    elements: Any
+    created_at: int
+    tree_generation: bytes
+    elements: list[bytes] | None
     """The child's stored elements, or False when they were copied in steps (read them so)."""
-    event_id: Any
+    event_id: bytes
     """The ``fork`` event's id in the log (``b''``: a retry of this call, or no log)."""
-    members: tuple[Any, ...]
+    members: tuple[bytes, ...]
 
 
 class ForkStage(NamedTuple):
@@ -587,9 +667,9 @@ class ForkStage(NamedTuple):
     holds more to inherit than one call copies.
     """
 
-    generation: Any
-    head: Any
-    tail: Any
+    generation: int
+    head: int
+    tail: int
 
 
 @_contract(
@@ -599,8 +679,13 @@ class ForkStage(NamedTuple):
     Forked,
 )
 def fork_child(
-    keys: Sequence[Key],
     *,
+    root: Sequence[Key],
+    child_meta: Key,
+    child_msgs: Key,
+    child_ids: Key,
+    log: Key,
+    members: Sequence[Key] = (),
     head: Head,
     parent_key: str,
     child_key: str,
@@ -618,7 +703,7 @@ def fork_child(
 ) -> ScriptCall:
     return ScriptCall(
         "fork_child",
-        keys,
+        [*root, child_meta, child_msgs, child_ids, log, *members],
         [
             *head,
             parent_key,
@@ -639,16 +724,18 @@ def fork_child(
 
 
 class Copied(NamedTuple):
-    upto: Any
-    length: Any
+    upto: int
+    length: int
 
 
 @_contract(
     "source_meta source_msgs target", "generation from_ to copied prefix ttl_ms budget", Copied
 )
 def copy_range(
-    keys: Sequence[Key],
     *,
+    source_meta: Key,
+    source_msgs: Key,
+    target: Key,
     generation: Arg,
     from_: int,
     to: int,
@@ -658,7 +745,7 @@ def copy_range(
     budget: int,
 ) -> ScriptCall:
     args: list[Arg] = [generation, from_, to, copied, prefix, ttl_ms, budget]
-    return ScriptCall("copy_range", keys, args)
+    return ScriptCall("copy_range", [source_meta, source_msgs, target], args)
 
 
 @_contract(
@@ -667,8 +754,13 @@ def copy_range(
     Appended,
 )
 def append_child_message(
-    keys: Sequence[Key],
     *,
+    root: Sequence[Key],
+    child_meta: Key,
+    child_msgs: Key,
+    child_ids: Key,
+    turn: Key,
+    members: Sequence[Key] = (),
     head: Head,
     parent_key: str,
     child_key: str,
@@ -682,16 +774,18 @@ def append_child_message(
     the stored message.
     """
     args: list[Arg] = [*head, parent_key, child_key, kid, fence, expect_last, *messages]
-    return ScriptCall("append_child_message", keys, args)
+    return ScriptCall(
+        "append_child_message", [*root, child_meta, child_msgs, child_ids, turn, *members], args
+    )
 
 
 class Merged(NamedTuple):
-    merged_at: Any
-    appended: Any
-    tree_generation: Any
-    event_id: Any
+    merged_at: int
+    appended: int
+    tree_generation: bytes
+    event_id: bytes
     """The ``merge`` event's id in the log (``b''``: a retry of this call, or no log)."""
-    members: tuple[Any, ...]
+    members: tuple[bytes, ...]
 
 
 @_contract(
@@ -702,8 +796,14 @@ class Merged(NamedTuple):
     Merged,
 )
 def merge_child(
-    keys: Sequence[Key],
     *,
+    root: Sequence[Key],
+    child_meta: Key,
+    child_msgs: Key,
+    child_ids: Key,
+    stage: Key,
+    log: Key,
+    members: Sequence[Key] = (),
     head: Head,
     max_messages: int,
     parent_key: str,
@@ -727,7 +827,7 @@ def merge_child(
     """
     return ScriptCall(
         "merge_child",
-        keys,
+        [*root, child_meta, child_msgs, child_ids, stage, log, *members],
         [
             *head,
             max_messages,
@@ -753,19 +853,19 @@ def merge_child(
 class MergeBegun(NamedTuple):
     """``merge_stage`` ``begin``: the parent's list and the child's positions."""
 
-    generation: Any
-    head: Any
-    tail: Any
-    child_head: Any
-    child_tail: Any
+    generation: int
+    head: int
+    tail: int
+    child_head: int
+    child_tail: int
 
 
 class MergeStep(NamedTuple):
     """A ``merge_stage`` copy step."""
 
-    upto: Any
-    length: Any
-    child_staged: Any
+    upto: int
+    length: int
+    child_staged: int
 
 
 @_contract(
@@ -775,8 +875,12 @@ class MergeStep(NamedTuple):
     MergeStep,
 )
 def merge_stage(
-    keys: Sequence[Key],
     *,
+    root: Sequence[Key],
+    child_meta: Key,
+    child_msgs: Key,
+    child_ids: Key,
+    stage: Key,
     head: Head,
     parent_key: str,
     child_key: str,
@@ -793,7 +897,7 @@ def merge_stage(
     """``step``: ``begin``, ``parent`` or ``child``."""
     return ScriptCall(
         "merge_stage",
-        keys,
+        [*root, child_meta, child_msgs, child_ids, stage],
         [
             *head,
             parent_key,
@@ -812,10 +916,10 @@ def merge_stage(
 
 
 class Discarded(NamedTuple):
-    tree_generation: Any
-    event_id: Any
+    tree_generation: bytes
+    event_id: bytes
     """The ``discard`` event's id in the log (``b''``: a retry of this call, or no log)."""
-    members: tuple[Any, ...]
+    members: tuple[bytes, ...]
 
 
 @_contract(
@@ -824,8 +928,12 @@ class Discarded(NamedTuple):
     Discarded,
 )
 def discard_child(
-    keys: Sequence[Key],
     *,
+    root: Sequence[Key],
+    child_meta: Key,
+    child_msgs: Key,
+    child_ids: Key,
+    log: Key,
     head: Head,
     parent_key: str,
     child_key: str,
@@ -834,21 +942,21 @@ def discard_child(
     event: bytes,
 ) -> ScriptCall:
     args: list[Arg] = [*head, parent_key, child_key, call_digest, *events, event]
-    return ScriptCall("discard_child", keys, args)
+    return ScriptCall("discard_child", [*root, child_meta, child_msgs, child_ids, log], args)
 
 
 class ChildRead(NamedTuple):
     """A ``get_child`` reply (see :class:`Read`); ``kid``, ``dk``: the parent's key."""
 
-    meta: Any
-    from_: Any
-    head: Any
-    tail: Any
-    generation: Any
-    elements: Any
-    upto: Any
-    kid: Any
-    dk: Any
+    meta: list[bytes]
+    from_: int
+    head: int
+    tail: int
+    generation: int
+    elements: list[bytes]
+    upto: int
+    kid: bytes
+    dk: bytes
 
 
 @_contract(
@@ -857,8 +965,11 @@ class ChildRead(NamedTuple):
     ChildRead,
 )
 def get_child(
-    keys: Sequence[Key],
     *,
+    child_meta: Key,
+    child_msgs: Key,
+    done: Key,
+    parent_meta: Key,
     child_key: str,
     generation: Arg,
     tail: Arg,
@@ -867,14 +978,14 @@ def get_child(
     token: Arg,
 ) -> ScriptCall:
     args: list[Arg] = [child_key, generation, tail, budget, held_head, token]
-    return ScriptCall("get_child", keys, args, write=False)
+    return ScriptCall("get_child", [child_meta, child_msgs, done, parent_meta], args, write=False)
 
 
 class Children(NamedTuple):
     """A ``children_of`` reply: the parent's key record and one :class:`ChildPart` each."""
 
-    key_record: Any
-    children: tuple[Any, ...]
+    key_record: list[bytes]
+    children: tuple[list[Any], ...]
 
 
 class ChildPart(NamedTuple):
@@ -882,96 +993,127 @@ class ChildPart(NamedTuple):
     elements from its head, and how far they reach of its tail.
     """
 
-    meta: Any
-    elements: Any
-    upto: Any
-    tail: Any
+    meta: list[bytes]
+    elements: list[bytes]
+    upto: int
+    tail: int
 
 
 @_contract("kids parent_meta *children", "budget *child_keys", Children)
-def children_of(keys: Sequence[Key], *, budget: int, child_keys: Sequence[bytes]) -> ScriptCall:
+def children_of(
+    *,
+    kids: Key,
+    parent_meta: Key,
+    children: Sequence[Key],
+    budget: int,
+    child_keys: Sequence[bytes],
+) -> ScriptCall:
     """``keys``: the kids zset, the parent's meta hash, then meta and msgs per child."""
-    return ScriptCall("children_of", keys, [budget, *child_keys], write=False)
+    return ScriptCall(
+        "children_of", [kids, parent_meta, *children], [budget, *child_keys], write=False
+    )
 
 
 # Secrets and the keyring -------------------------------------------------------------------
 
 
 @_contract("salts checksums", "name checksum", Nothing)
-def set_checksum(keys: Sequence[Key], *, name: str, checksum: bytes) -> ScriptCall:
-    return ScriptCall("set_checksum", keys, [name, checksum])
+def set_checksum(*, salts: Key, checksums: Key, name: str, checksum: bytes) -> ScriptCall:
+    return ScriptCall("set_checksum", [salts, checksums], [name, checksum])
 
 
 class SecretSet(NamedTuple):
-    changed: Any
+    changed: int
 
 
 @_contract("secrets", "field value", SecretSet)
-def set_secret(keys: Sequence[Key], *, field: str, value: bytes | None) -> ScriptCall:
+def set_secret(*, secrets: Key, field: str, value: bytes | None) -> ScriptCall:
     """``value`` None: delete the secret."""
-    return ScriptCall("set_secret", keys, [field] if value is None else [field, value])
+    return ScriptCall("set_secret", [secrets], [field] if value is None else [field, value])
 
 
 class Migrated(NamedTuple):
-    count: Any
+    migrated: int
 
 
 @_contract("secrets salts checksums stage", "version salt checksum staged *pairs", Migrated)
 def migrate_secrets(
-    keys: Sequence[Key],
     *,
+    secrets: Key,
+    salts: Key,
+    checksums: Key,
+    stage: Key,
     version: bytes,
     salt: bytes,
     checksum: bytes,
     staged: int,
     pairs: Sequence[bytes],
 ) -> ScriptCall:
-    return ScriptCall("migrate_secrets", keys, [version, salt, checksum, staged, *pairs])
+    return ScriptCall(
+        "migrate_secrets",
+        [secrets, salts, checksums, stage],
+        [version, salt, checksum, staged, *pairs],
+    )
 
 
 @_contract("salts checksums keyring", "record salt key_check master_wrap", Nothing)
 def init_keyring(
-    keys: Sequence[Key], *, record: str, salt: bytes, key_check: bytes, master_wrap: bytes
+    *,
+    salts: Key,
+    checksums: Key,
+    keyring: Key,
+    record: str,
+    salt: bytes,
+    key_check: bytes,
+    master_wrap: bytes,
 ) -> ScriptCall:
-    return ScriptCall("init_keyring", keys, [record, salt, key_check, master_wrap])
+    return ScriptCall(
+        "init_keyring", [salts, checksums, keyring], [record, salt, key_check, master_wrap]
+    )
 
 
 @_contract("salts checksums keyring", "record salt key_check master_field master_wrap", Nothing)
 def begin_rekey(
-    keys: Sequence[Key],
     *,
+    salts: Key,
+    checksums: Key,
+    keyring: Key,
     record: str,
     salt: bytes,
     key_check: bytes,
     master_field: str,
     master_wrap: bytes,
 ) -> ScriptCall:
-    return ScriptCall("begin_rekey", keys, [record, salt, key_check, master_field, master_wrap])
+    return ScriptCall(
+        "begin_rekey",
+        [salts, checksums, keyring],
+        [record, salt, key_check, master_field, master_wrap],
+    )
 
 
 @_contract("salts checksums keyring", "record next_record next_salt", Nothing)
 def finish_rekey(
-    keys: Sequence[Key], *, record: str, next_record: str, next_salt: bytes
+    *, salts: Key, checksums: Key, keyring: Key, record: str, next_record: str, next_salt: bytes
 ) -> ScriptCall:
-    return ScriptCall("finish_rekey", keys, [record, next_record, next_salt])
+    return ScriptCall("finish_rekey", [salts, checksums, keyring], [record, next_record, next_salt])
 
 
 @_contract("meta", "kid dk new_kid new_dk", Nothing)
-def rekey_session(
-    keys: Sequence[Key], *, kid: bytes, dk: bytes, new_kid: bytes, new_dk: bytes
-) -> ScriptCall:
-    return ScriptCall("rekey_session", keys, [kid, dk, new_kid, new_dk])
+def rekey_session(*, meta: Key, kid: bytes, dk: bytes, new_kid: bytes, new_dk: bytes) -> ScriptCall:
+    return ScriptCall("rekey_session", [meta], [kid, dk, new_kid, new_dk])
 
 
 class Resealed(NamedTuple):
-    replaced: Any
-    generation: Any
+    replaced: int
+    generation: int
 
 
 @_contract("session_meta owner_meta list", "kid generation #elements #fields", Resealed)
 def reseal_session(
-    keys: Sequence[Key],
     *,
+    session_meta: Key,
+    owner_meta: Key,
+    list: Key,
     kid: bytes,
     generation: Arg,
     elements: Sequence[Any],
@@ -982,7 +1124,7 @@ def reseal_session(
     """
     return ScriptCall(
         "reseal_session",
-        keys,
+        [session_meta, owner_meta, list],
         [
             kid,
             generation,
@@ -998,24 +1140,24 @@ def reseal_session(
 
 
 class Claimed(NamedTuple):
-    token: Any
+    token: int
     """The turn's token: it grows with every claim of the session."""
 
 
 @_contract("root turn", "lease_ms call_token", Claimed)
-def claim_turn(keys: Sequence[Key], *, lease_ms: int, call_token: str) -> ScriptCall:
-    return ScriptCall("claim_turn", keys, [lease_ms, call_token])
+def claim_turn(*, root: Sequence[Key], turn: Key, lease_ms: int, call_token: str) -> ScriptCall:
+    return ScriptCall("claim_turn", [*root, turn], [lease_ms, call_token])
 
 
 @_contract("turn", "fence lease_ms", Nothing)
-def renew_turn(keys: Sequence[Key], *, fence: str, lease_ms: int) -> ScriptCall:
-    return ScriptCall("renew_turn", keys, [fence, lease_ms])
+def renew_turn(*, turn: Key, fence: str, lease_ms: int) -> ScriptCall:
+    return ScriptCall("renew_turn", [turn], [fence, lease_ms])
 
 
 class Released(NamedTuple):
-    released: Any
+    released: bool
 
 
 @_contract("turn wake", "fence wake_ms", Released)
-def release_turn(keys: Sequence[Key], *, fence: str, wake_ms: int) -> ScriptCall:
-    return ScriptCall("release_turn", keys, [fence, wake_ms])
+def release_turn(*, turn: Key, wake: Key, fence: str, wake_ms: int) -> ScriptCall:
+    return ScriptCall("release_turn", [turn, wake], [fence, wake_ms])

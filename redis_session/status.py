@@ -117,23 +117,23 @@ def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
             raise SessionNotFound(ctx.parent)
         case Status.WRONG_TYPE:
             wrong = parsed(WrongType, reply)
-            where = _key_name(ctx.keys[int(wrong.at) - 1])
-            raise ForeignKey(_owner(ctx, int(wrong.at)), where, _key_name(wrong.held))
+            where = _key_name(ctx.keys[wrong.at - 1])
+            raise ForeignKey(_owner(ctx, wrong.at), where, _key_name(wrong.held))
         case Status.DAMAGED:
             damaged = parsed(Damaged, reply)
-            where = _key_name(ctx.keys[int(damaged.at) - 1])
+            where = _key_name(ctx.keys[damaged.at - 1])
             if _key_name(damaged.what) == "foreign":
-                raise ForeignKey(_owner(ctx, int(damaged.at)), where, "hash")
-            raise CorruptData(_owner(ctx, int(damaged.at)), damage(where, damaged))
+                raise ForeignKey(_owner(ctx, damaged.at), where, "hash")
+            raise CorruptData(_owner(ctx, damaged.at), damage(where, damaged))
         case Status.TOO_LARGE:
             large = parsed(TooLarge, reply)
             raise InvalidArgument(
                 ctx.argument or "metadata",
-                f"would make the session's metadata {int(large.size):,} bytes as stored, over "
-                f"max_metadata_bytes={int(large.limit):,}",
+                f"would make the session's metadata {large.size:,} bytes as stored, over "
+                f"max_metadata_bytes={large.limit:,}",
             )
         case Status.PRUNED:
-            raise ChildPruned(ctx.key, int(float(parsed(Pruned, reply).merged_at)))
+            raise ChildPruned(ctx.key, int(parsed(Pruned, reply).merged_at))
         case Status.TREE_CHANGED:
             raise ConcurrentChange(ctx.key, "its children kept changing")
         case Status.VERSION:
@@ -179,8 +179,8 @@ def damage(where: str, damaged: Damaged) -> str:
     if what in ("members", "length"):
         kind = "children" if what == "members" else "messages"
         return (
-            f"Redis key {where!r} holds {int(damaged.found)} {kind} where the session records "
-            f"{int(damaged.expected)} (evicted, or changed by another writer)"
+            f"Redis key {where!r} holds {_key_name(damaged.found)} {kind} where the session "
+            f"records {_key_name(damaged.expected)} (evicted, or changed by another writer)"
         )
     return (
         f"Redis key {where!r} is missing while the session's other keys exist (evicted under "

@@ -1,9 +1,8 @@
-"""A store's first read of a session, in one round trip with no elements through Lua: one
-pipeline of plain reads checked in Python as the ``get`` script checks them (the positions read
-again after the LRANGE), falling back to the script for anything a store does not write or a
-change between; on a cluster, the ``get`` script for the meta
-hash and the positions with a plain LRANGE behind it, which are not atomic: a change between
-them must be seen, and the read then falls back to the script.
+"""A store's first read of a session, in one round trip with no elements through Lua: the
+``get`` script for the meta hash and the positions (a zero byte budget) with a plain LRANGE
+and the positions again behind it, on every backend. They are not atomic: a change between
+them must be seen, and the read then falls back to the script alone; what a store does not
+write the script names.
 """
 
 from __future__ import annotations
@@ -41,32 +40,23 @@ def cold_store(backend: Backend, **options: Any) -> RedisStore:
 
 
 def first_read(store: RedisStore, request: Any) -> list[str]:
-    """The commands a first read sent besides Lua: those of its pipeline, or on a cluster
-    those pipelined behind the ``get`` script (whose byte budget is 0: it returns no element).
+    """The commands a first read pipelined behind the ``get`` script (whose byte budget is 0:
+    it returns no element).
     """
-    if store._core.schema.cluster:
-        assert isinstance(request, ScriptCall) and request.name == "get"
-        assert request.args[5] == 0
-        return [c[0] for c in request.after]
-    assert isinstance(request, Commands)
-    return [c[0] for c in request.commands]
+    assert isinstance(request, ScriptCall) and request.name == "get"
+    assert request.args[5] == 0
+    return [c[0] for c in request.after]
 
 
 def lrange_of(request: Any) -> tuple[Any, ...]:
     """The LRANGE command of a first read's request."""
-    commands = request.after if isinstance(request, ScriptCall) else request.commands
-    (lrange,) = [c for c in commands if c[0] == "LRANGE"]
+    (lrange,) = [c for c in request.after if c[0] == "LRANGE"]
     return tuple(lrange)
 
 
 def read_again(requests: Sequence[Any]) -> bool:
     """Whether a first read fell back to the ``get`` script alone after its first request."""
     return any(isinstance(r, ScriptCall) and r.name == "get" and not r.after for r in requests[1:])
-
-
-def snapshot(store: RedisStore, with_meta: bool = True) -> list[str]:
-    """What a first read's pipeline holds (``with_meta``: the whole meta hash)."""
-    return ["TYPE", "HGETALL" if with_meta else "HMGET", "LRANGE", "HMGET", "LLEN"]
 
 
 def drive(
@@ -77,8 +67,7 @@ def drive(
 ) -> Any:
     """Run a core operation on ``store``, recording its requests; a first read's request runs
     in two parts with ``between`` (another worker) in the middle: before its LRANGE (after the
-    meta hash, or the script on a cluster), or with ``after_lrange`` just after it (before
-    the positions are read again).
+    script), or with ``after_lrange`` just after it (before the positions are read again).
     """
 
     def split(commands: Sequence[Any], first: list[Any]) -> list[Any]:
@@ -89,12 +78,6 @@ def drive(
         return [*first, *head, *store._execute(Commands(commands[at:], errors_as_values=True))]
 
     def execute(request: Any) -> Any:
-        if (
-            isinstance(request, Commands)
-            and between is not None
-            and request.commands[0][0] == "TYPE"
-        ):
-            return split(request.commands, [])  # a first read's pipeline
         if isinstance(request, ScriptCall) and request.after and between is not None:
             alone = ScriptCall(request.name, request.keys, request.args, request.write)
             return split(request.after, [store._execute(alone)])
@@ -112,15 +95,12 @@ def test_a_first_read_is_one_round_trip_without_the_elements_through_lua(
     store = cold_store(backend)
     session = drive(store, store._core.sessions.get("s"))
     (request,) = drive.requests  # type: ignore[attr-defined]
-    cluster = backend.cluster is not None
-    assert first_read(store, request) == (["LRANGE", "HMGET"] if cluster else snapshot(store))
+    assert first_read(store, request) == ["LRANGE", "HMGET"]
     assert session == backend.sync_store().get("s")
     assert [m.content for m in session.history] == [f"m{i}" for i in range(60)]
     history = drive(store, store._core.sessions.get_history("s", 40))
     (request,) = drive.requests  # type: ignore[attr-defined]
-    assert first_read(store, request) == (
-        ["LRANGE", "HMGET"] if cluster else snapshot(store, with_meta=False)
-    )
+    assert first_read(store, request) == ["LRANGE", "HMGET"]
     assert lrange_of(request)[2:] == (-40, -1)
     assert [m.content for m in history] == [f"m{i}" for i in range(20, 60)]
 
@@ -303,9 +283,9 @@ def test_a_change_around_the_lrange_is_seen(
     assert not any(r.after for r in requests[1:] if isinstance(r, ScriptCall))
     after = outcome(lambda: fresh.get("s"))
     assert got in (before, after)  # one snapshot, never a mix
-    if after_lrange and change is _raw_rpush and backend.cluster is not None:
+    if after_lrange and change is _raw_rpush:
         # The LRANGE read the list as the script saw it; the raw RPUSH after it changes no
-        # position, and the cluster path reads no LLEN: the session as it was (a snapshot).
+        # position, and a first read reads no LLEN: the session as it was (a snapshot).
         assert got == before and len(requests) == 1
     else:
         assert len(requests) >= 2 and got == after  # seen: read again, by the script
@@ -413,9 +393,10 @@ def test_a_first_read_of_what_a_store_does_not_write_answers_as_the_script(
     assert got == expected and expected != "ValueError"
     if odd in BAD_POSITIONS:  # the script names them: the meta hash, not a Lua error
         assert expected == "CorruptData"
-    if backend.cluster is None:  # refused by the pipeline's checks: read again by the script
-        assert first_read(store, requests[0]) == snapshot(store, with_meta)
-        assert len(requests) == 2 and requests[1].name == "get" and not requests[1].after
+    # the script judged it in the first request (an error), or the LRANGE was not taken
+    # (a session without a token): read again by the script alone
+    assert first_read(store, requests[0]) == ["LRANGE", "HMGET"]
+    assert all(r.name == "get" and not r.after for r in requests[1:]) and len(requests) <= 2
 
 
 @pytest.mark.parametrize("kind", ["plain", "script"])

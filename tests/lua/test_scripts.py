@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import pytest
 
@@ -78,7 +78,8 @@ def _contract_lines(name: str) -> dict[str, list[str]]:
 @pytest.mark.parametrize("name", sorted(ALL_CONTRACTS))
 def test_the_python_contract_is_the_headers(name: str) -> None:
     """The names of KEYS, ARGV and the OK reply in the script's header are those of its
-    contract, the builder takes exactly those arguments, and the header's prose numbers every
+    contract, the builder takes exactly those keys and arguments by name (KEYS first), every
+    OK reply field has a type other than ``Any``, and the header's prose numbers every
     argument before the first variable part."""
     contract, lines = ALL_CONTRACTS[name], _contract_lines(name)
     assert lines["KEYS"] == list(contract.keys)
@@ -87,7 +88,12 @@ def test_the_python_contract_is_the_headers(name: str) -> None:
     assert lines["OK"] == ok
     params = inspect.signature(contract.build).parameters.values()
     named = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.name != "after"]
-    assert named == [a.lstrip("#*") for a in contract.argv]
+    assert not [p for p in params if p.kind is not p.KEYWORD_ONLY], "KEYS and ARGV by name"
+    assert named == [k.lstrip("*") for k in contract.keys] + [a.lstrip("#*") for a in contract.argv]
+    for reply in contract.ok:
+        hints = get_type_hints(reply)
+        fields = getattr(reply, "_fields")  # noqa: B009
+        assert all(hints[f] is not Any for f in fields), f"{reply.__name__}: Any field"
     fixed = 0
     for arg in contract.argv:
         if arg[0] in "#*":
@@ -103,13 +109,21 @@ def test_the_python_contract_is_the_headers(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(ALL_CONTRACTS))
 def test_a_builder_sends_every_argument_in_the_headers_order(name: str) -> None:
-    """Each builder argument, given a marker, reaches ARGV, in the contract's order."""
+    """Each builder argument, given a marker, reaches ARGV, and each key KEYS, in the
+    contract's order."""
     contract = ALL_CONTRACTS[name]
     given: dict[str, Any] = {}
+    key_names = {k.lstrip("*") for k in contract.keys}
     for p in inspect.signature(contract.build).parameters.values():
         if p.kind is not p.KEYWORD_ONLY or p.name == "after":
             continue
-        if p.name == "head":
+        if p.name == "root":
+            given[p.name] = [f"<root{i}>" for i in range(7)]
+        elif p.name in key_names:
+            given[p.name] = (
+                [f"<{p.name}>"] * 2 if "Sequence" in str(p.annotation) else f"<{p.name}>"
+            )
+        elif p.name == "head":
             given[p.name] = Head(*(f"<head{i}>" for i in range(4)))  # type: ignore[arg-type]
         elif p.name == "events":
             given[p.name] = Events(*(f"<events{i}>" for i in range(4)))  # type: ignore[arg-type]
@@ -119,7 +133,10 @@ def test_a_builder_sends_every_argument_in_the_headers_order(name: str) -> None:
             given[p.name] = [f"<{p.name}>"] * 12  # divisible by 2, 3 and 4
         else:
             given[p.name] = f"<{p.name}>"
-    args = [a for a in contract.build([], **given).args if isinstance(a, str) and a[:1] == "<"]
+    call = contract.build(**given)
+    keys = list(dict.fromkeys(str(k).strip("<>").rstrip("0123456") for k in call.keys))
+    assert keys == [k.lstrip("*") for k in contract.keys]
+    args = [a for a in call.args if isinstance(a, str) and a[:1] == "<"]
     flags = {
         n for n, p in inspect.signature(contract.build).parameters.items() if p.annotation == "bool"
     }
@@ -185,9 +202,9 @@ HEAD = Head(ttl_ms=0, grace_ms=0, tree_generation="0", id_window=1000)
 def test_a_retried_append_script_stores_nothing_twice(backend: Backend) -> None:
     store = backend.sync_store()
     store.create(Session(key="r"))
-    keys = [*_root_keys(backend, "r"), backend.schema.session("r").turn]
     call = contracts.append_message(
-        keys, head=HEAD, max_messages=0, session_key="r", kid=b"", max_metadata_bytes=0,
+        root=_root_keys(backend, "r"), turn=backend.schema.session("r").turn,
+        head=HEAD, max_messages=0, session_key="r", kid=b"", max_metadata_bytes=0,
         fence="", expect_last=b"", metadata=(),
         messages=message_args([Message(role="user", content="x")], "m"),
     )  # fmt: skip
@@ -199,10 +216,10 @@ def test_a_retried_compaction_script_changes_nothing(backend: Backend) -> None:
     store = backend.sync_store()
     store.create(Session(key="c", history=[Message(role="user", content=str(i)) for i in range(4)]))
     sk = backend.schema.session("c")
-    keys = [*_root_keys(backend, "c"), sk.turn, backend.schema.log_of("c")]
     digest, element = message_args([Message(role="system", content="S")], "s")
     call = contracts.compact_messages(
-        keys, head=HEAD, session_key="c", up_to=1, digest=digest, element=element, expect=b"",
+        root=_root_keys(backend, "c"), turn=sk.turn, log=backend.schema.log_of("c"),
+        head=HEAD, session_key="c", up_to=1, digest=digest, element=element, expect=b"",
         events=Events("", "", 0, 0), event=b'"key":"c"', kid=b"",
     )  # fmt: skip
     assert _send(backend, call) == [0, 2, b""]

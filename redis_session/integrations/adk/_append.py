@@ -29,17 +29,21 @@ ROOT_KEYS = 9
 
 
 class Stored(NamedTuple):
-    stored: Any
+    stored: int
     """1 when the event was stored, 0 when its id was stored before (nothing changed)."""
-    created: Any
+    created: bytes
     """One character per shared record, ``1`` when this call created it."""
-    event_ids: tuple[Any, ...]
+    event_ids: tuple[bytes, ...]
     """The ``create`` event id of each shared record this call created, in order."""
 
 
 def adk_append_event(
-    keys: Sequence[Key],
     *,
+    root: Sequence[Key],
+    turn: Key,
+    log: Key,
+    shared_records: Sequence[Key],
+    members: Sequence[Key] = (),
     head: Head,
     max_messages: int,
     session_key: str,
@@ -60,7 +64,7 @@ def adk_append_event(
     """
     return ScriptCall(
         SCRIPT,
-        keys,
+        [*root, turn, log, *shared_records, *members],
         [
             *head,
             max_messages,
@@ -88,7 +92,7 @@ _ARGV = (
 )
 CONTRACT = Contract(
     SCRIPT,
-    ("root", "turn", "log", "*shared", "*members"),
+    ("root", "turn", "log", "*shared_records", "*members"),
     tuple(_ARGV.split()),
     adk_append_event,
     (Stored,),
@@ -132,11 +136,16 @@ def append_event(
         pairs = ext.metadata_pairs(put, "state_delta")
         records.append([key, draft.fields, token(), len(base), *base, len(pairs), *pairs])
         created.append(draft)
-    root = (*ext.root_keys(record), ext.schema.session(record).turn, ext.log_of(record))
+    root = ext.root_keys(record)
+    turn_key, log = ext.schema.session(record).turn, ext.log_of(record)
 
     def build(_: Any) -> ScriptCall:
         return adk_append_event(
-            [*root, *shared_keys, *ext.members(record)],
+            root=root,
+            turn=turn_key,
+            log=log,
+            shared_records=shared_keys,
+            members=ext.members(record),
             head=ext.head(record),
             max_messages=options.max_history_turns,
             session_key=record,
@@ -154,7 +163,7 @@ def append_event(
         )
 
     fenced = 0 if turn is None else turn.token
-    ctx = Ctx(record, [*root, *shared_keys], argument="state_delta", token=fenced)
+    ctx = Ctx(record, [*root, turn_key, log, *shared_keys], argument="state_delta", token=fenced)
     passthrough = (Status.STALE, Status.KEY_CHANGED)
     reply = yield from ext.write(record, build, ctx, passthrough)
     status = contracts.status(reply)
@@ -162,10 +171,10 @@ def append_event(
         raise Stale()
     if status == Status.KEY_CHANGED:
         at = contracts.parsed(contracts.KeyChanged, reply).at  # a shared record's KEYS[at]
-        if at is None or int(at) <= ROOT_KEYS:
+        if at is None or at <= ROOT_KEYS:
             raise PassphraseRequired(record)
-        raise PassphraseRequired(shared[(int(at) - ROOT_KEYS - 1) // SHARED_KEYS][0])
+        raise PassphraseRequired(shared[(at - ROOT_KEYS - 1) // SHARED_KEYS][0])
     stored = contracts.parsed(Stored, check(reply, ctx))
-    made = [d for d, m in zip(created, bytes(stored.created).decode(), strict=False) if m == "1"]
+    made = [d for d, m in zip(created, stored.created.decode(), strict=False) if m == "1"]
     for draft, event_id in zip(made, stored.event_ids, strict=True):
         yield Emit(draft.event(event_id))

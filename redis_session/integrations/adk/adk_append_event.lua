@@ -2,7 +2,7 @@
 -- whose session is older than the stored one, then append the event, set the session's state
 -- entries and last_update_time, and set the app and user state entries (creating their
 -- records when missing), all in one script.
--- KEYS: root turn log *shared *members
+-- KEYS: root turn log *shared_records *members
 -- ARGV: head max_messages session_key max_metadata_bytes schema_version last_update_field last_update_time newest_event_id events digest element fence #metadata #shared
 -- OK: stored created event_ids
 -- KEYS[1..7] the session tree's root keys (see the prelude)   KEYS[8] the session's turn key
