@@ -59,7 +59,6 @@ DOMAIN_OUTCOMES = (
 )
 """Exceptions that tell the caller how things stand rather than that something failed: a
 span's attribute (``redis_session.outcome``), not its error status."""
-KEY_POLICIES = ("off", "hashed", "plain")
 WRITES = frozenset(
     {"append_message", "append_messages", "append_child_message", "append_child_messages"}
 )

@@ -78,7 +78,7 @@ class _StoredMessage(Message):
 
     Stored messages were validated when they were built; their timestamps are written aware
     (UTC). Without ``Message``'s Python validators a long history decodes at pydantic-core
-    speed (~1.5x faster than ``Message``'s validation for 1,000 messages). Each instance is
+    speed (docs/benchmarks.md, "Figures behind the code"). Each instance is
     re-classed to ``Message`` right after validation (the fast path's ``reclass``: same
     fields, same layout); without that piece, ``Message`` validates the stored form itself.
     """
@@ -144,7 +144,7 @@ def encode_message(msg: Message, argument: str = "msg") -> bytes:
     back: a naive timestamp is stored as UTC, an aware one converted to UTC, and a value that
     is no valid message field is refused as ``InvalidArgument``. A plain ``Message`` whose
     tool calls carry no thought signature (the common append) is written by ``orjson`` from
-    its fields: the same bytes, 2-3x faster (a property test holds the two equal); anything
+    its fields: the same bytes, faster (a property test holds the two equal); anything
     else goes through the model's own serializer. Text that UTF-8 cannot encode (lone
     surrogates) is refused as ``InvalidArgument``.
     """
