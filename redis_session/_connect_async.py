@@ -1,6 +1,7 @@
 """Clients from a URL, and what a store does to them (re-read a topology, close), written once
-for asyncio; ``tools/unasync.py`` generates the blocking ``_connect_sync.py`` from this module.
-The policy (retries, pools, timeouts) is told in ``redis_session._url``.
+for asyncio (``_connect_async.py``); ``tools/unasync.py`` generates the blocking
+``_connect_sync.py`` from it. The policy (retries, pools, timeouts) is told in
+``redis_session._url``.
 
 Hand-written elsewhere, because the two flavours of redis-py differ there in more than
 ``await``: the connected-first pools (``_pools``: a queue class or an ordered list), the client

@@ -1,4 +1,4 @@
-"""``AsyncRedisStore``: the session store (asyncio flavour) over ``redis.asyncio.Redis``."""
+"""``AsyncRedisStore``: the session store over ``redis.asyncio.Redis``."""
 
 from __future__ import annotations
 
@@ -44,15 +44,16 @@ T = TypeVar("T")
 
 @docs_from(AsyncStore, AsyncChildSessionStore)
 class AsyncRedisStore:
-    """Sessions in Redis shared by many workers (asyncio flavour); one Lua script per write.
+    """Sessions in Redis shared by many workers; one Lua script per write.
 
     ``client`` is a ``redis.asyncio.Redis`` created with ``decode_responses=False``; the store
     wraps it and exposes it as :attr:`client`. ``lifecycle_hook`` is called with each
-    lifecycle event after the change (it may be a coroutine function, which this store
-    awaits). The options are :class:`~redis_session.StoreOptions`, given as keywords
-    (``prefix`` for every key name, ``ttl`` in seconds or a timedelta, refreshed on every
-    write, ``max_history_turns``, ...) or as ``options=StoreOptions(...)`` (keywords given
-    too override its fields); an unknown keyword raises ``TypeError``.
+    lifecycle event after the change (a plain function; the asyncio store also awaits a
+    coroutine function, which the blocking one logs and never runs). The options are
+    :class:`~redis_session.StoreOptions`, given as keywords (``prefix`` for every key name,
+    ``ttl`` in seconds or a timedelta, refreshed on every write, ``max_history_turns``, ...)
+    or as ``options=StoreOptions(...)`` (keywords given too override its fields); an unknown
+    keyword raises ``TypeError``.
 
     Durability: with ``wait_replicas=N`` every write is followed, on the same connection, by
     ``WAIT N wait_timeout``; fewer acknowledgements raise ``DurabilityNotReached`` (the write

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from types import ModuleType
 from typing import Any
 
 import redis_session
@@ -48,8 +49,8 @@ def public_methods(cls: type) -> dict[str, Any]:
     }
 
 
-def unasync(text: str) -> str:
-    """The async text as tools/unasync.py rewrites it for the blocking twin."""
+def unasync_tool() -> ModuleType:
+    """tools/unasync.py, loaded as a module."""
     import importlib.util
     from pathlib import Path
 
@@ -58,17 +59,36 @@ def unasync(text: str) -> str:
     assert spec is not None and spec.loader is not None
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
-    for pattern, replacement in tool.RULES:
-        text = re.sub(pattern, replacement, text, flags=re.MULTILINE)
-    return text
+    return tool
+
+
+def unasync_signature(tool: ModuleType, signature: inspect.Signature) -> str:
+    """An async method's signature as tools/unasync.py rewrites it: each annotation (a string,
+    the source's text) through its token map.
+    """
+
+    def blocking(annotation: Any) -> Any:
+        return tool.unasync(annotation) if isinstance(annotation, str) else annotation
+
+    parameters = [
+        p.replace(annotation=blocking(p.annotation)) for p in signature.parameters.values()
+    ]
+    return str(
+        signature.replace(
+            parameters=parameters, return_annotation=blocking(signature.return_annotation)
+        )
+    )
 
 
 def test_sync_and_async_stores_do_not_drift() -> None:
+    tool = unasync_tool()
     sync, aio = public_methods(RedisStore), public_methods(AsyncRedisStore)
     assert set(sync) == set(aio)
     for name in sync:
-        assert str(inspect.signature(sync[name])) == unasync(str(inspect.signature(aio[name])))
-        assert sync[name].__doc__ == unasync(aio[name].__doc__), name
+        assert str(inspect.signature(sync[name])) == unasync_signature(
+            tool, inspect.signature(aio[name])
+        )
+        assert sync[name].__doc__ == tool.unasync_doc(aio[name].__doc__), name
         assert sync[name].__doc__, name
         if name not in ("from_url", "set_lifecycle_hook", "register_script", "turn", "listen"):
             assert inspect.iscoroutinefunction(aio[name]), name
