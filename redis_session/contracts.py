@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
-from ._requests import ScriptCall
+from ._core.requests import ScriptCall
 
 Key = str | bytes
 Arg = bytes | str | int

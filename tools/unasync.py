@@ -48,7 +48,6 @@ RULES: Rules = [
     (r"\bawait events\.finish_hook\(", "events.finish_hook_sync("),
     (r"\bAsyncEventListener\b", "EventListener"),
     (r"\bAsyncLogListener\b", "LogListener"),
-    (r"\b_listen_async\b", "_listen_sync"),
     (r"\bAsyncChildSessionStore\b", "ChildSessionStore"),
     (r"\bAsyncRedisStore\b", "RedisStore"),
     (r"\bAsyncTurn\b", "Turn"),
@@ -71,7 +70,8 @@ RULES: Rules = [
         "a plain function; an async one\n    is logged, never run)",
     ),
 ]
-"""``aio.py`` → ``store.py`` (``tests/unit/test_api.py`` applies them to signatures too)."""
+"""``_async/store.py`` → ``_sync/store.py`` (``tests/unit/test_api.py`` applies them to
+signatures too)."""
 
 CONNECT_RULES: Rules = [
     (r"\bAsync(NoticingRetry|SentinelPool|ConnectedFirstPool)\b", r"\1"),
@@ -83,7 +83,7 @@ CONNECT_RULES: Rules = [
     (r"\bawait ", ""),
     (r"\baclose\(\)", "close()"),
 ]
-"""``_connect_async.py`` → ``_connect_sync.py``: clients from a URL, refresh and close."""
+"""``_async/connect.py`` → ``_sync/connect.py``: clients from a URL, refresh and close."""
 
 LISTEN_RULES: Rules = [
     (r"\bAsync(EventListener|LogListener)\b", r"\1"),
@@ -108,12 +108,15 @@ LISTEN_RULES: Rules = [
         '"""Listeners of lifecycle events (blocking).',
     ),
 ]
-"""``_listen_async.py`` → ``_listen_sync.py``: the live and the log listeners."""
+"""``_async/listen.py`` → ``_sync/listen.py``: the live and the log listeners."""
+
+ASYNC = PACKAGE / "_async"
+SYNC = PACKAGE / "_sync"
 
 PAIRS: list[Pair] = [
-    Pair(PACKAGE / "aio.py", PACKAGE / "store.py", RULES),
-    Pair(PACKAGE / "_connect_async.py", PACKAGE / "_connect_sync.py", CONNECT_RULES),
-    Pair(PACKAGE / "_listen_async.py", PACKAGE / "_listen_sync.py", LISTEN_RULES),
+    Pair(ASYNC / "store.py", SYNC / "store.py", RULES),
+    Pair(ASYNC / "connect.py", SYNC / "connect.py", CONNECT_RULES),
+    Pair(ASYNC / "listen.py", SYNC / "listen.py", LISTEN_RULES),
 ]
 
 
