@@ -1,4 +1,5 @@
-"""Hatch build hook: compiles ``redis_session/_speedups.c``, the C decoder of stored messages.
+"""Hatch build hook: compiles ``redis_session/_transport/_speedups.c``, the C decoder of stored
+messages.
 
 The extension is optional. Without a C compiler (or with ``REDIS_SESSION_PURE_PYTHON`` set)
 the build goes on, says so on stderr and makes a pure-Python wheel: the codec then validates
@@ -30,7 +31,7 @@ class SpeedupsBuildHook(BuildHookInterface):  # type: ignore[type-arg]
         """Build the extension before hatch collects the wheel's files."""
         if self.target_name != "wheel":
             return
-        source = Path(self.root, "redis_session", "_speedups.c")
+        source = Path(self.root, "redis_session", "_transport", "_speedups.c")
         name = f"_speedups{sysconfig.get_config_var('EXT_SUFFIX')}"
         if version == "editable":  # the checkout holds what this install built, or nothing
             for old in source.parent.glob("_speedups*.so"):
@@ -52,7 +53,7 @@ class SpeedupsBuildHook(BuildHookInterface):  # type: ignore[type-arg]
             # replaced, not written over: a process that has the old module loaded keeps it
             os.replace(built, source.with_name(name))
         else:
-            build_data["force_include"][str(built)] = f"redis_session/{name}"
+            build_data["force_include"][str(built)] = f"redis_session/_transport/{name}"
         build_data["pure_python"] = False
         build_data["infer_tag"] = True
 

@@ -98,7 +98,8 @@ from openai.types.responses.response_prompt_param import ResponsePromptParam
 
 import redis_session
 from bench.harness import text_table
-from redis_session import AsyncRedisStore, _connect_async
+from redis_session import AsyncRedisStore
+from redis_session._async import connect as _connect_async
 from redis_session.integrations.adk import RedisSessionService
 from redis_session.integrations.openai_agents import RedisAgentSession
 

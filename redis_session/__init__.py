@@ -5,9 +5,9 @@ session (and of its child sessions) live in one cluster slot. Start with :class:
 (or :class:`AsyncRedisStore`) and ``RedisStore.from_url("memory://")`` for an embedded store.
 """
 
-from ._listen_async import AsyncEventListener, AsyncLogListener
-from ._listen_sync import EventListener, LogListener
-from ._rekey import RekeyProgress, RekeyReport
+from ._async.listen import AsyncEventListener, AsyncLogListener
+from ._core.rekey import RekeyProgress, RekeyReport
+from ._sync.listen import EventListener, LogListener
 from .aio import AsyncRedisStore, AsyncTurn
 from .children import InMemoryChildStore
 from .context import (

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 
-from ._eventlog import new_event
+from ._core.eventlog import new_event
 from .errors import ChildAlreadyMerged, ChildNotFound, InvalidArgument, StaleExpectation
 from .events import LifecycleHook, call_hook, finish_hook_sync
 from .keys import check_key

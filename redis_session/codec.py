@@ -33,7 +33,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticSerializationError
 
-from . import _fast, crypto
+from . import crypto
+from ._transport import fast as _fast
 from .crypto import Opener, Sealer
 from .errors import (
     CorruptData,

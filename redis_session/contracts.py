@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar, get_args, get_type_hints
 
-from ._requests import ScriptCall
+from ._core.requests import ScriptCall
 
 Key = str | bytes
 Arg = bytes | str | int

@@ -36,7 +36,8 @@ from typing import Any
 
 import redis
 
-from . import _fast, acl, codec
+from . import acl, codec
+from ._transport import fast as _fast
 from .keys import KeySchema
 
 OK, WARN, PROBLEM = "ok", "warn", "problem"

@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import contracts
-from ._core import Core
-from ._eventlog import Draft, new_event
-from ._requests import Commands, Emit, Op, Request, ScriptCall
+from ._core.core import Core
+from ._core.eventlog import Draft, new_event
+from ._core.requests import Commands, Emit, Op, Request, ScriptCall
 from .contracts import Head
 from .crypto import Sealer
 from .keys import KeySchema

@@ -18,7 +18,7 @@ from pydantic import (
     ValidationInfo,
 )
 
-from ._fast import ModelMetaclass
+from ._transport.fast import ModelMetaclass
 from .errors import InvalidArgument, InvalidModel
 
 __all__ = [

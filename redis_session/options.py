@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from ._args import duration_ms, non_negative_int
-from ._cache import DEFAULT_READ_CACHE_BYTES
+from ._core.args import duration_ms, non_negative_int
+from ._core.cache import DEFAULT_READ_CACHE_BYTES
 from .crypto import DEFAULT_WORK, Passphrase, check_work
 from .errors import InvalidArgument, UnknownOption
 from .keys import KeySchema

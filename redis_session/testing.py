@@ -49,7 +49,7 @@ class RoundTrips:
 @contextmanager
 def round_trips(store: RedisStore | AsyncRedisStore) -> Iterator[RoundTrips]:
     """Count the requests ``store`` sends to Redis inside the block (sync or async store)."""
-    from ._requests import Commands, ScriptCall
+    from ._core.requests import Commands, ScriptCall
 
     count = RoundTrips()
     real = store._execute

@@ -28,7 +28,7 @@ import redis.asyncio
 import redis.asyncio.sentinel
 
 from redis_session import AsyncRedisStore, RedisStore
-from redis_session._url import async_client, sync_client
+from redis_session._transport.url import async_client, sync_client
 from redis_session.keys import KeySchema
 from tests.support.cluster import Cluster, start_cluster
 from tests.support.figures import FIGURES, Recorder

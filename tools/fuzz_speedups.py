@@ -1,4 +1,5 @@
-"""Fuzz the C module (``redis_session/_speedups.c``) under AddressSanitizer and UBSan.
+"""Fuzz the C module (``redis_session/_transport/_speedups.c``) under AddressSanitizer and
+UBSan.
 
 Builds the module with ``-fsanitize=address,undefined`` (any report aborts the process), loads
 it in a fresh interpreter in place of the installed one, then feeds each entry point damaged
@@ -31,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "redis_session" / "_speedups.c"
+SOURCE = ROOT / "redis_session" / "_transport" / "_speedups.c"
 FLAGS = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
          "-fno-sanitize-recover=all"]  # fmt: skip
 
@@ -67,12 +68,13 @@ def build(target: Path) -> None:
 
 FUZZ = r"""
 import importlib.util, random, sys
-spec = importlib.util.spec_from_file_location("redis_session._speedups", sys.argv[1])
+spec = importlib.util.spec_from_file_location("redis_session._transport._speedups", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
-sys.modules["redis_session._speedups"] = module
+sys.modules["redis_session._transport._speedups"] = module
 spec.loader.exec_module(module)
 from datetime import UTC, datetime, timedelta
-from redis_session import Message, ToolCall, _fast, codec
+from redis_session import Message, ToolCall, codec
+from redis_session._transport import fast as _fast
 assert _fast.DECODE is module.decode, _fast.STATUS.summary()
 examples, seed = int(sys.argv[2]), int(sys.argv[3])
 rng = random.Random(seed)

@@ -54,7 +54,6 @@ NAMES: Mapping[str, str] = {
     "AsyncTurn": "Turn",
     "AsyncEventListener": "EventListener",
     "AsyncLogListener": "LogListener",
-    "_listen_async": "_listen_sync",
     "finish_hook": "finish_hook_sync",
     "AsyncNoticingRetry": "NoticingRetry",
     "AsyncSentinelPool": "SentinelPool",
@@ -85,10 +84,10 @@ RULES: Rules = [
     (r", self\._clients\.nodes\(\)\)", ")"),  # redis-py keeps a blocking node's client
     (r"\b_url\.check_client\(client, aio=True\)", "_url.check_client(client)"),
 ]
-"""``aio.py`` → ``store.py``: its structural rules."""
+"""``_async/store.py`` → ``_sync/store.py``: its structural rules."""
 
 LISTEN_RULES: Rules = [ASYNC_ONLY]
-"""``_listen_async.py`` → ``_listen_sync.py``: the live and the log listeners."""
+"""``_async/listen.py`` → ``_sync/listen.py``: the live and the log listeners."""
 
 
 class Pair(NamedTuple):
@@ -108,9 +107,9 @@ class DeadRule(Exception):
 
 
 PAIRS: list[Pair] = [
-    Pair(PACKAGE / "aio.py", PACKAGE / "store.py", RULES),
-    Pair(PACKAGE / "_connect_async.py", PACKAGE / "_connect_sync.py"),
-    Pair(PACKAGE / "_listen_async.py", PACKAGE / "_listen_sync.py", LISTEN_RULES),
+    Pair(PACKAGE / "_async" / "store.py", PACKAGE / "_sync" / "store.py", RULES),
+    Pair(PACKAGE / "_async" / "connect.py", PACKAGE / "_sync" / "connect.py"),
+    Pair(PACKAGE / "_async" / "listen.py", PACKAGE / "_sync" / "listen.py", LISTEN_RULES),
 ]
 
 _CODE_IN_DOCS = re.compile(r"(``)(.+?)(``)|(:[\w:]+:`)([^`]+)(`)", re.DOTALL)

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from redis_session import codec, contracts
-from redis_session._core import Core, ScriptCall
+from redis_session._core.core import Core, ScriptCall
 from redis_session.aio import AsyncRedisStore
 from redis_session.models import Message
 from redis_session.store import RedisStore

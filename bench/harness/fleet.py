@@ -16,7 +16,7 @@ import orjson
 import redis
 
 from redis_session import codec
-from redis_session._url import sync_client
+from redis_session._transport.url import sync_client
 from redis_session.models import Message, Session
 from redis_session.store import RedisStore
 

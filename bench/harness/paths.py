@@ -21,8 +21,10 @@ from typing import Any
 import orjson
 import redis
 
-from redis_session import _fast, _url, codec
-from redis_session._url import sync_client
+from redis_session import codec
+from redis_session._transport import fast as _fast
+from redis_session._transport import url as _url
+from redis_session._transport.url import sync_client
 from redis_session.models import Message, Session
 from redis_session.store import RedisStore
 

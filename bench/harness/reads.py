@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from redis_session import codec, contracts
-from redis_session._requests import ScriptCall
+from redis_session._core.requests import ScriptCall
 
 from .cases import history_ops
 from .messages import build_messages

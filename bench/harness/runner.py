@@ -22,8 +22,8 @@ import redis
 import redis.asyncio
 
 from redis_session import codec
-from redis_session._core import Core
-from redis_session._url import async_client, sync_client
+from redis_session._core.core import Core
+from redis_session._transport.url import async_client, sync_client
 from redis_session.aio import AsyncRedisStore
 from redis_session.keys import KeySchema
 from redis_session.models import Message, Session

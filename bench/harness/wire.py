@@ -12,7 +12,7 @@ import redis.asyncio
 import redis.asyncio.connection
 import redis.connection
 
-from redis_session._core import Commands, Request, ScriptCall
+from redis_session._core.core import Commands, Request, ScriptCall
 from redis_session.scripts import script_source
 
 

@@ -43,8 +43,8 @@ from collections.abc import Sequence
 
 import click
 
-from .. import _fast
 from .._dist import DISTRIBUTION
+from .._transport import fast as _fast
 from . import acl, bench, demo, doctor, events, keys, sessions
 from ._common import EXIT_CODES, CliGroup, Target, json_option, passphrase_option, store_options
 

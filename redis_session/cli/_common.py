@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.text import Text
 
 from .._dist import DISTRIBUTION, install_hint
-from .._endpoint import where as shown_url
+from .._transport.endpoint import where as shown_url
 from ..errors import PassphraseRequired, SessionError
 from ..store import RedisStore
 
@@ -357,7 +357,7 @@ def one_line(exc: BaseException) -> str:
 
 def _checked_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """``--url`` with a scheme the store knows, else a bad command line (exit status 2)."""
-    from .._endpoint import parse
+    from .._transport.endpoint import parse
     from ..errors import InvalidArgument
 
     try:

@@ -7,7 +7,7 @@ import time
 import click
 import orjson
 
-from .._listen_sync import EventListener, LogListener
+from .._sync.listen import EventListener, LogListener
 from ..models import LifecycleEventType
 from ..store import RedisStore
 from ._common import Target, TimedOut, json_option, literal, make_console, store_options, text, when

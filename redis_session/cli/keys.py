@@ -6,7 +6,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from .._rekey import RekeyProgress, RekeyReport
+from .._core.rekey import RekeyProgress, RekeyReport
 from ._common import (
     NEW_PASSPHRASE_ENV,
     PASSPHRASE_ENV,

@@ -18,8 +18,8 @@ from redis_session import (
     Session,
     SessionLifecycleEvent,
     SessionNotFound,
-    _sessions,
 )
+from redis_session._core import sessions as _sessions
 from tests.conftest import Backend, StoreFactory
 from tests.contract.test_children import msg, parent
 from tests.contract.test_event_log import logged

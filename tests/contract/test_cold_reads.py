@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from redis_session import CorruptData, Message, RedisStore, Session, codec
-from redis_session._reads import SMALL_READ
-from redis_session._requests import Commands, ScriptCall
+from redis_session._core.reads import SMALL_READ
+from redis_session._core.requests import Commands, ScriptCall
 from tests.conftest import Backend
 from tests.support.stepping import in_steps, run_op, step_names, steps
 

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from redis_session import _fast, _pools
-from redis_session._url import async_client, sync_client
+from redis_session._transport import fast as _fast
+from redis_session._transport import pools as _pools
+from redis_session._transport.url import async_client, sync_client
 from tests.conftest import Backend
 
 

@@ -19,8 +19,9 @@ import pytest
 import redis
 import redis.asyncio
 
-from redis_session import AsyncRedisStore, Message, RedisStore, Session, _url
-from redis_session._url import async_client, sync_client
+from redis_session import AsyncRedisStore, Message, RedisStore, Session
+from redis_session._transport import url as _url
+from redis_session._transport.url import async_client, sync_client
 from tests.conftest import Backend
 from tests.support.proxy import LossyProxy
 

@@ -19,7 +19,7 @@ from redis_session import (
     SessionLifecycleEvent,
     SessionNotFound,
 )
-from redis_session._eventlog import entry_event
+from redis_session._core.eventlog import entry_event
 from tests.conftest import Backend, StoreFactory
 
 STORY = ["create", "fork", "merge", "fork", "discard", "compact", "delete"]

@@ -21,7 +21,9 @@ from typing import Any
 import pytest
 import redis
 
-from redis_session import AsyncRedisStore, Message, Session, _fast, _reads
+from redis_session import AsyncRedisStore, Message, Session
+from redis_session._core import reads as _reads
+from redis_session._transport import fast as _fast
 from tests.conftest import Backend
 from tests.support.servers import wait_until
 

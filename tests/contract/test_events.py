@@ -22,7 +22,7 @@ from redis_session import (
     Session,
     SessionLifecycleEvent,
 )
-from redis_session._url import async_close, sync_close
+from redis_session._transport.url import async_close, sync_close
 from tests.conftest import Backend, StoreFactory
 
 EVENT_FIELDS = {"type", "id", "key", "child_key", "parent_key", "agent_name", "timestamp"}

@@ -22,7 +22,7 @@ from redis_session import (
     StaleExpectation,
     ToolCall,
 )
-from redis_session._limits import DELETE_RETRY_MS
+from redis_session._core.limits import DELETE_RETRY_MS
 from tests.conftest import Backend, StoreFactory
 
 

@@ -24,7 +24,7 @@ from redis_session import (
     SessionExpired,
     codec,
 )
-from redis_session._requests import ScriptCall
+from redis_session._core.requests import ScriptCall
 from tests.conftest import Backend, StoreFactory
 
 

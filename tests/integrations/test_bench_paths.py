@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from bench import bench_store
-from redis_session import _fast, _url, codec
+from redis_session import codec
+from redis_session._transport import fast as _fast
+from redis_session._transport import url as _url
 from tests.support.servers import Server
 
 TINY = ["--workers", "2", "--sessions", "6", "--messages", "40", "--turns", "30",

@@ -23,7 +23,7 @@ from openai.types.responses import (
 )
 
 from redis_session import AsyncRedisStore, Message, MessageRole
-from redis_session._requests import ScriptCall
+from redis_session._core.requests import ScriptCall
 from redis_session.integrations.openai_agents import ITEM_AUTHOR, RedisAgentSession
 from tests.conftest import Backend
 from tests.integrations.conftest import RoundTrips

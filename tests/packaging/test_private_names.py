@@ -39,7 +39,10 @@ def renamed(cls, name):
 '''
 
 REMOVALS: dict[str, tuple[str, str | tuple[str, ...]]] = {
-    "the C module": ("import sys; sys.modules['redis_session._speedups'] = None", "decoder"),
+    "the C module": (
+        "import sys; sys.modules['redis_session._transport._speedups'] = None",
+        "decoder",
+    ),
     "BaseModel.__pydantic_fields_set__": (
         RENAMED + "import pydantic; renamed(pydantic.BaseModel, '__pydantic_fields_set__')",
         "decoder",

@@ -1,7 +1,7 @@
 """The unit and contract tests pass with the fast path off (``REDIS_SESSION_PURE_PYTHON=1``:
-every private piece of ``redis_session/_fast.py`` off, as after a dependency's release moved
-one, and no C module), on fakeredis and a real Redis: run here in a process of their own, so
-that the README's one test command covers both paths (the main run covers the fast path on
+every private piece of ``redis_session/_transport/fast.py`` off, as after a dependency's release
+moved one, and no C module), on fakeredis and a real Redis: run here in a process of their own,
+so that the README's one test command covers both paths (the main run covers the fast path on
 every backend).
 """
 

@@ -46,7 +46,7 @@ SMOKE = textwrap.dedent(
     venv = pathlib.Path(sys.prefix).resolve()
     assert venv in pathlib.Path(redis_session.__file__).resolve().parents, redis_session.__file__
     assert venv in lua_dir().resolve().parents, lua_dir()
-    from redis_session import _fast
+    from redis_session._transport import fast as _fast
 
     assert _fast.DECODE is not None, _fast.STATUS.summary()  # the wheel's C decoder imports
     store = RedisStore.from_url("memory://")
@@ -131,7 +131,11 @@ def test_sdist_holds_the_benchmarks_and_their_harness(sdist: Path) -> None:
     harness = {p.relative_to(ROOT).as_posix() for p in (ROOT / "bench").rglob("*.py")}
     assert "bench/harness/runner.py" in harness and harness <= names
     # the C decoder builds from the sdist: its source and the hook, not a module built here
-    assert {"hatch_build.py", "redis_session/_speedups.c", "redis_session/_speedups.pyi"} <= names
+    assert {
+        "hatch_build.py",
+        "redis_session/_transport/_speedups.c",
+        "redis_session/_transport/_speedups.pyi",
+    } <= names
     assert not any(n.endswith(".so") for n in names), sorted(n for n in names if ".so" in n)
 
 
@@ -157,10 +161,16 @@ def test_wheel_holds_the_library_the_cli_and_the_scripts_only(wheel: Path) -> No
     package = {n for n in names if n.startswith("redis_session/")}
     # the C decoder: its stub always, the module built by hatch_build.py for this interpreter
     # (a C compiler is at hand wherever the tests run), never its source
-    built = {n for n in package if n.startswith("redis_session/_speedups.") and n.endswith(".so")}
+    built = {
+        n
+        for n in package
+        if n.startswith("redis_session/_transport/_speedups.") and n.endswith(".so")
+    }
     assert len(built) == 1, sorted(package)
-    assert "redis_session/_speedups.c" not in package
-    expected = modules | scripts | {"redis_session/py.typed", "redis_session/_speedups.pyi"}
+    assert "redis_session/_transport/_speedups.c" not in package
+    expected = (
+        modules | scripts | {"redis_session/py.typed", "redis_session/_transport/_speedups.pyi"}
+    )
     assert package == expected | built
 
 

@@ -11,8 +11,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from redis_session import ChildSession, Message, RedisStore, Session, _sessions
-from redis_session._eventlog import entry_event
+from redis_session import ChildSession, Message, RedisStore, Session
+from redis_session._core import sessions as _sessions
+from redis_session._core.eventlog import entry_event
 from tests.conftest import Backend
 from tests.support.proxy import LossyProxy
 

@@ -34,9 +34,9 @@ from redis_session import (
     Session,
     SessionError,
     SessionLifecycleEvent,
-    _sessions,
 )
-from redis_session._limits import DELETE_RETRY_MS
+from redis_session._core import sessions as _sessions
+from redis_session._core.limits import DELETE_RETRY_MS
 from tests.resources.conftest import PrivateServer
 from tests.support.figures import Recorder
 from tests.support.servers import Server

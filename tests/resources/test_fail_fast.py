@@ -110,7 +110,7 @@ def test_sentinels_that_may_come_back_are_still_retried() -> None:
     from redis.asyncio.sentinel import MasterNotFoundError as AsyncMasterNotFound
     from redis.sentinel import MasterNotFoundError
 
-    from redis_session._endpoint import may_heal_through
+    from redis_session._transport.endpoint import may_heal_through
 
     down = may_heal_through([("127.0.0.1", free_port())])  # resolves: a sentinel may start
     gone = may_heal_through([("no-such-host.invalid", 26379), ("also-gone.invalid", 26379)])

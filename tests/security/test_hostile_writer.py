@@ -284,7 +284,7 @@ def test_a_writer_whose_clock_is_behind_still_writes_a_newer_version(
     seed(ahead, "s", metadata={"role": "a"})
     ahead.update_metadata("s", set={"role": "b"})
     behind = sealed_store(backend)
-    monkeypatch.setattr("redis_session._keyring._now_us", lambda: 1)  # 1970
+    monkeypatch.setattr("redis_session._core.keyring._now_us", lambda: 1)  # 1970
     behind.update_metadata("s", set={"role": "c"})  # VERSION, then past the stored one
     behind.update(Session(key="s", metadata={"role": "d"}))
     behind.append_message("s", Message(role="user", content="x"), metadata={"role": "e"})

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from redis_session import RedisStore
-from redis_session._requests import Commands, ScriptCall
+from redis_session._core.requests import Commands, ScriptCall
 
 
 def run_op(op: Any, execute: Callable[[Any], Any], requests: list[Any]) -> Any:

@@ -136,7 +136,7 @@ def main(argv: list[str]) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     if len(argv) > 2:
         exec(argv[2], {})  # the test's own removal of a private name
-    from redis_session import _fast
+    from redis_session._transport import fast as _fast
 
     out = {
         "sync": sync_run(url),

@@ -209,9 +209,11 @@ def test_every_listed_command_is_sent_by_the_source() -> None:
 
 def test_the_scan_sees_the_kinds_of_sending_there_are() -> None:
     sent = sent_by_the_source()
-    assert "_secrets.py" in sent["hgetall"]  # a Commands request
-    assert "store.py" in sent["evalsha"] and "aio.py" in sent["wait"]  # execute_command
-    assert "store.py" in sent["script|load"] and "_listen_sync.py" in sent["subscribe"]  # methods
+    assert "_core/secrets.py" in sent["hgetall"]  # a Commands request
+    assert "_sync/store.py" in sent["evalsha"]  # execute_command
+    assert "_async/store.py" in sent["wait"]
+    assert "_sync/store.py" in sent["script|load"]  # methods
+    assert "_sync/listen.py" in sent["subscribe"]
     assert "cli/sessions.py" in sent["memory|usage"]  # execute_command("MEMORY", "USAGE", ...)
 
 

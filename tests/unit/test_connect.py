@@ -12,8 +12,10 @@ import pytest
 import redis
 import redis.asyncio
 
-from redis_session import _connect_async, _connect_sync, _url
-from redis_session._pools import _connected_last
+from redis_session._async import connect as _connect_async
+from redis_session._sync import connect as _connect_sync
+from redis_session._transport import url as _url
+from redis_session._transport.pools import _connected_last
 
 
 @pytest.mark.parametrize("make", [_url.sync_client, _url.async_client], ids=["sync", "async"])

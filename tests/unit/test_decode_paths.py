@@ -20,7 +20,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from redis_session import CorruptData, Message, MessageRole, ToolCall, _fast, codec
+from redis_session import CorruptData, Message, MessageRole, ToolCall, codec
+from redis_session._transport import fast as _fast
 from redis_session.codec import decode_messages, encode_message
 from redis_session.errors import InvalidArgument
 from redis_session.models import MESSAGE_ID_PATTERN

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from redis_session import AsyncRedisStore, InvalidArgument, RedisStore, StoreOptions, _endpoint
+from redis_session import AsyncRedisStore, InvalidArgument, RedisStore, StoreOptions
+from redis_session._transport import endpoint as _endpoint
 from redis_session.errors import UnknownOption
 from redis_session.options import split_store_options
 

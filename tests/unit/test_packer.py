@@ -16,7 +16,7 @@ import redis.asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from redis_session import _pools
+from redis_session._transport import pools as _pools
 
 
 class Level(enum.IntEnum):

@@ -4,7 +4,7 @@ second read within the doorkeeper's window, and a one-off read evicts nothing.
 
 from __future__ import annotations
 
-from redis_session._cache import DOORKEEPER_MIN, Held, ReadCache
+from redis_session._core.cache import DOORKEEPER_MIN, Held, ReadCache
 
 
 def entry(size: int, token: bytes = b"t") -> Held:

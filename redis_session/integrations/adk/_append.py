@@ -10,7 +10,7 @@ from importlib import resources
 from typing import Any, NamedTuple
 
 from ... import codec, contracts
-from ..._args import token
+from ..._core.args import token
 from ...aio import AsyncTurn
 from ...contracts import Arg, Contract, Events, Head, Key
 from ...errors import PassphraseRequired
