@@ -1,8 +1,8 @@
-"""Listeners of lifecycle events (asyncio). The blocking ones (``_listen_sync``) are generated
-from ``_listen_async`` by ``tools/unasync.py``: edit that one.
+"""Listeners of lifecycle events (asyncio). The blocking ones (``_sync/listen.py``) are
+generated from the asyncio ones (``_async/listen.py``) by ``tools/unasync.py``: edit those.
 
 :class:`AsyncEventListener` follows pub/sub alone: at-most-once. :class:`AsyncLogListener`
-reads the event log (``_eventlog``): from a cursor (``since``), or as a member of a consumer
+reads the event log (``_core.eventlog``): from a cursor (``since``), or as a member of a consumer
 group (``group``), so that a dropped connection, a restart or a slow consumer costs latency,
 never an event. On a single server it waits on the log itself (``XREAD BLOCK``); on a cluster,
 where the log is one stream per slot, pub/sub tells it which stream to read and it reads every

@@ -7,7 +7,7 @@ checked as the ``get`` script checks them (on a cluster: a plain ``LRANGE`` sent
 session the store holds sends the version it holds and gets only the messages added since;
 a list longer than one read's budget continues in plain steps (``LRANGE`` with the token,
 generation and positions behind it), taken when those are still what the read began with,
-else by the ``read_range`` script. See ``_cache`` for what is held.
+else by the ``read_range`` script. See ``cache`` for what is held.
 """
 
 from __future__ import annotations
