@@ -33,13 +33,13 @@ sizes each worker's cache); and ``append_message`` through a ``RedisStore`` over
 own ``redis.Redis`` and over ``from_url``'s client, vs one RPUSH.
 
 Paths mode (``--paths``, issue #42) runs the store on the fast path and on the public path
-(``redis_session._fast``'s pieces off, as with ``REDIS_SESSION_PURE_PYTHON=1``) side by side,
-switched between calls in one process, each with its own workers and sessions: the cold get,
+(``redis_session._transport.fast``'s pieces off, as with ``REDIS_SESSION_PURE_PYTHON=1``) side by
+side, switched between calls in one process, each with its own workers and sessions: the cold get,
 the fleet loop (the fleet options above), ``append_message`` through ``from_url``'s client and
 through the caller's own ``redis.Redis`` against the raw six-command script, and
 ``get_history(last=20)`` of 10,000 messages against LRANGE -20 -1 + orjson.loads. Pieces mode
-(``--pieces``) measures the cold get and the fleet loop with each private piece left off in
-turn, and prints each one's cost against all on.
+(``--pieces``) measures the cold get and the fleet loop with each private piece left off in turn,
+and prints each one's cost against all on.
 
 To show where the store's time goes, the same loops also time (interleaved, same conditions):
 the store's OWN request sent bare with plain redis-py -- its Lua script by EVALSHA with the exact

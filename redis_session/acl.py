@@ -41,9 +41,9 @@ class Sent(NamedTuple):
 CLIENT_COMMANDS: Mapping[str, Sent] = MappingProxyType(
     {
         # every script call, and its reload
-        "evalsha": Sent("every script call (store.py, aio.py)"),
+        "evalsha": Sent("every script call (_sync/store.py, _async/store.py)"),
         "script|load": Sent("reloading a script the server's cache lost (NOSCRIPT)"),
-        # the store's plain reads and writes (Commands requests of _core.py and _keyring.py)
+        # the store's plain reads and writes (Commands requests of _core/)
         "del": Sent("fork_child: dropping a staged copy whose source changed"),
         "exists": Sent("repair_index: probing index shards (cluster); the ADK index's prune"),
         "hget": Sent("get_salt, get_checksum, get_secret; a lost keyring restored from a session"),

@@ -1,6 +1,6 @@
 """Encryption at rest: key derivation, the keyring's records, sealing and opening values.
 
-Pure functions and small classes, no I/O (the keyring is read and written by ``_keyring``).
+Pure functions and small classes, no I/O (the keyring is read and written by ``_core.keyring``).
 
 Keys (envelope encryption). A passphrase and a random 16-byte salt give a key-encryption key
 (KEK) by scrypt (``n = 2**work``, ``r = 8``, ``p = 1``; ``work`` = 15 by default: 32 MiB and

@@ -18,8 +18,9 @@ store's user) need admin rights on most servers: refused, the check says so once
   sit on different nodes, and name every index shard that exists (an unnamed one hides its
   sessions from ``list_sessions``), with the fix.
 - **server version**: Redis >= 7.0 or Valkey.
-- **fast path**: which pieces of this process's fast path (:mod:`redis_session._fast`) are on;
-  a piece turned off (a dependency that moved, ``REDIS_SESSION_PURE_PYTHON``) is a warning.
+- **fast path**: which pieces of this process's fast path
+  (:mod:`redis_session._transport.fast`) are on; a piece turned off (a dependency that moved,
+  ``REDIS_SESSION_PURE_PYTHON``) is a warning.
 - **index records**: members of the session index that are not a key this store wrote (they
   are skipped by ``list_sessions``).
 - **keys under the prefix**: a sample of up to :data:`KEY_SAMPLE` keys under the prefix
@@ -84,8 +85,8 @@ def _info(client: Any, section: str) -> dict[str, Any]:
 
 
 def fast_path_check() -> Check:
-    """Which pieces of this process's fast path are on (:mod:`redis_session._fast`): ``ok``
-    when all of them, else ``warn`` (the store works the same, some reads are slower).
+    """Which pieces of this process's fast path are on (:mod:`redis_session._transport.fast`):
+    ``ok`` when all of them, else ``warn`` (the store works the same, some reads are slower).
     """
     status = _fast.STATUS
     if not status.off:

@@ -2,11 +2,11 @@
 
 An event is logged and published by the same Lua script that makes the change (so there is
 none for a change that did not happen): appended to the tree's event log (a Redis stream, see
-``_eventlog``) and published on ``store.events_channel`` (or, with sharded events, its slot's
+``_core.eventlog``) and published on ``store.events_channel`` (or, with sharded events, its slot's
 shard channel) as a JSON object with ``type``, ``id`` (its place in the log), ``key``,
 ``child_key``, ``parent_key``, ``agent_name`` and ``timestamp``. Pub/sub is at-most-once; the
 log is what a listener resumes from (``store.listen(since=...)``, ``group=...``). The
-listeners live in ``_listen_async`` (and its generated blocking twin ``_listen_sync``).
+listeners live in ``_async/listen.py`` (and its generated blocking twin ``_sync/listen.py``).
 """
 
 from __future__ import annotations

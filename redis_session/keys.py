@@ -246,7 +246,7 @@ class KeySchema:
         Three sets holding the same members: ``<prefix>index-shards`` and two copies tagged a
         third and two thirds of the slot ring away from its slot, so that a cluster whose
         primaries split the slots evenly holds each copy on another node, and no single node
-        gates creates or listing (see ``_index.Index``).
+        gates creates or listing (see ``_core.index.Index``).
         """
         first = f"{self.prefix}index-shards"
         slot = key_slot(first.encode())

@@ -1,8 +1,9 @@
 """The fast path and the public path side by side (issue #42), and what each private piece of
 the fast path buys, in one interleaved run.
 
-The two paths are the same store with the fast path's pieces (``redis_session._fast``) on or
-off, switched in this process between calls: ``public`` is what a process with
+The two paths are the same store with the fast path's pieces
+(``redis_session._transport.fast``) on or off, switched in this process between calls:
+``public`` is what a process with
 ``REDIS_SESSION_PURE_PYTHON=1`` (or a dependency that moved) runs. Each path (or piece left
 off) gets its own worker stores and its own sessions, so that read caches and session lengths
 evolve alike; the floor is timed in the same rounds.

@@ -107,7 +107,7 @@ class AsyncRedisStore:
         its own ``from_url`` takes them (``socket_timeout``, ``max_connections``,
         ``password``...); a keyword that is neither raises ``UnknownOption`` (an
         ``InvalidArgument`` and a ``TypeError``) at once, on every scheme. The client has a
-        bounded pool and socket timeouts by default (see ``redis_session._url``).
+        bounded pool and socket timeouts by default (see ``redis_session._transport.url``).
         """
         store_options, client_options = split_store_options(given)
         _url.check_client_options(url, cluster, client_options)

@@ -1,7 +1,7 @@
 """Child-session operations (sans-I/O generators; see ``_core``): fork, append, merge,
 discard, read.
 
-Children live in their parent's tree: they expire with it (see ``_trees``), and the newest
+Children live in their parent's tree: they expire with it (see ``trees``), and the newest
 ``keep_merged_children`` merged children stay whole (record and history) while older ones
 leave only a tombstone in the parent's ``done`` zset (the newest 100 are kept), so a tree
 does not grow with the number of sub-agents that ever ran in it.

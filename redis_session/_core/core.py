@@ -7,13 +7,13 @@ so the two cannot drift in behaviour.
 
 :class:`Core` composes the collaborators, each of one concern, each given what it uses:
 
-- :class:`~._trees.Trees`: key names, and what the store knows of each session tree;
-- :class:`~._index.Index`: the session index (listing) and reads of the store's own keys;
-- :class:`~._keyring.Keyring`: passphrase, master key, each session's data key;
-- :class:`~._reads.Reader`: the read path, and the decoded messages held (read cache);
-- :class:`~._writes.Writer`: the loop every tree write goes through;
-- :class:`~._sessions.Sessions`, :class:`~._children.Children`, :class:`~._secrets.Secrets`:
-  the operations; :class:`~._rekey.Rotation`: passphrase rotation; :class:`~._turns.Turns`:
+- :class:`~.trees.Trees`: key names, and what the store knows of each session tree;
+- :class:`~.index.Index`: the session index (listing) and reads of the store's own keys;
+- :class:`~.keyring.Keyring`: passphrase, master key, each session's data key;
+- :class:`~.reads.Reader`: the read path, and the decoded messages held (read cache);
+- :class:`~.writes.Writer`: the loop every tree write goes through;
+- :class:`~.sessions.Sessions`, :class:`~.children.Children`, :class:`~.secrets.Secrets`:
+  the operations; :class:`~.rekey.Rotation`: passphrase rotation; :class:`~.turns.Turns`:
   one worker at a time in a session (fenced turns).
 
 Script arguments and replies are built and read by name (:mod:`redis_session.contracts`);

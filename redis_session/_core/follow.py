@@ -2,7 +2,7 @@
 how to tell a gap from no events, and which events it passes on.
 
 A store's events are logged in one stream per prefix on a single server, and in one per slot
-with sessions on a cluster (see ``_eventlog``). A listener's position is an entry id per
+with sessions on a cluster (see ``eventlog``). A listener's position is an entry id per
 stream. On a single server the cursor is that id. On a cluster it would be one id per slot,
 so the cursor is a base id ``B`` (every stream has been read past every entry whose id is at
 most ``B``) and the streams read further than ``B``: ``c:B;tag=id,tag=id``. ``B`` moves to

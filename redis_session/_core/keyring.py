@@ -1,6 +1,6 @@
 """The keys of an encrypted store: unlock with a passphrase, each session's own data key, and
 the checks that keep a sealed session sealed. Generators of requests, like every operation
-(sans-I/O); see :mod:`redis_session.crypto` for the formats and :mod:`._rekey` for rotation.
+(sans-I/O); see :mod:`redis_session.crypto` for the formats and :mod:`.rekey` for rotation.
 
 Unlocking opens the prefix's records (salt, key check, the master key's wrap). When they are
 missing (evicted, or a new prefix), the store looks for a sealed session first and restores the

@@ -40,9 +40,9 @@ class Commands:
     """Reply with a failed command's exception in its place instead of raising it."""
     read_only: bool = False
     """Every command only reads (sending them again is safe): on a client the store made
-    from a URL they may go out on a pooled connection directly (``_url.sync_replies``), the
-    replies as redis-py's protocol reader gives them (a hash as a mapping with RESP3, a flat
-    list with RESP2)."""
+    from a URL they may go out on a pooled connection directly
+    (``_transport.url.sync_replies``), the replies as redis-py's protocol reader gives them (a
+    hash as a mapping with RESP3, a flat list with RESP2)."""
     direct: bool = False
     """On a cluster, send each command to the node serving its key through that node's own
     client, one after the other, each reply (or error: an unreachable node's, at once) in its

@@ -1,14 +1,14 @@
 # Generated from redis_session/_async/connect.py by tools/unasync.py: edit that one.
 """Clients from a URL, and what a store does to them (re-read a topology, close), written once
-for asyncio (``_connect_async.py``); ``tools/unasync.py`` generates the blocking
-``_connect_sync.py`` from it. The policy (retries, pools, timeouts) is told in
-``redis_session._url``.
+for asyncio in ``_async/connect.py``; ``tools/unasync.py`` generates the blocking
+``_sync/connect.py`` from it. The policy (retries, pools, timeouts) is told in
+``redis_session._transport.url``.
 
 Hand-written elsewhere, because the two flavours of redis-py differ there in more than
-``await``: the connected-first pools (``_pools``: a queue class or an ordered list), the client
-of one cluster node (``_url.sync_node_client``: a blocking node carries redis-py's client of
-it, an asyncio node has none) and making a client again for another event loop
-(``_url.async_remake``, asyncio only).
+``await``: the connected-first pools (``_transport.pools``: a queue class or an ordered list),
+the client of one cluster node (``_transport.url.sync_node_client``: a blocking node carries
+redis-py's client of it, an asyncio node has none) and making a client again for another event
+loop (``_transport.url.async_remake``, asyncio only).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def _sentinel_retry(url: str) -> NoticingRetry:
 def sync_client(
     url: str, *, cluster: bool = False, **kwargs: Any
 ) -> redis.Redis | redis.RedisCluster:
-    """A client for ``url``; ``kwargs`` go to redis-py (over the defaults of ``_url``)."""
+    """A client for ``url``; ``kwargs`` go to redis-py (over the defaults of ``_transport.url``)."""
     scheme, url, cluster = parse(url, cluster)
     if scheme == MEMORY_SCHEME:
         client_options(kwargs, pool=False)

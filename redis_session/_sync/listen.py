@@ -1,9 +1,10 @@
 # Generated from redis_session/_async/listen.py by tools/unasync.py: edit that one.
-"""Listeners of lifecycle events (blocking). The blocking ones (``_listen_sync``) are generated
-from ``_listen_async`` by ``tools/unasync.py``: edit that one.
+"""Listeners of lifecycle events, written once for asyncio: the blocking ones
+(``_sync/listen.py``) are generated from the asyncio ones (``_async/listen.py``) by
+``tools/unasync.py``: edit those.
 
 :class:`EventListener` follows pub/sub alone: at-most-once. :class:`LogListener`
-reads the event log (``_eventlog``): from a cursor (``since``), or as a member of a consumer
+reads the event log (``_core.eventlog``): from a cursor (``since``), or as a member of a consumer
 group (``group``), so that a dropped connection, a restart or a slow consumer costs latency,
 never an event. On a single server it waits on the log itself (``XREAD BLOCK``); on a cluster,
 where the log is one stream per slot, pub/sub tells it which stream to read and it reads every
@@ -78,7 +79,7 @@ def read_group(call: ScriptCall) -> Op[Any]:
 
 
 class EventListener:
-    """Lifecycle events from pub/sub, as an async iterator (blocking flavour): at-most-once.
+    """Lifecycle events from pub/sub, one by one: at-most-once.
 
     ``get(timeout)`` returns the next event or None after ``timeout`` seconds;
     ``for`` yields events until :meth:`close`. A dropped connection is resubscribed with
@@ -510,8 +511,8 @@ def _close_quietly(pubsub: Any) -> None:
 
 
 class LogListener:
-    """Lifecycle events from the event log, as an async iterator (blocking flavour): none is
-    missed without :class:`~redis_session.errors.EventsLost` saying so.
+    """Lifecycle events from the event log, one by one: none is missed without
+    :class:`~redis_session.errors.EventsLost` saying so.
 
     From a cursor (``group`` None): every event after ``since``, in log order per session;
     :attr:`cursor` after an event resumes right after it (``listen(since=cursor)``). In a
@@ -848,7 +849,7 @@ class LogListener:
     def _read_group(self, log_key: str) -> bool:
         self._join(log_key)
         call = contracts.read_group(
-            [log_key], group=str(self.group), consumer=self.consumer, count=READ_COUNT
+            log=log_key, group=str(self.group), consumer=self.consumer, count=READ_COUNT
         )
         reply = self._run(read_group(call))
         if contracts.status(reply) in (Status.NOT_FOUND, Status.MISSING):

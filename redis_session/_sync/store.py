@@ -1,5 +1,5 @@
 # Generated from redis_session/_async/store.py by tools/unasync.py: edit that one.
-"""``RedisStore``: the session store (blocking flavour) over ``redis.Redis``."""
+"""``RedisStore``: the session store over ``redis.Redis``."""
 
 from __future__ import annotations
 
@@ -45,15 +45,16 @@ T = TypeVar("T")
 
 @docs_from(Store, ChildSessionStore)
 class RedisStore:
-    """Sessions in Redis shared by many workers (blocking flavour); one Lua script per write.
+    """Sessions in Redis shared by many workers; one Lua script per write.
 
     ``client`` is a ``redis.Redis`` created with ``decode_responses=False``; the store
     wraps it and exposes it as :attr:`client`. ``lifecycle_hook`` is called with each
-    lifecycle event after the change (a plain function; an async one
-    is logged, never run). The options are :class:`~redis_session.StoreOptions`, given as keywords
-    (``prefix`` for every key name, ``ttl`` in seconds or a timedelta, refreshed on every
-    write, ``max_history_turns``, ...) or as ``options=StoreOptions(...)`` (keywords given
-    too override its fields); an unknown keyword raises ``TypeError``.
+    lifecycle event after the change (a plain function; the asyncio store also awaits a
+    coroutine function, which the blocking one logs and never runs). The options are
+    :class:`~redis_session.StoreOptions`, given as keywords (``prefix`` for every key name,
+    ``ttl`` in seconds or a timedelta, refreshed on every write, ``max_history_turns``, ...)
+    or as ``options=StoreOptions(...)`` (keywords given too override its fields); an unknown
+    keyword raises ``TypeError``.
 
     Durability: with ``wait_replicas=N`` every write is followed, on the same connection, by
     ``WAIT N wait_timeout``; fewer acknowledgements raise ``DurabilityNotReached`` (the write
@@ -103,7 +104,7 @@ class RedisStore:
         its own ``from_url`` takes them (``socket_timeout``, ``max_connections``,
         ``password``...); a keyword that is neither raises ``UnknownOption`` (an
         ``InvalidArgument`` and a ``TypeError``) at once, on every scheme. The client has a
-        bounded pool and socket timeouts by default (see ``redis_session._url``).
+        bounded pool and socket timeouts by default (see ``redis_session._transport.url``).
         """
         store_options, client_options = split_store_options(given)
         _url.check_client_options(url, cluster, client_options)
@@ -344,7 +345,7 @@ class RedisStore:
         """The replies of ``commands``, sent together on ``client`` (never a transaction), each
         error reply as its exception in its place. ``direct`` (commands safe to send twice):
         on a pooled connection of a client the store made, without redis-py's per-command
-        Python (``async_replies``, the append hot path); otherwise, and for a client of
+        Python (``sync_replies``, the append hot path); otherwise, and for a client of
         another kind, through redis-py (``execute_command`` for one, a pipeline for more).
         """
         if direct:

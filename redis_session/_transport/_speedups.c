@@ -1,4 +1,4 @@
-/* redis_session._speedups: the stored form of a message back into a Message, in C.
+/* redis_session._transport._speedups: the stored form of a message back into a Message, in C.
  *
  * decode(items) reads each element that is exactly what codec.encode_message writes (compact
  * JSON, its fields in the model's order, a timestamp "YYYY-MM-DDTHH:MM:SS[.ffffff]Z", plain tool
@@ -16,7 +16,7 @@
  * __pydantic_extra__ and __pydantic_private__ in place (their member descriptors' offsets, which
  * configure() checks and refuses otherwise), shares one fields set per combination of fields and
  * takes the models out of the collector's tracking. That is a piece of the fast path: used only
- * when redis_session._fast's check of this process's pydantic passed (the models it builds
+ * when redis_session._transport.fast's check of this process's pydantic passed (the models it builds
  * compared with pydantic's own, field by field), else the codec validates with pydantic.
  * tools/fuzz_speedups.py fuzzes both entry points under AddressSanitizer and UBSan.
  *
@@ -43,7 +43,7 @@ static PyObject *s_name, *s_input, *s_output, *s_thought;
 static PyObject *s_fields_set, *s_extra, *s_private;
 /* The offsets of BaseModel's slots __pydantic_fields_set__, __pydantic_extra__ and
  * __pydantic_private__ in a Message and in a ToolCall (configure() refuses classes where
- * they are not such slots: redis_session._fast then leaves decoding to pydantic). */
+ * they are not such slots: redis_session._transport.fast then leaves decoding to pydantic). */
 static Py_ssize_t msg_slots[3] = {-1, -1, -1}, call_slots[3] = {-1, -1, -1};
 /* The fields sets a Message and a ToolCall may have, by the bit mask of their fields, shared
  * (see fields_set): made when first needed, dropped by configure(). */

@@ -1,4 +1,4 @@
-"""The C decoder of stored messages (``_speedups.c``); used through :mod:`._fast`."""
+"""The C decoder of stored messages (``_speedups.c``); used through :mod:`.fast`."""
 
 from collections.abc import Sequence
 from datetime import tzinfo

@@ -1,8 +1,8 @@
 """What a URL names and how its client is set up, for both flavours (see
-``redis_session._url`` for the policy): the scheme, the sentinels of a ``redis+sentinel://``
-URL, the embedded server of ``memory://NAME``, the keywords every client gets, and the
-:class:`Outage` its retries report to. No client is made here (``_connect_async``,
-``_connect_sync``).
+``redis_session._transport.url`` for the policy): the scheme, the sentinels of a
+``redis+sentinel://`` URL, the embedded server of ``memory://NAME``, the keywords every client
+gets, and the :class:`Outage` its retries report to. No client is made here
+(``_async/connect.py``, ``_sync/connect.py``).
 """
 
 from __future__ import annotations

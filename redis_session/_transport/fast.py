@@ -331,9 +331,10 @@ def _defaults(model: Any) -> dict[str, Any]:
 class SharedFieldsSet(set[str]):
     """The ``model_fields_set`` of a message (or tool call) the C decoder built: one set per
     combination of fields, shared by every model decoded with those fields (a set of its own
-    per model, made and freed with it, is a share of decoding worth saving). Equal to the set validation
-    gives. Refuses to be changed in place, which would change it for the other models too; a
-    copy (``copy.copy``, ``set(...)``, ``model_copy``) and a pickled one are plain sets.
+    per model, made and freed with it, is a share of decoding worth saving). Equal to the set
+    validation gives. Refuses to be changed in place, which would change it for the other
+    models too; a copy (``copy.copy``, ``set(...)``, ``model_copy``) and a pickled one are
+    plain sets.
     """
 
     __slots__ = ()

@@ -60,8 +60,8 @@ def _clone(client: Any) -> Any:
 def hard_close(client: Any) -> int:
     """Close the sockets of ``client``'s connections without their (closed) loop; returns
     how many. The connections then read as disconnected. Through the fast path's
-    ``loop-close`` piece (:mod:`redis_session._fast`): without it, nothing is closed here and
-    the sockets go when the connections are collected.
+    ``loop-close`` piece (:mod:`redis_session._transport.fast`): without it, nothing is closed
+    here and the sockets go when the connections are collected.
     """
     connections = _fast.held_connections(client)
     _fast.forget_topology(client)
@@ -165,7 +165,7 @@ class LoopClients:
 
     def nodes(self) -> dict[str, Any]:
         """The clients of single cluster nodes made in the running loop, by node name (the
-        caller fills it: ``_url.async_node_client``).
+        caller fills it: ``url.async_node_client``).
         """
         loop = self._running()
         with self._lock:

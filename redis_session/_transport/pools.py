@@ -1,6 +1,7 @@
-"""The connection pools of clients from a URL (see ``redis_session._url``), and the packing of a
-direct request: public APIs of redis-py and hiredis only (the one private piece, the order of
-an asyncio pool's idle connections, is :func:`redis_session._fast.idle_connections`).
+"""The connection pools of clients from a URL (see ``redis_session._transport.url``), and the
+packing of a direct request: public APIs of redis-py and hiredis only (the one private piece,
+the order of an asyncio pool's idle connections, is
+:func:`redis_session._transport.fast.idle_connections`).
 
 A pool hands out a connected idle connection before one it would have to connect: after a
 burst that hit the server's ``maxclients``, its idle connections serve the next calls at once
@@ -141,8 +142,8 @@ class ConnectedFirstPool(redis.BlockingConnectionPool):
 
 class AsyncConnectedFirstPool(redis.asyncio.BlockingConnectionPool):
     """The asyncio flavour of :class:`ConnectedFirstPool`: its idle list ordered before each
-    checkout (:func:`redis_session._fast.idle_connections`; redis-py's order when that piece
-    is off).
+    checkout (:func:`redis_session._transport.fast.idle_connections`; redis-py's order when
+    that piece is off).
     """
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> Any:

@@ -10,7 +10,7 @@ client gets ``SENTINEL_RETRY_ATTEMPTS`` (about 12 s of retries), enough to ride 
 failover. Every store operation is idempotent, so a retried call never applies twice. Those
 retries are not silent: the first retried failure of an outage is logged at WARNING on the
 ``redis_session`` logger (the server's URL without its password, the error, how many retries
-over how long), and the first success after it at INFO (``_endpoint.Outage``).
+over how long), and the first success after it at INFO (``endpoint.Outage``).
 
 ``memory://`` is the embedded default: an in-process fakeredis server with Lua. ``memory://``
 alone gives a private server each time; ``memory://NAME`` the same server for the same NAME
@@ -26,9 +26,9 @@ reconnects fail as long as the pool's idle ones fill the server). Sockets get
 redis-py keyword the caller may override (``from_url(url, max_connections=100)``);
 a cluster client takes the timeouts (its per-node pools are redis-py's own).
 
-Where it is done: ``_endpoint`` (what a URL names, the options, the log of an outage),
-``_pools`` (the pools, and the packing of a store's own requests), ``_connect_async`` (the
-clients, written once for asyncio) and ``_connect_sync`` (generated from it by
+Where it is done: ``endpoint`` (what a URL names, the options, the log of an outage),
+``pools`` (the pools, and the packing of a store's own requests), ``_async/connect.py`` (the
+clients, written once for asyncio) and ``_sync/connect.py`` (generated from it by
 ``tools/unasync.py``); this module names what the stores use, and holds what has one flavour
 or differs by more than ``await``.
 """
@@ -69,8 +69,8 @@ __all__ = [
 
 def async_remake(url: str, *, cluster: bool = False, **kwargs: Any) -> Callable[[], Any] | None:
     """How to make another asyncio client like :func:`async_client`'s for ``url`` (for another
-    event loop: see ``redis_session._loops``) where copying one cannot: a cluster client, a
-    Sentinel-managed one; None for the others.
+    event loop: see ``redis_session._transport.loops``) where copying one cannot: a cluster
+    client, a Sentinel-managed one; None for the others.
     """
     scheme, _, cluster = parse(url, cluster)
     if scheme != SENTINEL_SCHEME and not cluster:

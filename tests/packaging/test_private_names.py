@@ -1,8 +1,8 @@
-"""Every private name of another project the fast path uses (``redis_session._fast``), taken
-away in turn before ``import redis_session`` as a release that renames it would: the package
-imports, that piece of the fast path is off (one WARNING line names it), the others stay on,
-and a whole workload through ``from_url`` (sync and asyncio, on ``memory://`` and a real Redis)
-reads back exactly what it reads with nothing taken away.
+"""Every private name of another project the fast path uses (``redis_session._transport.fast``),
+taken away in turn before ``import redis_session`` as a release that renames it would: the package
+imports, that piece of the fast path is off (one WARNING line names it), the others stay on, and a
+whole workload through ``from_url`` (sync and asyncio, on ``memory://`` and a real Redis) reads back
+exactly what it reads with nothing taken away.
 
 A name is taken away the way a rename looks from outside: a module that no longer imports, or
 an attribute that is no longer the object's own (a property that still serves the project's

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from redis_session import ChildSessionConfig, Message, RedisStore, Session, _reads
+from redis_session import ChildSessionConfig, Message, RedisStore, Session
+from redis_session._core import reads as _reads
 from tests.resources.conftest import PrivateServer
 from tests.support.figures import Recorder
 
