@@ -382,13 +382,17 @@ class Sessions:
             if metadata is not None:
                 self.metadata.pairs(metadata, "metadata")
             return 0
+        key = check_key(key)
         pairs = codec.message_args(messages, "messages", self.options.max_message_bytes)
         self.limits.check_batch(pairs[1::2], "messages")
-        return (
-            yield from self._append(
-                key, messages, pairs, "messages", metadata, expect, expect_last_id, fence
-            )
+        twins = self._twins(key, messages, pairs)
+        build, ctx = self._append(
+            key, messages, pairs, "messages", metadata, expect, expect_last_id, fence
         )
+        reply = yield from self.writer.write(key, build, ctx)
+        for body, twin in twins:
+            self.reader.wrote(body, twin)
+        return appended(reply)
 
     def append_message(
         self,
@@ -401,16 +405,21 @@ class Sessions:
     ) -> Op[bool]:
         if type(msg) is not Message:
             msg = message_arg(msg)
+        key = check_key(key)
         expect = b"" if expect_last_id is None else expect_last(expect_last_id)
-        body, _ = codec.stored_form(msg)
+        body, ready = codec.stored_form(msg)
         pair = [
             codec.message_digest(msg.id),
             codec.check_size(body, self.options.max_message_bytes, "msg"),
         ]
-        stored = yield from self._append(
-            key, (msg,), pair, "msg", metadata, expect, expect_last_id, fence
-        )
-        return stored == 1
+        twin = None
+        if ready and self.keyring.passphrase is None:
+            twin = self.reader.twin(key, body, msg)
+        build, ctx = self._append(key, (msg,), pair, "msg", metadata, expect, expect_last_id, fence)
+        reply = yield from self.writer.write(key, build, ctx)
+        if twin is not None:
+            self.reader.wrote(body, twin)
+        return appended(reply) == 1
 
     def _ctx(
         self,
@@ -439,12 +448,11 @@ class Sessions:
         expect: bytes,
         expect_last_id: str | None,
         fence: Fence,
-    ) -> Op[int]:
-        """Append ``messages`` (``pairs``: their digest/stored-form pairs, checked) through
-        the write loop; in cleartext, each message whose decoded twin a read may take is kept
-        at hand once the script stored it (:meth:`Reader.wrote`).
+    ) -> tuple[Callable[[Sealer | None], ScriptCall], Callable[[], Ctx]]:
+        """What the write loop (:meth:`Writer.write`) takes to append ``messages`` to session
+        ``key`` (checked; ``pairs``: their digest/stored-form pairs, checked): the script call
+        for a sealer, and the context of its errors.
         """
-        key = check_key(key)
         o = self.options
         sk, root = self.trees.keys(key)
         # None and {} both set nothing; {} is still checked to be a mapping.
@@ -469,24 +477,22 @@ class Sessions:
                 else codec.seal_pairs(pairs, messages, sealer, argument, o.max_message_bytes),
             )
 
-        twins = self._twins(key, messages, pairs) if self.keyring.passphrase is None else ()
-        reply = yield from self.writer.write(
-            key,
-            build,
-            lambda: self._ctx(key, (*root, sk.turn), expect_last_id, fence, "metadata"),
-        )
-        for body, twin in twins:
-            self.reader.wrote(body, twin)
-        return appended(reply)
+        def ctx() -> Ctx:
+            return self._ctx(key, (*root, sk.turn), expect_last_id, fence, "metadata")
+
+        return build, ctx
 
     def _twins(
         self, key: str, messages: Sequence[Message], pairs: list[bytes]
     ) -> list[tuple[bytes, Message]]:
         """Each stored form of ``messages`` (in ``pairs``) with its decoded twin, for those a
-        read may take it for (:meth:`Reader.twin`), taken before the write is sent.
+        read may take it for (:meth:`Reader.twin`; none in a sealed store), taken before the
+        write is sent.
         """
         reader = self.reader
-        found = []
+        found: list[tuple[bytes, Message]] = []
+        if self.keyring.passphrase is not None:
+            return found
         for msg, body in zip(messages, pairs[1::2], strict=True):
             if codec.twin_ready(msg) and (twin := reader.twin(key, body, msg)) is not None:
                 found.append((body, twin))
