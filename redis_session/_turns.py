@@ -12,11 +12,10 @@ holder's lease), which a release pushes to: the next claimer is woken at once, n
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 from contextvars import ContextVar
 
-from . import contracts
+from . import _clock, contracts
 from ._args import token
 from ._requests import Commands, Op
 from ._sessions import NO_FENCE, Fence
@@ -81,14 +80,14 @@ class Turns:
         sk, root = self.trees.keys(key)
         keys = (*root, sk.turn)
         call = token()
-        started = time.monotonic()
+        started = _clock.monotonic()
         while True:
             reply = yield contracts.claim_turn(keys, lease_ms=ms, call_token=call)
             if contracts.status(reply) != Status.TURN_BUSY:
                 claimed = contracts.parsed(contracts.Claimed, check(reply, Ctx(key, keys)))
                 number = int(claimed.token)
                 return Fence(f"{number}:{call}", number)
-            waited = time.monotonic() - started
+            waited = _clock.monotonic() - started
             left = wait - waited
             if left <= 0:
                 raise TurnBusy(key, waited)

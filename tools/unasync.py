@@ -40,7 +40,7 @@ RULES: Rules = [
     (r"\bListening\[([\w |]+)\]", r"\1"),
     (r"\bListening\((self\._listen\([^()]*\))\)", r"\1"),
     (r", self\._clients\.nodes\(\)\)", ")"),  # redis-py keeps a blocking node's client
-    (r"\bawait asyncio\.sleep\(", "time.sleep("),
+    (r"\b_clock\.async_sleep\(", "_clock.sleep("),
     (r"\bawait asyncio\.to_thread\(([\w.]+)\)", r"\1()"),
     (r"\basyncio\.Lock\(\)", "threading.Lock()"),
     (r"\basync with\b", "with"),
@@ -88,8 +88,7 @@ CONNECT_RULES: Rules = [
 LISTEN_RULES: Rules = [
     (r"\bAsync(EventListener|LogListener)\b", r"\1"),
     (r"^.*# async only\b.*\n", ""),
-    (r"\bawait asyncio\.sleep\(", "time.sleep("),
-    (r"^import asyncio\n", ""),
+    (r"\b_clock\.async_sleep\(", "_clock.sleep("),
     (r"^import redis\.asyncio\n", ""),
     (r"\bredis\.asyncio\.(Redis|RedisCluster)\b", r"redis.\1"),
     (r"\bAwaitable\[Any\]", "Any"),
