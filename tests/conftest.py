@@ -30,6 +30,7 @@ import redis.asyncio.sentinel
 from redis_session import AsyncRedisStore, RedisStore
 from redis_session._url import async_client, sync_client
 from redis_session.keys import KeySchema
+from tests.support.clock import FakeClock
 from tests.support.cluster import Cluster, start_cluster
 from tests.support.figures import FIGURES, Recorder
 from tests.support.sentinel import SERVICE, SentinelSetup, start_sentinel
@@ -285,6 +286,15 @@ async def make_store(backend: Backend, flavour: str) -> AsyncIterator[StoreFacto
 async def store(make_store: StoreFactory) -> Any:
     """The default store of the test's backend and flavour."""
     return make_store()
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The clock of the store's own deadlines and pauses (``redis_session._clock``), under the
+    test's control for the test (``tests/support/clock.py``): ``clock.advance(s)`` instead of
+    sleeping through a poll, a claim's interval, the reaper's pause; ``clock.freeze()``.
+    """
+    return FakeClock().install(monkeypatch)
 
 
 # -- reliability figures ------------------------------------------------------------------------
