@@ -22,6 +22,7 @@ from redis_session import (
     turn_id_from_context,
 )
 from tests.conftest import AwaitableStore, Backend
+from tests.support.clock import wait_gone
 
 
 class AwaitableTurn:
@@ -124,15 +125,20 @@ async def test_four_workers_take_their_turns_one_at_a_time(make_store: Any) -> N
         assert int(answer[2]) == i
 
 
+def lease_gone(backend: Backend, key: str) -> None:
+    """Wait until the turn of session ``key`` expired on the server (its lease ran out)."""
+    wait_gone(backend.sync_client(), backend.schema.session(key).turn)
+
+
 async def test_a_holder_paused_past_its_lease_cannot_write_after_the_next_claim(
-    make_store: Any,
+    backend: Backend, make_store: Any
 ) -> None:
     slow, fast = make_store(), make_store()
     await slow.create(Session(key="s"))
-    async with turn(slow, "s", lease=0.3) as paused:
+    async with turn(slow, "s", lease=0.5) as paused:
         first = paused.token
         assert await paused.append_message(user("before the pause"))
-        await asyncio.sleep(1.0)  # a long tool call, a GC pause
+        lease_gone(backend, "s")  # a long tool call, a GC pause: past the lease
         async with turn(fast, "s", lease=5) as taken:
             assert taken.token > first
             await taken.append_message(user("the next worker's"))
@@ -147,15 +153,17 @@ async def test_a_holder_paused_past_its_lease_cannot_write_after_the_next_claim(
     assert contents == ["before the pause", "the next worker's"]
 
 
-async def test_inside_a_turn_the_store_s_own_writes_are_fenced_too(make_store: Any) -> None:
+async def test_inside_a_turn_the_store_s_own_writes_are_fenced_too(
+    backend: Backend, make_store: Any
+) -> None:
     # store.append_message(key, ...) written out of habit inside `with store.turn(key)`: it goes
     # through the turn, so a holder paused past its lease is refused as turn.append_message is.
     slow, fast = make_store(), make_store()
     await slow.create(Session(key="s"))
     await slow.create(Session(key="other"))
-    async with turn(slow, "s", lease=0.3):
+    async with turn(slow, "s", lease=0.5):
         assert await slow.append_message("s", user("through the turn"))
-        await asyncio.sleep(1.0)
+        lease_gone(backend, "s")
         async with turn(fast, "s", lease=5):
             writes: list[Callable[[], Awaitable[Any]]] = [
                 lambda: slow.append_message("s", user("late")),
