@@ -19,6 +19,7 @@ from redis_session import (
     StaleExpectation,
     TurnBusy,
     TurnLost,
+    _turns,
     turn_id_from_context,
 )
 from tests.conftest import AwaitableStore, Backend
@@ -198,7 +199,13 @@ async def test_a_held_turn_makes_a_claim_wait_then_busy_and_a_release_frees_it(
     assert time.monotonic() - started < 1
 
 
-async def test_a_waiting_claim_is_woken_by_the_release(backend: Backend, flavour: str) -> None:
+async def test_a_waiting_claim_is_woken_by_the_release(
+    backend: Backend, flavour: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A waiting claim blocks on the wake list (BLPOP) up to WAKE_STEP at a time, then claims
+    # again: 5 s here, so that a claim the release did not wake comes 5 s after it, far from
+    # the woken one's moment whatever the load (with 1 s, a stall of 0.5 s failed it).
+    monkeypatch.setattr(_turns, "WAKE_STEP", 5.0)
     if flavour == "sync":
         holder: Any = backend.sync_store()
         waiter: Any = backend.sync_store()
@@ -217,7 +224,7 @@ async def test_a_waiting_claim_is_woken_by_the_release(backend: Backend, flavour
 
     async def claim() -> float:
         await asyncio.sleep(0.05)
-        async with turn(b, "s", lease=30, wait=10):
+        async with turn(b, "s", lease=30, wait=8):
             return time.monotonic()
 
     if flavour == "sync":
@@ -227,7 +234,7 @@ async def test_a_waiting_claim_is_woken_by_the_release(backend: Backend, flavour
         thread.join(timeout=30)
     else:
         _, claimed = await asyncio.gather(hold(), claim())
-    assert 0 <= claimed - released < 0.5  # woken by the release, not by the 30 s lease
+    assert 0 <= claimed - released < 2.5  # woken by the release, not after the 5 s step
     await a.close()
     await b.close()
 
