@@ -19,6 +19,7 @@ import os
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import fakeredis
@@ -30,6 +31,7 @@ import redis.asyncio.sentinel
 from redis_session import AsyncRedisStore, RedisStore
 from redis_session._transport.url import async_client, sync_client
 from redis_session.keys import KeySchema
+from tests.support.clock import FakeClock
 from tests.support.cluster import Cluster, start_cluster
 from tests.support.figures import FIGURES, Recorder
 from tests.support.sentinel import SERVICE, SentinelSetup, start_sentinel
@@ -287,6 +289,15 @@ async def store(make_store: StoreFactory) -> Any:
     return make_store()
 
 
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The clock of the store's own deadlines and pauses (``redis_session._clock``), under the
+    test's control for the test (``tests/support/clock.py``): ``clock.advance(s)`` instead of
+    sleeping through a poll, a claim's interval, the reaper's pause; ``clock.freeze()``.
+    """
+    return FakeClock().install(monkeypatch)
+
+
 # -- reliability figures ------------------------------------------------------------------------
 
 
@@ -340,7 +351,29 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 
 
 FAST_DIRS = ("unit", "contract")
-"""The fast tier (``-m fast``): the unit tests and the contract suite on fakeredis."""
+"""The fast tier (``-m fast``): the unit tests, and the contract suite on fakeredis and on one
+real Redis (the ``redis`` backend)."""
+FAST_BACKENDS = frozenset({"fake", "redis"})
+NOT_FAST = frozenset(BACKENDS) - FAST_BACKENDS | {"slow"}
+"""The markers that keep a test of :data:`FAST_DIRS` out of the fast tier."""
+TESTS = Path(__file__).resolve().parent
+
+
+def fast_only(config: pytest.Config) -> bool:
+    """Whether ``-m`` selects nothing outside the fast tier (``fast``, ``fast and ...``)."""
+    expression = " ".join((config.option.markexpr or "").split())
+    return expression == "fast" or expression.startswith("fast and ")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under :func:`fast_only`, the folders of ``tests/`` other than :data:`FAST_DIRS` (and its
+    own test modules) are not even collected: each worker would import them (the ADK, the
+    OpenAI Agents SDK, the CLI) only to deselect them, about 3 s of CPU apiece.
+    """
+    if collection_path.parent != TESTS or not fast_only(config):
+        return None
+    folder = collection_path.is_dir() and collection_path.name not in FAST_DIRS
+    return folder or collection_path.name.startswith("test_") or None
 
 
 def perf_wanted(config: pytest.Config) -> bool:
@@ -352,18 +385,17 @@ def perf_wanted(config: pytest.Config) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Leave out the ``perf`` tests unless :func:`perf_wanted`; mark the fast tier: every test
-    of ``tests/unit`` and of ``tests/contract`` that runs on no backend but ``fake`` (and is
-    not ``slow``), so that ``pytest -m fast`` runs it alone.
+    of ``tests/unit`` and of ``tests/contract`` that runs on no backend but ``fake`` and
+    ``redis`` (and is not ``slow``), so that ``pytest -m fast`` runs it alone.
     """
     if not perf_wanted(config):
         left_out = [item for item in items if item.get_closest_marker("perf") is not None]
         if left_out:
             config.hook.pytest_deselected(items=left_out)
             items[:] = [item for item in items if item.get_closest_marker("perf") is None]
-    real = {"redis", "valkey", "cluster", "sentinel", "slow"}
     for item in items:
         parts = item.path.parts
         if "tests" not in parts or parts[parts.index("tests") + 1] not in FAST_DIRS:
             continue
-        if not {m.name for m in item.iter_markers()} & real:
+        if not {m.name for m in item.iter_markers()} & NOT_FAST:
             item.add_marker(pytest.mark.fast)

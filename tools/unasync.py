@@ -45,7 +45,7 @@ NAMES: Mapping[str, str] = {
     "AsyncIterator": "Iterator",
     "asynccontextmanager": "contextmanager",
     "asyncio.Lock": "threading.Lock",
-    "asyncio.sleep": "time.sleep",
+    "_clock.async_sleep": "_clock.sleep",
     "redis.asyncio": "redis",
     "FakeAsyncRedis": "FakeRedis",
     "AsyncRedisStore": "RedisStore",

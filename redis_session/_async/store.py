@@ -12,7 +12,7 @@ from typing import Any, TypeVar, overload
 
 import redis.asyncio
 
-from .. import events
+from .. import _clock, events
 from .._core import follow as _follow
 from .._core.args import duration_ms, non_negative_int, text
 from .._core.core import Compute, Core, Emit, Op, RekeyProgress, RekeyReport, Request, ScriptCall
@@ -407,7 +407,7 @@ class AsyncRedisStore:
         reply, a failover or a slot move is safe.
         """
         core = self._core.options
-        deadline = time.monotonic() + core.failover_window_ms / 1000
+        deadline = _clock.monotonic() + core.failover_window_ms / 1000
         delay = 0.05
         while True:
             writer = await self._writer_for(request.keys[0])
@@ -423,9 +423,9 @@ class AsyncRedisStore:
                         str(request.keys[0]), acked, core.wait_replicas, core.wait_timeout_ms
                     )
                 return reply
-            if not _url.is_failover_error(error) or time.monotonic() > deadline:
+            if not _url.is_failover_error(error) or _clock.monotonic() > deadline:
                 raise error
-            await asyncio.sleep(delay)
+            await _clock.async_sleep(delay)
             delay = min(delay * 2, 1.0)
             await _url.async_refresh(self._clients.current())
 
@@ -475,14 +475,14 @@ class AsyncRedisStore:
         (each request is safe to send again: reads, and writes made idempotent by ids and
         tokens), for up to ``failover_window``; then :class:`SlotMigrating`.
         """
-        started = time.monotonic()
+        started = _clock.monotonic()
         deadline = started + self._core.options.failover_window_ms / 1000
         delay = 0.02
         while True:
-            now = time.monotonic()
+            now = _clock.monotonic()
             if now >= deadline:
                 raise SlotMigrating(_url.request_key(request), now - started)
-            await asyncio.sleep(min(delay, deadline - now))
+            await _clock.async_sleep(min(delay, deadline - now))
             delay = min(delay * 2, 0.5)
             try:
                 reply = await self._execute(request)

@@ -19,7 +19,6 @@ shard reaps them (at most once a second per shard and store); so do the listener
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -27,7 +26,7 @@ from typing import Any, NamedTuple
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from .. import codec, contracts
+from .. import _clock, codec, contracts
 from ..contracts import Events
 from ..errors import CorruptData
 from ..keys import KeySchema
@@ -143,7 +142,7 @@ class EventLog:
 
     def reap_due(self, index: str) -> Op[list[SessionLifecycleEvent]]:
         """:meth:`reap` ``index`` unless this store reaped it less than a second ago."""
-        now = time.monotonic()
+        now = _clock.monotonic()
         if now - self._reaped.get(index, -REAP_EVERY) < REAP_EVERY:
             return []
         if len(self._reaped) >= 4096:
@@ -156,7 +155,7 @@ class EventLog:
         page; the script checks each with the server's clock).
         """
         ttl = self.options.ttl_ms
-        cutoff = int(time.time() * 1000) - ttl - ttl // 16
+        cutoff = int(_clock.time() * 1000) - ttl - ttl // 16
         start = self._scan_from.get(index, "-inf")
         return ("ZRANGEBYSCORE", index, start, f"({cutoff}", "WITHSCORES", "LIMIT", 0, REAP_PAGE)
 

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from typing import Any
 
-from .. import codec
+from .. import _clock, codec
 from ..errors import CorruptData, ForeignKey
 from ..keys import KeySchema
 from ..models import SessionSummary
@@ -183,7 +182,7 @@ class Index:
         """The registry copies not paused after a failure (all of them when all are): those a
         create registers its shard in.
         """
-        now = time.monotonic()
+        now = _clock.monotonic()
         copies = self.schema.index_registries
         up = [copy for copy in copies if self._paused.get(copy, 0.0) <= now]
         return up or list(copies)
@@ -191,7 +190,7 @@ class Index:
     def _pause(self, copy: str, error: Exception) -> None:
         if codec.is_wrong_type(error):
             return  # another program's key: not a node to wait for
-        self._paused[copy] = time.monotonic() + COPY_PAUSE_S
+        self._paused[copy] = _clock.monotonic() + COPY_PAUSE_S
         log.warning("index registry copy %s unreachable (%s): the others serve", copy, error)
 
     def repair_index(self) -> Op[int]:

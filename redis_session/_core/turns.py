@@ -12,11 +12,10 @@ holder's lease), which a release pushes to: the next claimer is woken at once, n
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 from contextvars import ContextVar
 
-from .. import contracts
+from .. import _clock, contracts
 from ..errors import InvalidArgument, TurnBusy
 from ..keys import check_key
 from ..status import Ctx, Status, check
@@ -81,7 +80,7 @@ class Turns:
         sk, root = self.trees.keys(key)
         keys = (*root, sk.turn)
         call = token()
-        started = time.monotonic()
+        started = _clock.monotonic()
         while True:
             reply = yield contracts.claim_turn(
                 root=root, turn=sk.turn, lease_ms=ms, call_token=call
@@ -89,7 +88,7 @@ class Turns:
             if contracts.status(reply) != Status.TURN_BUSY:
                 claimed = contracts.parsed(contracts.Claimed, check(reply, Ctx(key, keys)))
                 return Fence(f"{claimed.token}:{call}", claimed.token)
-            waited = time.monotonic() - started
+            waited = _clock.monotonic() - started
             left = wait - waited
             if left <= 0:
                 raise TurnBusy(key, waited)

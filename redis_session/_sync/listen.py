@@ -20,7 +20,6 @@ import contextlib
 import logging
 import os
 import socket
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -29,7 +28,7 @@ from typing import Any
 
 import redis
 
-from .. import contracts, events
+from .. import _clock, contracts, events
 from .._core.core import Core
 from .._core.follow import (
     CLOCK_MARGIN_MS,
@@ -128,7 +127,7 @@ class EventListener:
         """Whether a subscription was ever made (``get`` makes the first one)."""
         self._shards = shards
         self._poll = poll
-        self._next_look = time.monotonic() + poll
+        self._next_look = _clock.monotonic() + poll
         self._cluster = isinstance(client, redis.RedisCluster)
         self._node: Any = None
         """Without sharded events on a cluster: the node subscribed on."""
@@ -146,7 +145,7 @@ class EventListener:
         sharded events); look for new slots, and subscribe the channels that are not subscribed
         on their slot's owner now (sharded events).
         """
-        now = time.monotonic()
+        now = _clock.monotonic()
         if not self._cluster or now < self._next_look:
             return
         self._next_look = now + self._poll
@@ -355,10 +354,10 @@ class EventListener:
                 self._delay = min(max(self._delay * 2, BACKOFF_FIRST), BACKOFF_MAX)
                 pause = self._delay
                 if deadline is not None:
-                    pause = min(pause, deadline - time.monotonic())
+                    pause = min(pause, deadline - _clock.monotonic())
                     if pause <= 0:
                         return  # still a gap: the next get goes on trying
-                time.sleep(pause)
+                _clock.sleep(pause)
                 continue
             self._delay = 0.0
             where = "" if self._node is None else f" (on {self._node.name})"
@@ -372,7 +371,7 @@ class EventListener:
         if self.shard_channels is None:
             return self._pubsub.get_message(timeout=timeout)
         if not self.shard_channels or len(self._missing) == len(self.shard_channels):
-            time.sleep(min(timeout, self._poll))
+            _clock.sleep(min(timeout, self._poll))
             return None
         pubsub = self._pubsub
         return pubsub.get_sharded_message(ignore_subscribe_messages=True, timeout=timeout)
@@ -385,7 +384,7 @@ class EventListener:
         """
         if self.shard_channels is None or not self._cluster:
             return False
-        now = time.monotonic()
+        now = _clock.monotonic()
         if self._erring_since is None:
             self._erring_since = now
         self._next_look = min(self._next_look, now)
@@ -395,13 +394,13 @@ class EventListener:
         """The next event, or None when ``timeout`` seconds pass (or the listener is closed)."""
         if not self._subscribed:  # never subscribed yet; later, the loop subscribes again
             self.start()
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else _clock.monotonic() + timeout
         with retries_until(deadline):  # a client from a URL retries no longer than that
             return self._next(deadline)
 
     def _next(self, deadline: float | None) -> SessionLifecycleEvent | None:
         while not self._closed:
-            left = 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+            left = 1.0 if deadline is None else max(0.0, deadline - _clock.monotonic())
             counted = self.reconnects
             try:
                 if self._pubsub is None:
@@ -413,7 +412,7 @@ class EventListener:
                 if self.reconnects > counted and self._pubsub is not None:
                     pass  # redis-py made the connection again (and resubscribed) before raising
                 elif self._one_node_failed():
-                    time.sleep(min(BACKOFF_FIRST, left))
+                    _clock.sleep(min(BACKOFF_FIRST, left))
                 else:
                     if self._node is not None and not isinstance(exc, LeftCluster):
                         self._failed.add(self._node.name)
@@ -421,7 +420,7 @@ class EventListener:
             event = events.event_of(message)
             if event is not None and (self.types is None or event.type in self.types):
                 return event
-            if deadline is not None and time.monotonic() >= deadline:
+            if deadline is not None and _clock.monotonic() >= deadline:
                 return None
         return None
 
@@ -696,7 +695,7 @@ class LogListener:
                 self._next_poll = 0.0  # what was published meanwhile: every log, now
                 return
             except _TRANSPORT_ERRORS:
-                time.sleep(delay)
+                _clock.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
 
     # -- reading ----------------------------------------------------------------------------------
@@ -706,7 +705,7 @@ class LogListener:
         ``EventsLost`` once for a gap before it.
         """
         self.start()
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else _clock.monotonic() + timeout
         with retries_until(deadline):  # a client from a URL retries no longer than that
             return self._next(deadline)
 
@@ -726,7 +725,7 @@ class LogListener:
                 if self.group is not None:  # not this member's kind (or not an event): done
                     self._client.xack(log_key, self.group, entry_id)
                 continue
-            now = time.monotonic()
+            now = _clock.monotonic()
             try:
                 if now >= self._next_poll:
                     self._next_poll = now + self.poll
@@ -742,7 +741,7 @@ class LogListener:
                 self._wait(min(left, WAIT_MS / 1000))
             except _TRANSPORT_ERRORS as exc:  # a restart, a failover: wait it out, lose nothing
                 self._wait_out(exc, deadline)
-                if deadline is not None and time.monotonic() >= deadline:
+                if deadline is not None and _clock.monotonic() >= deadline:
                     return None
                 continue
             self._outage_delay = 0.0
@@ -760,8 +759,8 @@ class LogListener:
         self._outage_delay = min(max(self._outage_delay * 2, BACKOFF_FIRST), BACKOFF_MAX)
         pause = self._outage_delay
         if deadline is not None:
-            pause = max(0.0, min(pause, deadline - time.monotonic()))
-        time.sleep(pause)
+            pause = max(0.0, min(pause, deadline - _clock.monotonic()))
+        _clock.sleep(pause)
         self._next_poll = 0.0  # read every log again once it answers
 
     def _wait(self, seconds: float) -> None:
@@ -811,8 +810,8 @@ class LogListener:
                 self._base_due = base  # once what was read up to it is passed on
             else:
                 self._position.advance(base)
-        if self.group is not None and time.monotonic() >= self._next_claim:
-            self._next_claim = time.monotonic() + max(self.claim_after / 2, 0.05)
+        if self.group is not None and _clock.monotonic() >= self._next_claim:
+            self._next_claim = _clock.monotonic() + max(self.claim_after / 2, 0.05)
             self._claim()
         self._reap()
 
@@ -926,7 +925,7 @@ class LogListener:
             return
         metrics, kind = self._telemetry.metrics, {"event.type": str(event.type)}
         if event.timestamp is not None:
-            metrics.lag.record(max(0.0, time.time() - event.timestamp.timestamp()), kind)
+            metrics.lag.record(max(0.0, _clock.time() - event.timestamp.timestamp()), kind)
         if event.deliveries > 1:
             metrics.redeliveries.add(1, kind)
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar, overload
 
 import redis
 
-from .. import events
+from .. import _clock, events
 from .._core import follow as _follow
 from .._core.args import duration_ms, non_negative_int, text
 from .._core.core import Compute, Core, Emit, Op, RekeyProgress, RekeyReport, Request, ScriptCall
@@ -396,7 +396,7 @@ class RedisStore:
         reply, a failover or a slot move is safe.
         """
         core = self._core.options
-        deadline = time.monotonic() + core.failover_window_ms / 1000
+        deadline = _clock.monotonic() + core.failover_window_ms / 1000
         delay = 0.05
         while True:
             writer = self._writer_for(request.keys[0])
@@ -412,9 +412,9 @@ class RedisStore:
                         str(request.keys[0]), acked, core.wait_replicas, core.wait_timeout_ms
                     )
                 return reply
-            if not _url.is_failover_error(error) or time.monotonic() > deadline:
+            if not _url.is_failover_error(error) or _clock.monotonic() > deadline:
                 raise error
-            time.sleep(delay)
+            _clock.sleep(delay)
             delay = min(delay * 2, 1.0)
             _url.sync_refresh(self._client)
 
@@ -461,14 +461,14 @@ class RedisStore:
         (each request is safe to send again: reads, and writes made idempotent by ids and
         tokens), for up to ``failover_window``; then :class:`SlotMigrating`.
         """
-        started = time.monotonic()
+        started = _clock.monotonic()
         deadline = started + self._core.options.failover_window_ms / 1000
         delay = 0.02
         while True:
-            now = time.monotonic()
+            now = _clock.monotonic()
             if now >= deadline:
                 raise SlotMigrating(_url.request_key(request), now - started)
-            time.sleep(min(delay, deadline - now))
+            _clock.sleep(min(delay, deadline - now))
             delay = min(delay * 2, 0.5)
             try:
                 reply = self._execute(request)

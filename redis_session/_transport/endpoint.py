@@ -15,12 +15,12 @@ import logging
 import socket
 import ssl
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from .. import _clock
 from .._dist import install_hint
 from ..errors import InvalidArgument, UnknownOption
 
@@ -39,7 +39,7 @@ SENTINEL_RETRY_SECONDS = 12.0
 """About how long the 24 retries (base 50 ms, cap 1 s) of a Sentinel client last."""
 
 RETRY_DEADLINE: ContextVar[float | None] = ContextVar("redis_session_retry_deadline", default=None)
-"""A ``time.monotonic()`` past which the retry policy of a client from a URL sleeps no more:
+"""A ``_clock.monotonic()`` past which the retry policy of a client from a URL sleeps no more:
 the failure is raised instead (set by a listener's ``get(timeout)``, see :func:`retries_until`).
 """
 
@@ -62,7 +62,7 @@ def retry_cut(longest_backoff: float) -> bool:
     seconds would end past the deadline :func:`retries_until` set.
     """
     deadline = RETRY_DEADLINE.get()
-    return deadline is not None and time.monotonic() + longest_backoff >= deadline
+    return deadline is not None and _clock.monotonic() + longest_backoff >= deadline
 
 
 DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {"socket_timeout": 10.0, "socket_connect_timeout": 5.0}

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections.abc import MutableSequence, Sequence
 from typing import Any
 
@@ -23,6 +22,7 @@ import redis
 import redis.asyncio
 from hiredis import pack_command
 
+from .. import _clock
 from . import fast as _fast
 
 _PLAIN = frozenset({str, bytes, int, float})
@@ -113,9 +113,9 @@ class ConnectedFirstQueue:
         """
         with self._lock:
             if block:
-                deadline = None if timeout is None else time.monotonic() + timeout
+                deadline = None if timeout is None else _clock.monotonic() + timeout
                 while not self.queue:
-                    left = None if deadline is None else deadline - time.monotonic()
+                    left = None if deadline is None else deadline - _clock.monotonic()
                     if left is not None and left <= 0:
                         raise queue.Empty
                     self._ready.wait(left)

@@ -30,6 +30,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from .. import _clock
 from .._core.requests import Emit, Op, ScriptCall
 from ..context import turn_id_from_context
 from ..errors import (
@@ -216,7 +217,7 @@ class Telemetry:
         """Whether an application configured an SDK (a tracer or a meter provider): looked at
         once a second, so that with the API alone a call costs a clock read and a compare.
         """
-        now = time.monotonic()
+        now = _clock.monotonic()
         if now >= self._recheck:
             self._recheck = now + RECHECK
             tracing = not isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)

@@ -19,8 +19,9 @@ from redis_session import (
     SessionLifecycleEvent,
     SessionNotFound,
 )
-from redis_session._core.eventlog import entry_event
+from redis_session._core.eventlog import REAP_EVERY, entry_event
 from tests.conftest import Backend, StoreFactory
+from tests.support.clock import FakeClock, wait_gone
 
 STORY = ["create", "fork", "merge", "fork", "discard", "compact", "delete"]
 
@@ -127,7 +128,7 @@ async def test_end_marks_once_and_logs_once(backend: Backend, make_store: StoreF
 async def test_the_log_keeps_about_its_limit(backend: Backend, make_store: StoreFactory) -> None:
     store = make_store(event_log_max=10)
     await store.create(Session(key="p"))
-    for i in range(400):  # one tree: one log, on a cluster too
+    for i in range(250):  # one tree: one log, on a cluster too
         await store.fork_child("p", f"a{i}")
     length = backend.sync_client().xlen(backend.schema.log_of("p"))
     # MAXLEN ~ trims whole blocks of entries (100 per block by default): about the limit
@@ -160,13 +161,9 @@ async def test_another_programs_value_at_the_log_refuses_the_change(
 # -- expire ------------------------------------------------------------------------------------
 
 
-async def wait_for(predicate: Any, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await predicate():
-            return True
-        await asyncio.sleep(0.05)
-    return False
+def tree_gone(backend: Backend, *keys: str) -> None:
+    """Wait until the trees of ``keys`` expired on the server (their meta hashes gone)."""
+    wait_gone(backend.sync_client(), *(backend.schema.session(k).meta for k in keys))
 
 
 async def test_a_tree_left_to_expire_yields_one_expire_event(
@@ -181,13 +178,15 @@ async def test_a_tree_left_to_expire_yields_one_expire_event(
     await store.create(Session(key="gone"))
     await store.fork_child("gone", "kid")
     await keeper.create(Session(key="kept"))
-    started = time.monotonic()
     reaped: list[SessionLifecycleEvent] = []
-    while time.monotonic() - started < 1.5:  # kept alive and written; gone left alone
+    rounds_after = 0
+    deadline = time.monotonic() + 10  # bounded: the reap comes once the server expired "gone"
+    while rounds_after < 5 and time.monotonic() < deadline:  # two reapers race 5 rounds after
         await keeper.append_message("kept", Message(role="user", content="tick"))
         reaped += await store.reap_expired()
         reaped += await other.reap_expired()
-        await asyncio.sleep(0.05)
+        rounds_after += bool(reaped)
+        await asyncio.sleep(0.02)
     assert [(e.type, e.key) for e in reaped] == [("expire", "gone")]
     assert [e.key for e in await store.list_sessions()] == ["kept"]
     expires = [e for e in logged(backend, "gone") if e.type == "expire"]
@@ -196,21 +195,34 @@ async def test_a_tree_left_to_expire_yields_one_expire_event(
     assert await store.reap_expired() == []  # "gone" is reaped once, "kept" lives
 
 
-async def test_creates_reap_what_expired_in_their_shard(
-    backend: Backend, make_store: StoreFactory
+async def test_creates_reap_what_expired_in_their_shard_at_most_once_a_pause(
+    backend: Backend, make_store: StoreFactory, clock: FakeClock
 ) -> None:
+    clock.freeze()  # the store's pause between two reaps of a shard runs on this clock only
     store = make_store(ttl=0.3)
-    await store.create(Session(key="old"))
-    await asyncio.sleep(0.3 * 17 / 16 + 0.1)
-
-    shard = backend.schema.index_of("old")
+    shard = backend.schema.index_of("first")
     beside = (f"new-{i}" for i in range(100_000) if backend.schema.index_of(f"new-{i}") == shard)
+    second = next(
+        k for k in (f"second-{i}" for i in range(100_000)) if backend.schema.index_of(k) == shard
+    )
 
-    async def reaped() -> bool:  # a create in the same index shard (on a cluster: slot)
-        await store.create(Session(key=next(beside)))
-        return [e.key for e in logged(backend, "old") if e.type == "expire"] == ["old"]
+    def expired() -> list[str]:  # "first" and second among the expire events logged
+        watched = ("first", second)
+        logs = {backend.schema.log_of(k): k for k in watched}  # one log per slot
+        found = (e for k in logs.values() for e in logged(backend, k) if e.type == "expire")
+        return sorted(e.key for e in found if e.key in watched)
 
-    assert await wait_for(reaped, 3.0)
+    await store.create(Session(key="first"))
+    tree_gone(backend, "first")
+    await store.create(Session(key=next(beside)))  # a create in the same index shard (slot)
+    assert expired() == ["first"]  # reaped by that create, which starts the pause
+    await store.create(Session(key=second))
+    tree_gone(backend, second)
+    await store.create(Session(key=next(beside)))
+    assert expired() == ["first"]  # within the pause: this store does not reap the shard again
+    clock.advance(REAP_EVERY)
+    await store.create(Session(key=next(beside)))
+    assert expired() == ["first", second]  # the pause over: the next create reaps it
 
 
 async def test_an_expired_tree_deleted_or_created_again_before_a_reaper_logs_expire(
@@ -220,7 +232,7 @@ async def test_an_expired_tree_deleted_or_created_again_before_a_reaper_logs_exp
     store = make_store(ttl=0.2, lifecycle_hook=seen.append)
     await store.create(Session(key="a"))
     await store.create(Session(key="b"))
-    await asyncio.sleep(0.2 * 17 / 16 + 0.1)
+    tree_gone(backend, "a", "b")
     assert await store.delete("a") is False
     # The new b outlives the reap below however late that runs: created with ttl=0.2, it
     # expired too when the reap came over 212 ms later (a busy machine), and was reaped.

@@ -20,6 +20,7 @@ from redis_session import (
     SessionLifecycleEvent,
 )
 from tests.conftest import Backend, StoreFactory
+from tests.support.clock import FakeClock, wait_gone
 
 
 async def aw(value: Any) -> Any:
@@ -32,6 +33,23 @@ async def take(listener: Any, count: int, timeout: float = 10.0) -> list[Session
     deadline = time.monotonic() + timeout
     while len(got) < count and time.monotonic() < deadline:
         event = await aw(listener.get(timeout=min(1.0, max(0.05, deadline - time.monotonic()))))
+        if event is not None:
+            got.append(event)
+    return got
+
+
+async def take_polling(
+    listener: Any, clock: FakeClock, count: int, timeout: float = 10.0
+) -> list[SessionLifecycleEvent]:
+    """:func:`take`, with the listener's clock moved past its ``poll`` before each ``get``: each
+    one polls at once (reads every log, claims what other members held past ``claim_after``,
+    reaps), instead of once a ``poll``.
+    """
+    got: list[SessionLifecycleEvent] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        clock.advance(listener.poll)
+        event = await aw(listener.get(timeout=0.05))
         if event is not None:
             got.append(event)
     return got
@@ -65,7 +83,7 @@ def per_session(events: list[tuple[str, str]]) -> dict[str, list[str]]:
 
 
 async def test_a_late_listener_replays_everything_in_order_then_resumes_exactly(
-    store: Any,
+    store: Any, clock: FakeClock
 ) -> None:
     happened = await busy(store, 20)
     listener = await aw(store.listen(since="earliest"))
@@ -73,7 +91,7 @@ async def test_a_late_listener_replays_everything_in_order_then_resumes_exactly(
     assert per_session([(e.type, e.key) for e in got]) == per_session(happened)
     assert len({(e.key, e.id) for e in got}) == len(got)  # none twice (ids: per log)
     cursor = listener.cursor
-    assert await aw(listener.get(timeout=0.3)) is None
+    assert await take_polling(listener, clock, 1, timeout=0.05) == []  # a poll: nothing more
     await close(listener)
     more = await busy(store, 10, prefix="t")
     for i in range(5):
@@ -84,7 +102,7 @@ async def test_a_late_listener_replays_everything_in_order_then_resumes_exactly(
     again = await take(resumed, len(more))
     assert per_session([(e.type, e.key) for e in again]) == per_session(more)
     assert len(again) == len(more)
-    assert await aw(resumed.get(timeout=0.3)) is None  # exactly those
+    assert await take_polling(resumed, clock, 1, timeout=0.05) == []  # exactly those
     await close(resumed)
 
 
@@ -119,7 +137,7 @@ async def test_a_cursor_past_the_log_raises_events_lost_once(
     (created,) = await take(first, 1)
     cursor = first.cursor
     await close(first)
-    for i in range(400):  # one tree, one log: trimmed far past the cursor
+    for i in range(250):  # one tree, one log: trimmed far past the cursor (blocks of 100)
         await store.fork_child("p", f"a{i}")
     listener = await aw(store.listen(since=cursor))
     with pytest.raises(EventsLost) as lost:
@@ -127,17 +145,17 @@ async def test_a_cursor_past_the_log_raises_events_lost_once(
     assert lost.value.log == backend.schema.log_of("p") and lost.value.after == created.id
     assert lost.value.oldest  # names the oldest event the log still holds
     rest: list[SessionLifecycleEvent] = []  # then it goes on after the gap, up to the newest
-    while not rest or rest[-1].child_key.split(":")[-2] != "a399":
+    while not rest or rest[-1].child_key.split(":")[-2] != "a249":
         more = await take(listener, 1, timeout=5.0)
         assert more, [e.child_key for e in rest[-3:]]
         rest += more
     assert all(e.type == "fork" for e in rest)
-    assert rest[-1].child_key.split(":")[-2] == "a399"  # up to the newest
+    assert rest[-1].child_key.split(":")[-2] == "a249"  # up to the newest
     await close(listener)
 
 
 async def test_a_group_shares_events_and_takes_over_what_a_dead_member_held(
-    store: Any,
+    store: Any, clock: FakeClock
 ) -> None:
     a = await aw(store.listen(group="billing", consumer="a", claim_after=0.3, since="latest"))
     b = await aw(store.listen(group="billing", consumer="b", claim_after=0.3, since="latest"))
@@ -151,7 +169,8 @@ async def test_a_group_shares_events_and_takes_over_what_a_dead_member_held(
     redelivered = 0
     deadline = time.monotonic() + 15
     while len(acked) < 30 and time.monotonic() < deadline:
-        event = await aw(b.get(timeout=0.5))
+        # b's next get polls: claims what a held once it is idle claim_after on the server
+        (event,) = await take_polling(b, clock, 1, timeout=0.05) or (None,)
         if event is None:
             continue
         assert (event.key, event.id) not in acked, "an acknowledged event came again"
@@ -160,12 +179,12 @@ async def test_a_group_shares_events_and_takes_over_what_a_dead_member_held(
         acked[event.key, event.id] = 1
     assert len(acked) == 30 and {(e.key, e.id) for e in held} <= set(acked)
     assert redelivered == len(held)
-    assert await aw(b.get(timeout=1.0)) is None
+    assert await take_polling(b, clock, 1, timeout=0.1) == []  # polls, claims: nothing more
     assert await aw(store.pending("billing")) == []
     await close(b)
 
 
-async def test_end_is_processed_at_least_once(store: Any) -> None:
+async def test_end_is_processed_at_least_once(store: Any, clock: FakeClock) -> None:
     await store.create(Session(key="e"))
     worker = await aw(
         store.listen(group="end-processor", consumer="w1", types={"end"}, claim_after=0.3)
@@ -180,11 +199,11 @@ async def test_end_is_processed_at_least_once(store: Any) -> None:
     other = await aw(
         store.listen(group="end-processor", consumer="w2", types={"end"}, claim_after=0.3)
     )
-    (again,) = await take(other, 1)
+    (again,) = await take_polling(other, clock, 1)  # claimed once idle claim_after
     assert again.id == ended.id and again.deliveries == 2
     assert await aw(other.ack(again)) is True
     assert await aw(store.pending("end-processor")) == []
-    assert await take(other, 1, timeout=1.0) == []  # one end event, processed once
+    assert await take_polling(other, clock, 1, timeout=0.1) == []  # one end event, processed once
     await close(other)
 
 
@@ -226,15 +245,18 @@ async def test_a_member_started_again_under_its_name_gets_what_it_held(store: An
     await close(again)
 
 
-async def test_a_listener_reaps_expired_trees(make_store: StoreFactory) -> None:
+async def test_a_listener_reaps_expired_trees_at_its_polls(
+    backend: Backend, make_store: StoreFactory, clock: FakeClock
+) -> None:
     store = make_store(ttl=0.3)
-    listener = await aw(store.listen(since="latest", types={"expire"}, poll=0.2))
+    listener = await aw(store.listen(since="latest", types={"expire"}, poll=30))
     await store.create(Session(key="short"))
-    started = time.monotonic()
-    (expired,) = await take(listener, 1, timeout=5.0)
-    delay = time.monotonic() - started
+    assert await aw(listener.get(timeout=0.05)) is None  # its first poll: nothing expired
+    wait_gone(backend.sync_client(), backend.schema.session("short").meta)
+    assert await aw(listener.get(timeout=0.05)) is None  # expired; the next poll is 30 s away
+    clock.advance(30)
+    (expired,) = await take(listener, 1, timeout=5.0)  # that poll reaps it
     assert expired.key == "short" and expired.type == "expire"
-    assert delay < 0.3 * 17 / 16 + 2.0  # within ttl/16 + the poll (and then some) of the deadline
     await close(listener)
 
 
@@ -261,14 +283,15 @@ async def test_a_short_socket_timeout_is_no_error_while_waiting(backend: Backend
 
 
 async def test_a_live_sharded_listener_follows_slots_that_get_their_first_session(
-    backend: Backend, make_store: StoreFactory
+    backend: Backend, make_store: StoreFactory, clock: FakeClock
 ) -> None:
     store = make_store(sharded_events=True)
     listener = await aw(store.listen(poll=0.2, types={"end"}))
     keys = [f"s{n}" for n in range(6)]  # on a cluster, slots without a session until now
     for key in keys:
         await store.create(Session(key=key))
-    assert await aw(listener.get(timeout=0.5)) is None  # it looks for new slots meanwhile
+    clock.advance(0.2)  # its next look for new slots is due
+    assert await aw(listener.get(timeout=0.1)) is None  # it looks for new slots meanwhile
     for key in keys:
         assert await store.end(key) is True
     got = await take(listener, len(keys))

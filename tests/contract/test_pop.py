@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from redis_session import (
 from redis_session.codec import message_digest
 from redis_session.scripts import script_source
 from tests.conftest import Backend, StoreFactory
+from tests.support.clock import wait_gone
 
 
 async def test_pop_returns_the_newest_until_empty(store: Any) -> None:
@@ -40,10 +40,10 @@ async def test_pop_returns_the_newest_until_empty(store: Any) -> None:
         await store.pop_message("p", expect_id=3)
 
 
-async def test_pop_of_an_expired_session(make_store: StoreFactory) -> None:
+async def test_pop_of_an_expired_session(backend: Backend, make_store: StoreFactory) -> None:
     store = make_store(ttl=0.05)
     await store.create(Session(key="e", history=[Message(role="user", content="x")]))
-    await asyncio.sleep(0.3)
+    wait_gone(backend.sync_client(), backend.schema.session("e").meta)
     with pytest.raises(SessionExpired):
         await store.pop_message("e")
 

@@ -24,6 +24,7 @@ from redis_session import (
 )
 from redis_session._core.limits import DELETE_RETRY_MS
 from tests.conftest import Backend, StoreFactory
+from tests.support.clock import wait_gone
 
 
 def msg(content: str, role: str = "user", **kw: Any) -> Message:
@@ -425,10 +426,15 @@ async def test_ttl_is_refreshed_by_every_write(backend: Backend, make_store: Sto
     assert int(raw.hget(keys.meta, "x")) == deadline
 
 
-async def test_expired_session(make_store: StoreFactory) -> None:
+def tree_gone(backend: Backend, key: str) -> None:
+    """Wait until session ``key``'s tree expired on the server (its meta hash gone)."""
+    wait_gone(backend.sync_client(), backend.schema.session(key).meta)
+
+
+async def test_expired_session(backend: Backend, make_store: StoreFactory) -> None:
     store = make_store(ttl=0.25)
     await store.create(Session(key="e", history=[msg("a")]))
-    await asyncio.sleep(0.4)
+    tree_gone(backend, "e")
     with pytest.raises(SessionExpired) as info:
         await store.get("e")
     assert isinstance(info.value, SessionNotFound)
@@ -443,23 +449,24 @@ async def test_expired_session(make_store: StoreFactory) -> None:
     assert type(info2.value) is SessionNotFound
 
 
-async def test_create_after_expiry_is_fresh(make_store: StoreFactory) -> None:
+async def test_create_after_expiry_is_fresh(backend: Backend, make_store: StoreFactory) -> None:
     store = make_store(ttl=0.2)
     m = msg("old")
     await store.create(Session(key="f", history=[m], metadata={"a": "1"}))
-    await asyncio.sleep(0.35)
+    tree_gone(backend, "f")
     await store.create(Session(key="f"))
     got = await store.get("f")
     assert got.history == [] and got.metadata == {}
     assert await store.append_message("f", m) is True  # old ids are forgotten too
 
 
-async def test_listing_drops_expired_but_keeps_live(make_store: StoreFactory) -> None:
-    store = make_store(ttl=1.0)
+async def test_listing_drops_expired_but_keeps_live(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    store = make_store(ttl=0.3)
     await store.create(Session(key="old"))
-    await asyncio.sleep(0.6)
-    await store.create(Session(key="new"))
-    await asyncio.sleep(0.5)  # old: 1.1 s without a write (expired); new: 0.5 s (0.5 s to spare)
+    await make_store(ttl=60).create(Session(key="new"))  # a TTL no stall reaches
+    tree_gone(backend, "old")
     assert [s.key for s in await store.list_sessions()] == ["new"]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -55,33 +56,61 @@ async def wait_until(predicate: Any, timeout: float) -> bool:
     while time.monotonic() < deadline:
         if await predicate():
             return True
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.02)
     return False
+
+
+def past_deadline(backend: Backend, key: str, margin_ms: int = 100) -> Callable[[], bool]:
+    """A check that the clock of the server holding session ``key`` (the one TTLs run on) is
+    ``margin_ms`` past the deadline its tree has now: every key of the tree would be gone by
+    then, unless a write moved the deadline meanwhile.
+    """
+    raw = backend.sync_client()
+    meta = backend.schema.session(key).meta
+    if backend.cluster is not None:
+        raw = raw.get_redis_connection(raw.get_node_from_key(meta))
+    deadline = int(raw.pexpiretime(meta))
+    assert deadline > 0, deadline
+
+    def passed() -> bool:
+        seconds, micros = raw.time()
+        return int(seconds) * 1000 + int(micros) // 1000 > deadline + margin_ms
+
+    return passed
 
 
 # -- one expiry for the tree ------------------------------------------------------------------
 
+BUSY_TTL = 1.0
+"""The TTL of the busy trees below: a write every 0.1 s keeps them alive through any stall of
+the test under 0.9 s (with 0.6 s, two fast-tier runs beside other suites, load 6-8, failed 1
+and 4 of these tests)."""
 
-async def test_a_busy_parent_keeps_its_children_alive(make_store: StoreFactory) -> None:
-    store = make_store(ttl=0.6)
+
+async def test_a_busy_parent_keeps_its_children_alive(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    store = make_store(ttl=BUSY_TTL)
     await store.create(Session(key="p"))
     child = await store.fork_child("p", "tool-wait")
     await store.append_child_message(child.key, msg("waiting on a tool"))
-    started = time.monotonic()
-    while time.monotonic() - started < 1.5:  # 2.5 TTLs of parent writes, none to the child
+    passed = past_deadline(backend, "p")
+    while not passed():  # parent writes, none to the child, till past the tree's first deadline
         await store.append_message("p", msg(f"turn {time.monotonic()}"))
         await asyncio.sleep(0.1)
     assert contents((await store.get_child(child.key)).history) == ["waiting on a tool"]
     assert [c.key for c in await store.children_of("p")] == [child.key]
 
 
-async def test_a_busy_child_keeps_its_parent_and_siblings_alive(make_store: StoreFactory) -> None:
-    store = make_store(ttl=0.6)
+async def test_a_busy_child_keeps_its_parent_and_siblings_alive(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    store = make_store(ttl=BUSY_TTL)
     await store.create(Session(key="p", history=[msg("question")]))
     busy = await store.fork_child("p", "busy")
     idle = await store.fork_child("p", "idle")
-    started = time.monotonic()
-    while time.monotonic() - started < 1.5:
+    passed = past_deadline(backend, "p")
+    while not passed():
         await store.append_child_message(busy.key, msg(f"step {time.monotonic()}"))
         await asyncio.sleep(0.1)
     assert contents(await store.get_history("p")) == ["question"]
@@ -90,14 +119,14 @@ async def test_a_busy_child_keeps_its_parent_and_siblings_alive(make_store: Stor
 
 
 async def test_a_worker_that_does_not_know_the_children_still_keeps_them_alive(
-    make_store: StoreFactory,
+    backend: Backend, make_store: StoreFactory
 ) -> None:
-    forker, appender = make_store(ttl=0.6), make_store(ttl=0.6)
+    forker, appender = make_store(ttl=BUSY_TTL), make_store(ttl=BUSY_TTL)
     await forker.create(Session(key="p"))
     await appender.append_message("p", msg("first"))  # learns a tree without children
     child = await forker.fork_child("p", "late")  # the appender does not hear of it
-    started = time.monotonic()
-    while time.monotonic() - started < 1.5:
+    passed = past_deadline(backend, "p")
+    while not passed():
         await appender.append_message("p", msg(f"turn {time.monotonic()}"))
         await asyncio.sleep(0.1)
     assert (await forker.get_child(child.key)).merged_at is None
@@ -106,10 +135,12 @@ async def test_a_worker_that_does_not_know_the_children_still_keeps_them_alive(
 async def test_the_whole_tree_goes_at_once_and_leaves_only_its_marker(
     backend: Backend, make_store: StoreFactory
 ) -> None:
-    # ttl long enough for the set-up below on a loaded 2-core machine (0.4 s was not), and a
-    # grace long enough that the marker is still there when the poll below sees the tree gone
-    # (0.6 s was not, once, on sentinel in CI); the waits are bounds, not sleeps
-    store = make_store(ttl=1.2, expired_grace=2.5, keep_merged_children=1)
+    # ttl long enough for the set-up below on a loaded 2-core machine (0.4 s was not); the
+    # marker outlives the tree by a grace no stall reaches, so that the poll below sees it
+    # (0.6 s was not, once, on sentinel in CI): when it goes is read from the server (its
+    # expiry time), not waited for; the waits are bounds, not sleeps
+    grace = 30
+    store = make_store(ttl=1.2, expired_grace=grace, keep_merged_children=1)
     await store.create(Session(key="p", history=[msg("q")], metadata={"a": "1"}))
     live = await store.fork_child("p", "live", ChildSessionConfig(inherit_history=1))
     await store.append_child_message(live.key, msg("work"))
@@ -119,6 +150,7 @@ async def test_the_whole_tree_goes_at_once_and_leaves_only_its_marker(
     await store.discard_child(gone.key)
     await store.pop_message("p")  # leaves a pop key for a retry
     assert len(prefix_keys(backend)) > 8
+    deadline = int(backend.sync_client().hget(backend.schema.session("p").meta, "x"))
 
     async def only_markers() -> bool:
         left = backend.session_keys()
@@ -126,18 +158,15 @@ async def test_the_whole_tree_goes_at_once_and_leaves_only_its_marker(
         return all(b":mark:" in k or k == index for k in left)
 
     assert await wait_until(only_markers, 5.0)
-    assert any(b":mark:" in k for k in prefix_keys(backend)), "the marker went with the tree"
+    markers = [k for k in prefix_keys(backend) if b":mark:" in k]
+    assert markers, "the marker went with the tree"
+    raw = backend.sync_client()
+    assert [raw.pexpiretime(k) for k in markers] == [deadline + grace * 1000] * len(markers)
     with pytest.raises(SessionExpired):
         await store.get("p")
     for key in (live.key, merged.key):
         with pytest.raises(ChildNotFound):
             await store.get_child(key)
-
-    async def nothing_left() -> bool:
-        left = prefix_keys(backend)
-        return all(b":mark:" not in k and b"meta:" not in k for k in left)
-
-    assert await wait_until(nothing_left, 8.0)  # the marker goes after expired_grace too
     assert await store.list_sessions() == []
 
 
@@ -163,11 +192,11 @@ async def test_fork_merge_cycles_do_not_grow_the_tree(
     await store.create(Session(key="p", history=history))
     await _cycles(store, 10)
     keys_10, bytes_10 = len(backend.session_keys()), prefix_bytes(backend)
-    await _cycles(store, 90, start=10)
-    keys_100, bytes_100 = len(backend.session_keys()), prefix_bytes(backend)
-    print(f"\n10 cycles: {keys_10} keys, {bytes_10:,} B; 100: {keys_100} keys, {bytes_100:,} B")
-    assert keys_100 <= keys_10 + 5
-    assert bytes_100 <= 1.6 * bytes_10
+    await _cycles(store, 40, start=10)  # 5 times as many: a tree that grew with them shows
+    keys_50, bytes_50 = len(backend.session_keys()), prefix_bytes(backend)
+    print(f"\n10 cycles: {keys_10} keys, {bytes_10:,} B; 50: {keys_50} keys, {bytes_50:,} B")
+    assert keys_50 <= keys_10 + 5
+    assert bytes_50 <= 1.6 * bytes_10
     kept = await store.children_of("p")
     assert len(kept) == store.keep_merged_children and all(c.is_merged() for c in kept)
 
@@ -226,12 +255,12 @@ async def test_the_id_window_stops_the_session_growing(
         for i in range(first, first + n, 10):  # ten messages per call, 10 ids each
             await store.append_messages("s", [msg(f"{j} {body}") for j in range(i, i + 10)])
 
-    await append(0, 2_000)
+    await append(0, 2_000)  # twice the window (1,000 ids): full, as it stays
     after_2k = prefix_bytes(backend)
-    await append(2_000, 18_000)
-    after_20k = prefix_bytes(backend)
-    print(f"\nafter 2,000 appends {after_2k:,} B, after 20,000 {after_20k:,} B")
-    assert after_20k <= 1.25 * after_2k + 4096
+    await append(2_000, 8_000)  # 5 times as many appends: a size that grew with them shows
+    after_10k = prefix_bytes(backend)
+    print(f"\nafter 2,000 appends {after_2k:,} B, after 10,000 {after_10k:,} B")
+    assert after_10k <= 1.25 * after_2k + 4096
     assert len(await store.get_history("s")) == 50
 
 

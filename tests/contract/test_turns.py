@@ -21,7 +21,9 @@ from redis_session import (
     TurnLost,
     turn_id_from_context,
 )
+from redis_session._core import turns as _turns
 from tests.conftest import AwaitableStore, Backend
+from tests.support.clock import wait_gone
 
 
 class AwaitableTurn:
@@ -124,15 +126,20 @@ async def test_four_workers_take_their_turns_one_at_a_time(make_store: Any) -> N
         assert int(answer[2]) == i
 
 
+def lease_gone(backend: Backend, key: str) -> None:
+    """Wait until the turn of session ``key`` expired on the server (its lease ran out)."""
+    wait_gone(backend.sync_client(), backend.schema.session(key).turn)
+
+
 async def test_a_holder_paused_past_its_lease_cannot_write_after_the_next_claim(
-    make_store: Any,
+    backend: Backend, make_store: Any
 ) -> None:
     slow, fast = make_store(), make_store()
     await slow.create(Session(key="s"))
-    async with turn(slow, "s", lease=0.3) as paused:
+    async with turn(slow, "s", lease=0.5) as paused:
         first = paused.token
         assert await paused.append_message(user("before the pause"))
-        await asyncio.sleep(1.0)  # a long tool call, a GC pause
+        lease_gone(backend, "s")  # a long tool call, a GC pause: past the lease
         async with turn(fast, "s", lease=5) as taken:
             assert taken.token > first
             await taken.append_message(user("the next worker's"))
@@ -147,15 +154,17 @@ async def test_a_holder_paused_past_its_lease_cannot_write_after_the_next_claim(
     assert contents == ["before the pause", "the next worker's"]
 
 
-async def test_inside_a_turn_the_store_s_own_writes_are_fenced_too(make_store: Any) -> None:
+async def test_inside_a_turn_the_store_s_own_writes_are_fenced_too(
+    backend: Backend, make_store: Any
+) -> None:
     # store.append_message(key, ...) written out of habit inside `with store.turn(key)`: it goes
     # through the turn, so a holder paused past its lease is refused as turn.append_message is.
     slow, fast = make_store(), make_store()
     await slow.create(Session(key="s"))
     await slow.create(Session(key="other"))
-    async with turn(slow, "s", lease=0.3):
+    async with turn(slow, "s", lease=0.5):
         assert await slow.append_message("s", user("through the turn"))
-        await asyncio.sleep(1.0)
+        lease_gone(backend, "s")
         async with turn(fast, "s", lease=5):
             writes: list[Callable[[], Awaitable[Any]]] = [
                 lambda: slow.append_message("s", user("late")),
@@ -190,7 +199,13 @@ async def test_a_held_turn_makes_a_claim_wait_then_busy_and_a_release_frees_it(
     assert time.monotonic() - started < 1
 
 
-async def test_a_waiting_claim_is_woken_by_the_release(backend: Backend, flavour: str) -> None:
+async def test_a_waiting_claim_is_woken_by_the_release(
+    backend: Backend, flavour: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A waiting claim blocks on the wake list (BLPOP) up to WAKE_STEP at a time, then claims
+    # again: 5 s here, so that a claim the release did not wake comes 5 s after it, far from
+    # the woken one's moment whatever the load (with 1 s, a stall of 0.5 s failed it).
+    monkeypatch.setattr(_turns, "WAKE_STEP", 5.0)
     if flavour == "sync":
         holder: Any = backend.sync_store()
         waiter: Any = backend.sync_store()
@@ -209,7 +224,7 @@ async def test_a_waiting_claim_is_woken_by_the_release(backend: Backend, flavour
 
     async def claim() -> float:
         await asyncio.sleep(0.05)
-        async with turn(b, "s", lease=30, wait=10):
+        async with turn(b, "s", lease=30, wait=8):
             return time.monotonic()
 
     if flavour == "sync":
@@ -219,7 +234,7 @@ async def test_a_waiting_claim_is_woken_by_the_release(backend: Backend, flavour
         thread.join(timeout=30)
     else:
         _, claimed = await asyncio.gather(hold(), claim())
-    assert 0 <= claimed - released < 0.5  # woken by the release, not by the 30 s lease
+    assert 0 <= claimed - released < 2.5  # woken by the release, not after the 5 s step
     await a.close()
     await b.close()
 

@@ -38,6 +38,7 @@ from redis_session import (
 from redis_session._core import sessions as _sessions
 from redis_session._core.limits import DELETE_RETRY_MS
 from tests.resources.conftest import PrivateServer
+from tests.support.clock import FakeClock, wait_gone
 from tests.support.figures import Recorder
 from tests.support.servers import Server
 
@@ -376,8 +377,8 @@ def test_logging_operations_stay_under_the_bound(
     assert cost(live, lambda: store.delete("big")) is True  # 200 discards and the delete
     for i in range(300):
         short.create(Session(key=f"e{i}"))
-    time.sleep(0.3 * 17 / 16 + 0.1)
-    deadline = time.monotonic() + 10  # bounded; a slow VM's expiry may lag the sleep above
+    wait_gone(raw, *(short._core.schema.session(f"e{i}").meta for i in range(300)))
+    deadline = time.monotonic() + 10  # bounded
     while len(expired) < 300 and time.monotonic() < deadline:
         cost("reap_expired (pages of 100)", short.reap_expired)
         if len(expired) < 300:
@@ -471,7 +472,7 @@ def test_deleting_a_session_with_many_live_children_stays_under_the_bound(
 
 
 def test_a_short_ttl_store_reaps_its_trees_behind_long_lived_ones(
-    private_server: PrivateServer, figures: Recorder
+    private_server: PrivateServer, figures: Recorder, clock: FakeClock
 ) -> None:
     server = private_server()
     long_lived = RedisStore.from_url(server.url, prefix="m:", ttl=3600)
@@ -484,10 +485,14 @@ def test_a_short_ttl_store_reaps_its_trees_behind_long_lived_ones(
     )
     for i in range(100):
         long_lived.create(Session(key=f"long{i}"))
-    time.sleep(0.4)  # their last write is now older than the short store's ttl + ttl/16
+    # Their last write now older than the short store's ttl + ttl/16 by its clock (the one it
+    # picks the candidates of a reap by; the reap script checks each on the server's).
+    clock.advance(0.4)
     for i in range(5):
         short.create(Session(key=f"short{i}"))
-    time.sleep(0.5)  # the short trees expired
+    raw = server.client()
+    wait_gone(raw, *(short._core.schema.session(f"short{i}").meta for i in range(5)))
+    raw.close()
     for _ in range(5):
         short.reap_expired()
     long_lived.close()
