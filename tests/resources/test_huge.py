@@ -101,6 +101,15 @@ def test_huge_operations_are_bounded_per_script_and_linear(
     server = private_server(slowlog_log_slower_than=5_000, slowlog_max_len=100_000)
     raw = server.client()
     results: dict[int, dict[str, tuple[float, float]]] = {}
+    taken: list[bool] = []  # per first read: whether its LRANGE behind the script was taken
+    unchanged = _reads._unchanged
+
+    def spied(*args: Any) -> Any:
+        got = unchanged(*args)
+        taken.append(got is not None)
+        return got
+
+    monkeypatch.setattr(_reads, "_unchanged", spied)
     for size in SIZES:
         store = RedisStore.from_url(server.url, prefix=f"h{size}:", ttl=3600)
         store.create(Session(key="p", history=[msg("first")]))
@@ -145,15 +154,7 @@ def test_huge_operations_are_bounded_per_script_and_linear(
         cold = RedisStore.from_url(server.url, prefix=f"h{size}:")
         store.create(Session(key="q", history=[msg(BODY)]))
         cold.get("q")  # another session: "p" is new to it
-        taken: list[bool] = []
-        unchanged = _reads._unchanged
-
-        def spied(*args: Any) -> Any:
-            got = unchanged(*args)
-            taken.append(got is not None)
-            return got
-
-        monkeypatch.setattr(_reads, "_unchanged", spied)
+        taken.clear()
         row["first get, by LRANGE"] = timed(raw, lambda: lengths.append(len(cold.get("p").history)))
         assert lengths[-1] == size + 1 and taken == [True]
         cold.close()
