@@ -163,7 +163,7 @@ def test_a_store_from_a_url_reads_and_appends_on_the_direct_path(real_backend: B
         store.get("s")
         with counted() as counts:
             store.append_messages("s", [msg(f"m{i}") for i in range(40)])
-            got = other.get("s")  # a first read: the plain reads' pipeline
+            got = other.get("s")  # a first read: the script with LRANGE behind it
         assert counts == {"direct": 2, "redis": 0}
         assert [m.content for m in got.history] == ["first"] + [f"m{i}" for i in range(40)]
         with counted() as counts:
