@@ -160,7 +160,7 @@ class Sessions:
                 )
                 staged = contracts.parsed(contracts.Staged, check(reply, Ctx(key, [stage]))).length
             messages = pairs[0::2][-o.window :]
-        call_ = contracts.create(
+        request = contracts.create(
             root=keys,
             stage=stage,
             log=self.events.log_of(key),
@@ -175,10 +175,10 @@ class Sessions:
             staged=staged,
             messages=messages,
         )
-        reply = yield call_
+        reply = yield request
         if contracts.status(reply) != Status.OK:
             self.keyring.session_keys.pop(key, None)  # not this key's: nothing was written
-        created = contracts.parsed(contracts.Created, check(reply, Ctx(key, call_.keys)))
+        created = contracts.parsed(contracts.Created, check(reply, Ctx(key, request.keys)))
         self.trees.forget(key)
         if self.schema.cluster and created.index_created:
             # Not atomic with the script (other slots): a crash right here leaves this index
@@ -308,7 +308,7 @@ class Sessions:
                 continue
             attempts += 1
             child_keys, children, drafts = self._children_args(key, members)
-            delete = contracts.delete(
+            request = contracts.delete(
                 root=keys,
                 pop=sk.pop,
                 turn=sk.turn,
@@ -323,9 +323,9 @@ class Sessions:
                 event=draft.fields,
                 children=children,
             )
-            reply = yield delete
+            reply = yield request
             if contracts.status(reply) != Status.CONFLICT:
-                deleted = contracts.parsed(contracts.Deleted, check(reply, Ctx(key, delete.keys)))
+                deleted = contracts.parsed(contracts.Deleted, check(reply, Ctx(key, request.keys)))
                 existed = bool(deleted.existed)
                 self.trees.forget(key)
                 if existed:
@@ -412,12 +412,10 @@ class Sessions:
             codec.message_digest(msg.id),
             codec.check_size(body, self.options.max_message_bytes, "msg"),
         ]
-        twin = None
-        if ready and self.keyring.passphrase is None:
-            twin = self.reader.twin(key, body, msg)
+        twins = self._twins(key, (msg,), pair, (ready,))
         build, ctx = self._append(key, (msg,), pair, "msg", metadata, expect, expect_last_id, fence)
         reply = yield from self.writer.write(key, build, ctx)
-        if twin is not None:
+        for body, twin in twins:
             self.reader.wrote(body, twin)
         return appended(reply) == 1
 
@@ -483,18 +481,24 @@ class Sessions:
         return build, ctx
 
     def _twins(
-        self, key: str, messages: Sequence[Message], pairs: list[bytes]
+        self,
+        key: str,
+        messages: Sequence[Message],
+        pairs: list[bytes],
+        ready: Sequence[bool] | None = None,
     ) -> list[tuple[bytes, Message]]:
         """Each stored form of ``messages`` (in ``pairs``) with its decoded twin, for those a
         read may take it for (:meth:`Reader.twin`; none in a sealed store), taken before the
-        write is sent.
+        write is sent; ``ready``: :func:`codec.twin_ready` of each, when the encoder said.
         """
         reader = self.reader
         found: list[tuple[bytes, Message]] = []
         if self.keyring.passphrase is not None:
             return found
-        for msg, body in zip(messages, pairs[1::2], strict=True):
-            if codec.twin_ready(msg) and (twin := reader.twin(key, body, msg)) is not None:
+        for i, (msg, body) in enumerate(zip(messages, pairs[1::2], strict=True)):
+            if not (codec.twin_ready(msg) if ready is None else ready[i]):
+                continue
+            if (twin := reader.twin(key, body, msg)) is not None:
                 found.append((body, twin))
         return found
 

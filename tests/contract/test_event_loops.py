@@ -22,10 +22,10 @@ import pytest
 import redis
 
 from redis_session import AsyncRedisStore, Message, Session
-from redis_session._core import reads as _reads
 from redis_session._transport import fast as _fast
 from tests.conftest import Backend
 from tests.support.servers import wait_until
+from tests.support.stepping import lrange_taken
 
 SETTLE_S = 10.0
 """How long a count of connections may take to come down to its bound (a leak never does)."""
@@ -163,15 +163,7 @@ def test_first_reads_by_lrange_from_loop_after_loop(
     # pipelined behind it, through the client of the running loop; and a store with a cache
     # reads incrementally on in each new loop.
     cold, hot = _store(server_backend, read_cache_bytes=0), _store(server_backend)
-    taken: list[bool] = []
-    unchanged = _reads._unchanged
-
-    def spied(*args: Any) -> Any:
-        got = unchanged(*args)
-        taken.append(got is not None)
-        return got
-
-    monkeypatch.setattr(_reads, "_unchanged", spied)
+    taken = lrange_taken(monkeypatch)
 
     async def turn(n: int) -> tuple[int, int]:
         if n == 0:

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from redis_session import ChildSessionConfig, Message, RedisStore, Session
-from redis_session._core import reads as _reads
 from tests.resources.conftest import PrivateServer
 from tests.support.figures import Recorder
+from tests.support.stepping import lrange_taken
 
 pytestmark = [pytest.mark.slow, pytest.mark.perf]  # wall times: CI runs it, a local run not
 
@@ -101,15 +101,7 @@ def test_huge_operations_are_bounded_per_script_and_linear(
     server = private_server(slowlog_log_slower_than=5_000, slowlog_max_len=100_000)
     raw = server.client()
     results: dict[int, dict[str, tuple[float, float]]] = {}
-    taken: list[bool] = []  # per first read: whether its LRANGE behind the script was taken
-    unchanged = _reads._unchanged
-
-    def spied(*args: Any) -> Any:
-        got = unchanged(*args)
-        taken.append(got is not None)
-        return got
-
-    monkeypatch.setattr(_reads, "_unchanged", spied)
+    taken = lrange_taken(monkeypatch)
     for size in SIZES:
         store = RedisStore.from_url(server.url, prefix=f"h{size}:", ttl=3600)
         store.create(Session(key="p", history=[msg("first")]))

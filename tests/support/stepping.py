@@ -9,7 +9,10 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
+
 from redis_session import RedisStore
+from redis_session._core import reads as _reads
 from redis_session._core.requests import Commands, ScriptCall
 
 
@@ -86,3 +89,19 @@ def recording(store: RedisStore) -> Iterator[Counter[str]]:
         yield seen
     finally:
         store._execute = execute  # type: ignore[method-assign]
+
+
+def lrange_taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """For each first read from now on, whether it took the elements of its ``LRANGE`` sent
+    behind the ``get`` script (False: it read again by the script alone), in order.
+    """
+    taken: list[bool] = []
+    unchanged = _reads._unchanged
+
+    def spied(*args: Any) -> Any:
+        got = unchanged(*args)
+        taken.append(got is not None)
+        return got
+
+    monkeypatch.setattr(_reads, "_unchanged", spied)
+    return taken
