@@ -391,9 +391,11 @@ def _positions(reply: Any) -> Positions | None:
     head is 0, as the scripts take it), or None for a failed command or a value that is not a
     position as a store writes it (the script judges those).
     """
-    if isinstance(reply, Exception) or not all(x is None or _WHOLE.fullmatch(x) for x in reply[1:]):
-        return None
+    if type(reply) is not list or len(reply) != len(_VERSION_FIELDS):
+        return None  # a failed command (its exception in its place), or not an HMGET's reply
     token, g, h, n = reply
+    if not all(x is None or (type(x) is bytes and _WHOLE.fullmatch(x)) for x in (g, h, n)):
+        return None
     return contracts.typed(Positions, (token, g or 0, h or 0, n))
 
 
