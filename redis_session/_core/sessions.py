@@ -412,10 +412,12 @@ class Sessions:
             codec.message_digest(msg.id),
             codec.check_size(body, self.options.max_message_bytes, "msg"),
         ]
-        twins = self._twins(key, (msg,), pair, (ready,))
+        twin = None  # the hot path's one message: _twins's work, without its loop
+        if ready and self.keyring.passphrase is None:
+            twin = self.reader.twin(key, body, msg)
         build, ctx = self._append(key, (msg,), pair, "msg", metadata, expect, expect_last_id, fence)
         reply = yield from self.writer.write(key, build, ctx)
-        for body, twin in twins:
+        if twin is not None:
             self.reader.wrote(body, twin)
         return appended(reply) == 1
 
@@ -481,24 +483,18 @@ class Sessions:
         return build, ctx
 
     def _twins(
-        self,
-        key: str,
-        messages: Sequence[Message],
-        pairs: list[bytes],
-        ready: Sequence[bool] | None = None,
+        self, key: str, messages: Sequence[Message], pairs: list[bytes]
     ) -> list[tuple[bytes, Message]]:
         """Each stored form of ``messages`` (in ``pairs``) with its decoded twin, for those a
         read may take it for (:meth:`Reader.twin`; none in a sealed store), taken before the
-        write is sent; ``ready``: :func:`codec.twin_ready` of each, when the encoder said.
+        write is sent.
         """
         reader = self.reader
         found: list[tuple[bytes, Message]] = []
         if self.keyring.passphrase is not None:
             return found
-        for i, (msg, body) in enumerate(zip(messages, pairs[1::2], strict=True)):
-            if not (codec.twin_ready(msg) if ready is None else ready[i]):
-                continue
-            if (twin := reader.twin(key, body, msg)) is not None:
+        for msg, body in zip(messages, pairs[1::2], strict=True):
+            if codec.twin_ready(msg) and (twin := reader.twin(key, body, msg)) is not None:
                 found.append((body, twin))
         return found
 
