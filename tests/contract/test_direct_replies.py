@@ -8,8 +8,7 @@ cluster, fakeredis) goes through redis-py.
 from __future__ import annotations
 
 import asyncio
-import random
-import time
+import contextlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -245,26 +244,36 @@ async def test_a_cancelled_read_leaves_no_reply_on_a_pooled_connection(
     store = AsyncRedisStore(
         async_client(real_backend.url), prefix=real_backend.prefix, read_cache_bytes=0
     )
-    rng = random.Random(7)
     try:
-        took = []
-        for _ in range(5):  # the cuts fall within a read's own duration on this machine
-            started = time.perf_counter()
-            await store.get("a")
-            took.append(time.perf_counter() - started)
-        span = sorted(took)[len(took) // 2]
-        # A read yields only while it waits on the server (sending, the replies' chunks);
-        # its decoding runs without yielding, so most cuts land after it finished: 4-10% of
-        # cuts drawn from the read's duration cut it (measured). Bounded: ~1 ms a try.
-        cancelled = tries = 0
-        while cancelled < 20 and tries < 2_000:
-            tries += 1
-            try:  # cut while it waits: before, during or between its replies' arrival
-                await asyncio.wait_for(store.get("a"), timeout=rng.uniform(0, span / 2))
-            except TimeoutError:
-                cancelled += 1
+        await store.get("a")  # learns the element size: the next reads are the steady kind
+
+        async def cut_after(steps: int) -> bool:
+            """Start a read, let the loop turn `steps` times, cut it if it is still waiting."""
+            task = asyncio.ensure_future(store.get("a"))
+            for _ in range(steps):
+                if task.done():
+                    break
+                await asyncio.sleep(0)
+            cut = not task.done()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            return cut
+
+        # An uncut read's length in loop turns (bounded): every cut below lands at one of its
+        # suspension points (before sending, waiting on the reply, between its chunks), since
+        # the read's decoding runs without yielding. Deterministic in what it covers, not timed.
+        whole = 0
+        task = asyncio.ensure_future(store.get("a"))
+        while not task.done() and whole < 20_000:
+            whole += 1
+            await asyncio.sleep(0)
+        await task
+        cancelled = 0
+        for steps in range(min(whole, 400)):
+            cancelled += await cut_after(steps)
             got = await asyncio.wait_for(store.get("b"), timeout=10)
             assert got.agent_id == "b" and [m.content for m in got.history][-1] == "b299" * 40
-        assert cancelled >= 10, (cancelled, tries, span)
+        assert whole >= 2 and cancelled >= 2, (whole, cancelled)
     finally:
         await store.close()
