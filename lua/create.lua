@@ -1,8 +1,8 @@
 -- create: store a new session with its history, atomically; two creators -> one wins.
 -- KEYS: root stage log
--- ARGV: head session_key call_token events event schema_version kid #meta staged *messages
+-- ARGV: head session_key call_token events event event_type schema_version kid #meta staged *messages
 -- OK: created_at index_created event_id due expired
--- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] a staging list (see ARGV[15+2n])
+-- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] a staging list (see ARGV[16+2n])
 -- KEYS[9] the tree's event log stream
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] (unused: a new tree has no members)
 -- ARGV[4] id window   ARGV[5] session key (index member)
@@ -11,10 +11,11 @@
 --   they hold is this one) is the call token and the creation's server time: a session made
 --   again under the key, by a call of the same idempotency key too, has another token.
 -- ARGV[7 .. 10] the events group (see log_event)   ARGV[11] the event's fields (JSON members)
--- ARGV[12] schema version   ARGV[13] key id the session is sealed with ('' = cleartext)
--- ARGV[14] n = number of meta field/value pairs that follow, ARGV[15 .. 14+2n]
--- ARGV[15+2n] s = the history's length when it is staged in KEYS[8] (stage_push), else 0
--- ARGV[16+2n ..] message pairs: 8-byte id digest, message JSON (distinct digests); with a
+-- ARGV[12] the event's type ('create'; 'branch' for store.branch)
+-- ARGV[13] schema version   ARGV[14] key id the session is sealed with ('' = cleartext)
+-- ARGV[15] n = number of meta field/value pairs that follow, ARGV[16 .. 15+2n]
+-- ARGV[16+2n] s = the history's length when it is staged in KEYS[8] (stage_push), else 0
+-- ARGV[17+2n ..] message pairs: 8-byte id digest, message JSON (distinct digests); with a
 --   staged history, only the digests of its newest messages (the id window's), no JSON
 -- Reply: {OK, created_at_us, 1 if the index key was created by this call else 0, the create
 --        event's id ('' with no log, or for a retry of this call), the number of index
@@ -23,8 +24,8 @@
 --        | {EXISTS} | {WRONG_TYPE, i, type} | {STALE} (the staging list is not what the caller
 --        staged) | {DAMAGED, 1, 'foreign'} (KEYS[1] is a hash without a schema version: another
 --        program's)
--- Events: 'create', only when the session was created by this call; before it 'expire' when
--- the index still lists an earlier tree under the key that ended unseen (expired or evicted:
+-- Events: ARGV[12]'s ('create', 'branch'), only when the session was created by this call;
+-- before it 'expire' when the index still lists an earlier tree under the key that ended unseen (expired or evicted:
 -- its meta hash is gone, and no reaper logged it yet).
 -- Leftovers of an earlier session under the key (its expiry marker, keys that outlived an
 -- eviction) are removed first: the new session is fresh. The fields every write reads come
@@ -39,21 +40,21 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 
 local us, now = clock()
-local n = tonumber(ARGV[14])
-local staged = tonumber(ARGV[15 + 2 * n])
-local count = (#ARGV - 15 - 2 * n) / 2
+local n = tonumber(ARGV[15])
+local staged = tonumber(ARGV[16 + 2 * n])
+local count = (#ARGV - 16 - 2 * n) / 2
 if staged > 0 then
   if redis.call('LLEN', KEYS[8]) ~= staged then return {STALE} end
   count = staged
 end
 local mb = 0
-for i = 15, 14 + 2 * n, 2 do
+for i = 16, 15 + 2 * n, 2 do
   local p = string.sub(ARGV[i], 1, 2)
   if p == 'm:' or p == 'e:' then mb = mb + #ARGV[i] + #ARGV[i + 1] end
 end
 local ttl = tonumber(ARGV[1])
-local head = {'v', ARGV[12]}
-if ARGV[13] ~= '' then head[3], head[4] = 'k', ARGV[13] end
+local head = {'v', ARGV[13]}
+if ARGV[14] ~= '' then head[3], head[4] = 'k', ARGV[14] end
 local x
 if ttl > 0 then
   x = now + ttl + math.floor(ttl / 16)
@@ -64,15 +65,15 @@ redis.call('HSET', KEYS[1], unpack(head))
 redis.call('HSET', KEYS[1], 'created_at', us, 'token', ARGV[6] .. '@' .. us, 'ct', ARGV[6], 'tg', 0,
   'mb', mb)
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[5], KEYS[6], KEYS[7])
-hcall_from('HSET', KEYS[1], 15, 14 + 2 * n)
+hcall_from('HSET', KEYS[1], 16, 15 + 2 * n)
 local win = {key = 3, count = 0, dirty = {}}
 local digests, elements = {}, {}
 if staged > 0 then
-  for i = 16 + 2 * n, #ARGV do digests[#digests + 1] = ARGV[i] end
+  for i = 17 + 2 * n, #ARGV do digests[#digests + 1] = ARGV[i] end
   redis.call('RENAME', KEYS[8], KEYS[2])
   redis.call('PERSIST', KEYS[2])  -- the staging list's TTL: the tree's deadline follows
 else
-  for i = 16 + 2 * n, #ARGV, 2 do
+  for i = 17 + 2 * n, #ARGV, 2 do
     digests[#digests + 1] = ARGV[i]
     elements[#elements + 1] = ARGV[i + 1]
   end
@@ -89,4 +90,4 @@ local due = 0
 if ttl > 0 then  -- entries older than any live tree's deadline: trees the reaper is due to log
   due = redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. (now - ttl - math.floor(ttl / 16)))
 end
-return {OK, us, fresh_index, log_event(9, 7, 'create', ARGV[11], now), due, expired}
+return {OK, us, fresh_index, log_event(9, 7, ARGV[12], ARGV[11], now), due, expired}

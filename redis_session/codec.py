@@ -531,6 +531,9 @@ def meta_args(session: Session, sealer: Sealer | None = None) -> list[bytes]:
     id ``k`` of a sealed session).
     """
     out = [b"key", text_arg(session.key, "session.key")]
+    if session.branch_of:  # cleartext, as the key is (a sealed session's ids are too)
+        out += (b"bo", text_arg(session.branch_of, "session.branch_of"))
+        out += (b"ba", text_arg(session.branch_at, "session.branch_at"))
     return (
         out
         + scalar_args(session, skip_empty=False, sealer=sealer)
@@ -588,7 +591,7 @@ def _fields(key: str, meta: Mapping[bytes, bytes] | Sequence[bytes]) -> dict[str
 _SCALAR_NAMES = tuple(n.encode() for n in SCALAR_FIELDS)
 _M, _E = METADATA_PREFIX.encode(), SEALED_METADATA_PREFIX.encode()
 _SESSION_FIELDS = frozenset(Session.model_fields)
-_SESSION_FIELDS_NOT_ENDED = _SESSION_FIELDS - {"ended_at"}
+_BRANCH_FIELDS = frozenset({"branch_of", "branch_at"})
 
 
 def raw_fields(key: str, meta: Mapping[bytes, bytes] | Sequence[bytes]) -> dict[bytes, bytes]:
@@ -612,7 +615,7 @@ def raw_fields(key: str, meta: Mapping[bytes, bytes] | Sequence[bytes]) -> dict[
 _BYTES_ONLY = frozenset({bytes})
 _NOT_METADATA = frozenset(
     (*_SCALAR_NAMES, b"v", b"key", b"created_at", b"updated_at", b"token", b"g", b"h", b"n",
-     b"x", b"tg", b"mb", b"k", b"dk", b"kc", b"ended_at", b"ct")
+     b"x", b"tg", b"mb", b"k", b"dk", b"kc", b"ended_at", b"ct", b"bo", b"ba")
 )  # fmt: skip
 """Fields of a session's meta hash that are not metadata entries (``m:`` / ``e:`` fields; any
 other field is looked at for its prefix as well)."""
@@ -673,13 +676,23 @@ def decode_session(
         "metadata": metadata,
         "created_at": _stamp(key, get(b"created_at"), "created_at"),
         "updated_at": _stamp(key, get(b"updated_at"), "updated_at"),
+        "branch_of": "",
+        "branch_at": "",
     }
+    fields_set = set(_SESSION_FIELDS)  # as a model built without what it lacks
+    branch_of = get(b"bo")
+    if branch_of is None:
+        fields_set -= _BRANCH_FIELDS
+    else:
+        values["branch_of"] = _text(key, branch_of, "branch_of")
+        values["branch_at"] = _text(key, get(b"ba", b""), "branch_at")
     ended = get(b"ended_at")
-    if ended is None:  # as a model built without it: not in its fields-set
+    if ended is None:
         values["ended_at"] = None
-        return _constructed(Session, values, set(_SESSION_FIELDS_NOT_ENDED))
-    values["ended_at"] = _stamp(key, ended, "ended_at")
-    return _constructed(Session, values, set(_SESSION_FIELDS))
+        fields_set.discard("ended_at")
+    else:
+        values["ended_at"] = _stamp(key, ended, "ended_at")
+    return _constructed(Session, values, fields_set)
 
 
 def scored(reply: Sequence[Any]) -> list[tuple[Any, Any]]:

@@ -286,6 +286,7 @@ def create(
     call_token: str,
     events: Events,
     event: bytes,
+    event_type: str,
     schema_version: bytes,
     kid: bytes,
     meta: Sequence[bytes],
@@ -304,6 +305,7 @@ def create(
             call_token,
             *events,
             event,
+            event_type,
             schema_version,
             kid,
             len(meta) // 2,
@@ -615,6 +617,53 @@ def compact_messages(
         fence,
     ]
     return ScriptCall("compact_messages", [*root, turn, log, *members], args)
+
+
+class Rewound(NamedTuple):
+    removed: int
+    event_id: bytes
+    """The ``rewind`` event's id in the log (``b''``: none logged, or a retried call)."""
+
+
+@_contract(
+    "root turn log *members",
+    "head session_key call_token generation keep tail last events event fence",
+    Rewound,
+)
+def rewind(
+    *,
+    root: Sequence[Key],
+    turn: Key,
+    log: Key,
+    members: Sequence[Key] = (),
+    head: Head,
+    session_key: str,
+    call_token: str,
+    generation: int,
+    keep: int,
+    tail: int,
+    last: bytes,
+    events: Events,
+    event: bytes,
+    fence: str = "",
+) -> ScriptCall:
+    """``keep``: the absolute position after the last message kept, in ``generation`` whose
+    list ended at ``tail`` when read; ``last``: the kept last message's id prefix (``b''``:
+    none kept).
+    """
+    args: list[Arg] = [
+        *head,
+        session_key,
+        call_token,
+        generation,
+        keep,
+        tail,
+        last,
+        *events,
+        event,
+        fence,
+    ]
+    return ScriptCall("rewind", [*root, turn, log, *members], args)
 
 
 class Popped(NamedTuple):

@@ -9,6 +9,7 @@ Subclasses also inherit the builtin a caller would reach for::
     │   └── ChildNotFound                    key
     │       └── ChildPruned                  key, merged_at  (merged, its record pruned since)
     ├── ItemNotFound (LookupError)           kind, name    (salts, checksums, secrets)
+    ├── MessageNotFound (LookupError)        key, message_id  (branch at / rewind after an id)
     ├── DuplicateSession                     key
     ├── ChildAlreadyMerged                   key
     ├── StaleExpectation (StaleCompaction)   key           (an expect_id / expect_last_id guard)
@@ -188,6 +189,18 @@ class ItemNotFound(SessionError, LookupError):
         self.kind = kind
         self.name = name
         super().__init__(f"{kind} {name!r} not found")
+
+
+class MessageNotFound(SessionError, LookupError):
+    """Session ``key`` holds no message with id ``message_id`` (``branch(at=...)``,
+    ``rewind(after=...)``): never appended, or removed since (trimmed, compacted, rewound).
+    Nothing was written.
+    """
+
+    def __init__(self, key: str, message_id: str) -> None:
+        self.key = key
+        self.message_id = message_id
+        super().__init__(f"session {key!r} holds no message {message_id!r}")
 
 
 class MigrationConflict(SessionError):

@@ -205,6 +205,12 @@ class Session(_Model):
     ended_at: UTCDateTime | None = None
     """Set by ``store.end(key)`` (the Redis server's clock); None while the session has not
     been ended. ``create`` and ``update`` ignore it."""
+    branch_of: str = ""
+    """The session this one was branched from (``store.branch``, ``rewind(keep_as=...)``);
+    ``""`` for a session that is not a branch. Stored in cleartext (as the key is); ``update``
+    leaves it as it is."""
+    branch_at: str = ""
+    """The id of the last message the branch took from ``branch_of`` (``""``: it took none)."""
 
 
 class SessionSummary(_Model):
@@ -280,6 +286,10 @@ class LifecycleEventType(StrEnum):
     """A session tree's deadline passed (logged once per tree by the store's reaper)."""
     END = "end"
     """``store.end(key)`` marked the session ended (once per session)."""
+    BRANCH = "branch"
+    """``store.branch`` made session ``key`` from ``branch_of`` (up to message ``message_id``)."""
+    REWIND = "rewind"
+    """``store.rewind`` removed ``count`` messages after message ``message_id`` of ``key``."""
 
 
 def _event_type(value: Any) -> Any:
@@ -312,6 +322,13 @@ class SessionLifecycleEvent(_Model):
     id: str = ""
     """The event's position in its event log (a Redis stream id); ``""`` where there is no
     log (``event_log_max=0``, events off) or for a call retried after its event was logged."""
+    branch_of: str = ""
+    """For ``branch``: the session branched from."""
+    message_id: str = ""
+    """For ``branch``: the last message taken; for ``rewind``: the message kept last (``""``:
+    none)."""
+    count: int = 0
+    """For ``rewind``: how many messages it removed."""
     deliveries: int = 1
     """How many times a consumer group handed this event out (more than 1: re-delivered after
     a member did not acknowledge it in time); 1 outside groups."""

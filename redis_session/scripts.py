@@ -47,6 +47,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "release_turn",
     "renew_turn",
     "reseal_session",
+    "rewind",
     "set_checksum",
     "set_secret",
     "stage_push",

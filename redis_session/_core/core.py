@@ -12,9 +12,10 @@ so the two cannot drift in behaviour.
 - :class:`~.keyring.Keyring`: passphrase, master key, each session's data key;
 - :class:`~.reads.Reader`: the read path, and the decoded messages held (read cache);
 - :class:`~.writes.Writer`: the loop every tree write goes through;
-- :class:`~.sessions.Sessions`, :class:`~.children.Children`, :class:`~.secrets.Secrets`:
-  the operations; :class:`~.rekey.Rotation`: passphrase rotation; :class:`~.turns.Turns`:
-  one worker at a time in a session (fenced turns).
+- :class:`~.sessions.Sessions`, :class:`~.children.Children`, :class:`~.secrets.Secrets`,
+  :class:`~.conversation.Conversation` (branch, rewind, repair): the operations;
+  :class:`~.rekey.Rotation`: passphrase rotation; :class:`~.turns.Turns`: one worker at a time
+  in a session (fenced turns).
 
 Script arguments and replies are built and read by name (:mod:`redis_session.contracts`);
 statuses become exceptions in one table (:mod:`redis_session.status`).
@@ -25,6 +26,7 @@ from __future__ import annotations
 from ..keys import KeySchema
 from ..options import StoreOptions
 from .children import Children
+from .conversation import Conversation
 from .eventlog import EventLog
 from .index import Index
 from .keyring import Keyring
@@ -67,6 +69,7 @@ class Core:
         shared = (schema, options, limits, trees, keyring, reader, writer, index, events)
         self.sessions = Sessions(*shared)
         self.children = Children(*shared)
+        self.conversation = Conversation(self.sessions, self.children)
         self.secrets = Secrets(schema, limits)
         self.rotation = Rotation(keyring, index, schema, limits)
         self.turns = Turns(trees)

@@ -55,6 +55,8 @@ class Draft(NamedTuple):
     timestamp: datetime
     fields: bytes
     """The event's JSON members but ``type`` and ``id`` (no braces), as the script takes them."""
+    extra: tuple[tuple[str, Any], ...] = ()
+    """Fields of one event type (``branch_of``, ``message_id``, ``count``), in ``fields`` too."""
 
     def event(self, event_id: Any = b"") -> SessionLifecycleEvent:
         """The event, with the id its script logged it under (``b''``/None: none)."""
@@ -66,23 +68,33 @@ class Draft(NamedTuple):
             agent_name=self.agent_name,
             timestamp=self.timestamp,
             id=_text(event_id),
+            **dict(self.extra),
         )
 
 
 def new_event(
-    type: LifecycleEventType, key: str, *, child_key: str = "", agent_name: str = ""
+    type: LifecycleEventType,
+    key: str,
+    *,
+    child_key: str = "",
+    agent_name: str = "",
+    **extra: str | int,
 ) -> Draft:
-    """An event about session ``key`` (the parent, for child events), stamped now."""
+    """An event about session ``key`` (the parent, for child events), stamped now; ``extra``:
+    the fields of its type (:class:`SessionLifecycleEvent`'s ``branch_of``, ``message_id``,
+    ``count``).
+    """
     stamp = utcnow()
-    fields = {
+    fields: dict[str, Any] = {
         "key": key,
         "child_key": child_key,
         "parent_key": key if child_key else "",
         "agent_name": agent_name,
         "timestamp": stamp,
+        **extra,
     }
     body = orjson.dumps(fields, option=orjson.OPT_UTC_Z)
-    return Draft(type.value, key, child_key, agent_name, stamp, body[1:-1])
+    return Draft(type.value, key, child_key, agent_name, stamp, body[1:-1], tuple(extra.items()))
 
 
 def entry_event(entry_id: Any, fields: Mapping[Any, Any]) -> SessionLifecycleEvent | None:

@@ -22,7 +22,7 @@ from .index import Index
 from .keyring import Keyring
 from .limits import DELETE_RETRY_MS, STAGE_LEASE_MS, Limits
 from .reads import Reader
-from .requests import Emit, Op, ScriptCall
+from .requests import Commands, Emit, Op, ScriptCall
 from .trees import Trees
 from .writes import Writer, appended
 
@@ -128,7 +128,10 @@ class Sessions:
         self.events = events
         self.metadata = Metadata(options)
 
-    def create(self, session: Session, given_token: str | None = None) -> Op[Session]:
+    def create(
+        self, session: Session, given_token: str | None = None, draft: Draft | None = None
+    ) -> Op[Session]:
+        """Create ``session`` (its event: ``draft``, a ``create`` event by default)."""
         session = session_arg(session)
         key = session.key
         o = self.options
@@ -145,7 +148,8 @@ class Sessions:
         if sealer is not None:
             meta += (b"dk", dk)
         self.metadata.check_total(codec.metadata_only(meta), "session.metadata")
-        draft = new_event(LifecycleEventType.CREATE, key)
+        if draft is None:
+            draft = new_event(LifecycleEventType.CREATE, key)
         history = codec.message_args(session.history, "session.history", o.max_message_bytes)
         pairs = codec.seal_pairs(
             history, session.history, sealer, "session.history", o.max_message_bytes
@@ -154,6 +158,8 @@ class Sessions:
         runs = self.limits.batches(pairs[1::2])
         staged, messages = 0, pairs
         if len(runs) > 1:  # a long history: staged in steps, then swapped in by the create
+            if given_token is not None:  # what a call of this key that died midway staged
+                yield Commands([("DEL", stage)])
             for run in runs:
                 reply = yield contracts.stage_push(
                     stage=stage, length=staged, ttl_ms=STAGE_LEASE_MS, elements=run
@@ -169,6 +175,7 @@ class Sessions:
             call_token=call,
             events=self.events.events_of(key),
             event=draft.fields,
+            event_type=draft.type,
             schema_version=codec.SCHEMA_VERSION,
             kid=kid,
             meta=meta,
@@ -185,7 +192,8 @@ class Sessions:
             # shard unlisted until repair_index(); the session itself is whole.
             yield from self.index.register(keys[3])
         if created.expired is not None:  # an earlier tree under the key had expired unseen
-            yield Emit(draft._replace(type=LifecycleEventType.EXPIRE.value).event(created.expired))
+            expired = draft._replace(type=LifecycleEventType.EXPIRE.value, extra=())
+            yield Emit(expired.event(created.expired))
         yield Emit(draft.event(created.event_id))
         if created.due:  # trees of this index shard expired unseen
             yield from self.events.reap_due(keys[3])
@@ -195,19 +203,26 @@ class Sessions:
     def get(self, key: str, last: int | None = None) -> Op[Session]:
         key = check_key(key)
         n = -1 if last is None else non_negative_int(last, "last")
+        session, _ = yield from self.read(key, n)
+        return session
+
+    def read(self, key: str, last: int = -1) -> Op[tuple[Session, contracts.Read]]:
+        """Session ``key`` (checked) with its newest ``last`` messages (< 0: all), and the read
+        script's reply: the generation and positions the history was read at.
+        """
         # Read-only commands only: no MULTI/EXEC, which Redis refuses when it is out of
         # memory; it also runs on a read-only replica.
-        read, history = yield from self.reader.session(key, n, True)
+        read, history = yield from self.reader.session(key, last, True)
         meta = read.meta
         if self.keyring.passphrase is None:
-            return codec.decode_session(key, meta, (), history=history)
+            return codec.decode_session(key, meta, (), history=history), read
         session: Session = yield from self.keyring.opened(
             key,
             read.kid,
             read.dk,
             lambda o: codec.decode_session(key, meta, (), o, history=history),
         )
-        return session
+        return session, read
 
     def get_history(self, key: str, last: int | None = None) -> Op[list[Message]]:
         key = check_key(key)

@@ -16,6 +16,7 @@ import redis
 from .. import _clock, events
 from .._core import follow as _follow
 from .._core.args import duration_ms, non_negative_int, text
+from .._core.conversation import FAILED_TURN
 from .._core.core import Compute, Core, Emit, Op, RekeyProgress, RekeyReport, Request, ScriptCall
 from .._core.eventlog import entry_event
 from .._core.follow import check_types
@@ -583,8 +584,105 @@ class RedisStore:
         """
         return self._run(self._core.sessions.pop_message(key, expect_id=expect_id))
 
-    def annotate_timeout(self, key: str, partial: str) -> bool:
+    def annotate_timeout(self, key: str, partial: str, *, close_tool_calls: bool = False) -> bool:
+        """Append the assistant's timeout notice to session ``key`` (``partial``: what the
+        model said before it was cut off, checked to be a str; the notice is what is stored).
+
+        With ``close_tool_calls``, as :meth:`cleanup_failed_turn` in the same step: the live
+        children are discarded and one ``tool`` message answering every open tool call goes
+        in the same append as the notice (which comes after it). Returns True when the notice
+        was stored.
+        """
+        if close_tool_calls:
+            op = self._core.conversation.annotated(key, partial)
+            return self._run(op)
         return self._run(self._core.sessions.annotate_timeout(key, partial))
+
+    def branch(
+        self,
+        key: str,
+        new_key: str,
+        *,
+        at: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Session:
+        """A new, independent session ``new_key`` holding session ``key``'s fields, metadata
+        (``metadata``'s entries override) and history up to and including message ``at``
+        (``None``: all of it), message ids kept, with its own TTL; its ``branch_of`` and
+        ``branch_at`` say where it came from. Children are not copied.
+
+        Atomic at any size: ``key`` is read in one snapshot and ``new_key`` is created as
+        ``create`` creates a session, by one script, or, for a history too long for one
+        script, staged in bounded steps and published by one script: a crash midway leaves
+        nothing visible under ``new_key``, and a retry with the same ``idempotency_key``
+        completes it (and, once done, answers as the first call did). On a cluster the two
+        keys may lie in different slots. A sealed session's messages are sealed again under
+        ``new_key``'s own key (a sealed message is bound to its session). Logs a ``branch``
+        event (``branch_of``, ``message_id``: the last message taken) instead of ``create``.
+
+        Raises:
+            SessionNotFound, SessionExpired: no live session under ``key``.
+            DuplicateSession: ``new_key`` holds a session.
+            MessageNotFound: ``key`` holds no message ``at``.
+            InvalidArgument: ``new_key`` is ``key``, or bad ``metadata``.
+        """
+        op = self._core.conversation.branch(key, new_key, at, metadata, idempotency_key)
+        return self._run(op)
+
+    def rewind(
+        self,
+        key: str,
+        *,
+        after: str,
+        keep_as: str | None = None,
+        expect_last_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> int:
+        """Remove every message of session ``key`` after message ``after`` (``""``: all of
+        them), atomically, and return how many.
+
+        The tail goes in one script that checks the history is still the one read (else it
+        reads again, a few times at most). The list begins a new generation, so every worker's
+        next read shows the rewound history (no read cache serves the old tail). The removed
+        ids stay recorded, as a pop's do: appending one of those messages again stores
+        nothing. With ``keep_as``, the session as it was is first branched to ``keep_as``
+        (:meth:`branch`), so nothing is lost; should the session change between the branch and
+        the rewind, ``ConcurrentChange`` (the branch stays, nothing is rewound). With
+        ``expect_last_id``, only if the newest message is that one (``StaleExpectation``). A
+        call redis-py retries after a lost reply answers the same count and removes nothing
+        more; ``idempotency_key`` makes that hold across processes. Inside ``store.turn(key)``
+        it is fenced by the turn (``TurnLost``). Refreshes the TTL and ``updated_at``; logs a
+        ``rewind`` event (``message_id``: ``after``; ``count``) when it removed messages.
+
+        Raises:
+            SessionNotFound, SessionExpired: no live session under ``key``.
+            MessageNotFound: ``key`` holds no message ``after``.
+            StaleExpectation: ``expect_last_id`` is not the newest message.
+            DuplicateSession: ``keep_as`` holds a session.
+        """
+        op = self._core.conversation.rewind(
+            key, after, keep_as, expect_last_id, idempotency_key,
+            fence=self._core.turns.held(key),
+        )  # fmt: skip
+        return self._run(op)
+
+    def cleanup_failed_turn(self, key: str, reason: str = FAILED_TURN) -> int:
+        """Repair session ``key`` after a failed turn, so that the next model call gets a
+        valid history: discard its live children (each with its ``discard`` event), then
+        append one ``tool`` message answering every tool call left without an answer (a call
+        is answered when its ``output`` is set or a later message carries a call of the same
+        id with an output), each with the output ``{"error": reason}`` (JSON). Returns the
+        number of calls closed; a second call closes none.
+
+        The answers go in one append that expects the newest message the repair read (read
+        again if another writer came first), so no call is answered twice. Fenced by the
+        turn inside ``store.turn(key)``.
+
+        Raises:
+            SessionNotFound, SessionExpired: no live session under ``key``.
+        """
+        return self._run(self._core.conversation.cleanup_failed_turn(key, reason))
 
     def compact_messages(
         self, key: str, up_to_index: int, summary: str, *, expect_id: str | None = None
@@ -842,6 +940,20 @@ class Turn:
         """``store.append_child_message`` to a child of this session, fenced by this turn."""
         op = self._core.children.append_child_message(
             child_key, msg, expect_last_id=expect_last_id, fence=self._fence
+        )
+        return self._store._run(op)
+
+    def rewind(
+        self,
+        *,
+        after: str,
+        keep_as: str | None = None,
+        expect_last_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> int:
+        """``store.rewind`` fenced by this turn (``TurnLost`` once it is not ours)."""
+        op = self._core.conversation.rewind(
+            self.key, after, keep_as, expect_last_id, idempotency_key, fence=self._fence
         )
         return self._store._run(op)
 
