@@ -273,7 +273,7 @@ class Created(NamedTuple):
 
 @_contract(
     "root stage log",
-    "head session_key call_token events event schema_version kid #meta staged *messages",
+    "head session_key call_token events event event_type schema_version kid #meta staged *messages",
     Created,
 )
 def create(
