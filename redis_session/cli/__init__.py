@@ -75,6 +75,8 @@ for command in (
     sessions.show,
     events.events,
     sessions.compact,
+    sessions.branch,
+    sessions.rewind,
     sessions.delete,
     sessions.stats,
     keys.rekey,

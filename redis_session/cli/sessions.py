@@ -1,4 +1,6 @@
-"""The commands on sessions: ``ls``, ``show``, ``compact``, ``delete`` and ``stats``."""
+"""The commands on sessions: ``ls``, ``show``, ``compact``, ``branch``, ``rewind``, ``delete``
+and ``stats``.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import click
 from rich.table import Table
 
 from .. import codec
+from .._core.conversation import open_tool_calls
 from ..errors import CorruptData, ForeignKey, SessionNotFound
 from ..keys import KeySchema, parent_of
 from ..models import ChildSession, Message, Session
@@ -132,6 +135,10 @@ def ls_(ctx: click.Context, target: Target, limit: int, page: int, as_json: bool
 
 
 def _message_table(messages: Sequence[Message], first: int) -> Table:
+    """The messages as rows; a tool call left without an answer is marked (``cleanup_failed_turn``
+    would close it).
+    """
+    dangling = {id(call) for call in open_tool_calls(messages)}
     table = Table(show_lines=False)
     table.add_column("#", justify="right", style="dim")
     table.add_column("time (UTC)", no_wrap=True)
@@ -144,6 +151,8 @@ def _message_table(messages: Sequence[Message], first: int) -> Table:
             content.append_text(text(f"\n→ {call.name}({call.input})", "yellow", multiline=True))
             if call.output:
                 content.append_text(text(f" = {call.output}", "yellow", multiline=True))
+            elif id(call) in dangling:
+                content.append_text(text("  [no answer]", "bold red"))
         role = text(msg.role.value)
         table.add_row(str(n), when(msg.timestamp), role, text(msg.author), content)
     return table
@@ -158,6 +167,7 @@ def _show_session(
         data = session.model_dump(mode="json", exclude={"history"})
         data["message_count"] = total
         data["history"] = [m.model_dump(mode="json") for m in shown]
+        data["open_tool_calls"] = [c.id for c in open_tool_calls(shown)]
         data["children"] = [
             c.model_dump(mode="json", exclude={"history", "config"}) for c in children
         ]
@@ -286,6 +296,62 @@ def compact(
         echo(f"{key}: nothing to compact ({before} messages, keeping {keep})")
     else:
         echo(f"{key}: compacted messages 0..{up_to} into one summary ({before} → {after} messages)")
+
+
+@click.command(short_help="Copy a session, up to a message, under a new key.")
+@store_options
+@click.argument("key")
+@click.argument("new_key")
+@click.option("--at", "at", default=None, help="The id of the last message copied [default: all].")
+@passphrase_option
+@json_option
+def branch(
+    target: Target, key: str, new_key: str, at: str | None, passphrase: str | None, as_json: bool
+) -> None:
+    """Branch KEY into NEW_KEY: its fields, metadata and messages up to --at (all by default),
+    atomically (store.branch). KEY stays as it is.
+
+    A sealed store's messages are opened and sealed again under NEW_KEY with --passphrase (env
+    REDIS_SESSION_PASSPHRASE), asked for on a terminal when it is needed and missing.
+    """
+    made = target.read(passphrase, lambda store: store.branch(key, new_key, at=at))
+    if as_json:
+        echo_json(
+            {"key": made.key, "branch_of": key, "branch_at": made.branch_at,
+             "messages": len(made.history)}
+        )  # fmt: skip
+    else:
+        echo(f"{new_key}: branched from {key} with {len(made.history)} messages")
+
+
+@click.command(short_help="Remove the messages of a session after one message.")
+@store_options
+@click.argument("key")
+@click.option("--after", required=True, help="The id of the last message kept ('' : none).")
+@click.option("--keep-as", default=None, help="First branch the session as it is to this key.")
+@passphrase_option
+@json_option
+def rewind(
+    target: Target,
+    key: str,
+    after: str,
+    keep_as: str | None,
+    passphrase: str | None,
+    as_json: bool,
+) -> None:
+    """Remove every message of KEY after message --after, atomically (store.rewind); with
+    --keep-as, the session as it was is branched there first, so nothing is lost.
+    """
+
+    def run(store: RedisStore) -> int:
+        return store.rewind(key, after=after, keep_as=keep_as)
+
+    removed = target.read(passphrase, run)
+    if as_json:
+        echo_json({"key": key, "removed": removed, "kept_as": keep_as})
+    else:
+        kept = f"; the whole session is kept as {keep_as}" if keep_as else ""
+        echo(f"{key}: removed {removed} messages after {after or 'the start'}{kept}")
 
 
 @click.command(short_help="Delete sessions (messages and children included).")

@@ -13,7 +13,7 @@ import click
 import pytest
 from click.testing import Result
 
-from redis_session import ChildSessionConfig, Message, Session, SessionNotFound
+from redis_session import ChildSessionConfig, Message, Session, SessionNotFound, ToolCall
 from redis_session.cli._common import passphrase_option
 
 from .conftest import Place, invoke, keys_under, seed
@@ -246,6 +246,49 @@ def test_compact_missing_session(place: Place) -> None:
     result = invoke("compact", "nope", *place.args())
     assert result.exit_code == 1
     assert result.stderr.strip() == "Error: session 'nope' not found"
+
+
+# -- branch, rewind ---------------------------------------------------------------------------
+
+
+def test_branch_and_rewind(place: Place) -> None:
+    seed(place, 1, messages=6)
+    with place.store() as store:
+        ids = [m.id for m in store.get_history("s0")]
+    made = json.loads(invoke("branch", "s0", "b", "--at", ids[2], *place.args(), "--json").stdout)
+    assert made == {"key": "b", "branch_of": "s0", "branch_at": ids[2], "messages": 3}
+    human = invoke("rewind", "s0", "--after", ids[3], "--keep-as", "k", *place.args())
+    assert human.exit_code == 0, human.stderr
+    assert (
+        human.stdout.strip()
+        == f"s0: removed 2 messages after {ids[3]}; the whole session is kept as k"
+    )
+    with place.store() as store:
+        assert [m.id for m in store.get_history("s0")] == ids[:4]
+        assert [m.id for m in store.get_history("k")] == ids
+        assert [m.id for m in store.get_history("b")] == ids[:3]
+    gone = invoke("rewind", "s0", "--after", "nope", *place.args())
+    assert gone.exit_code == 1
+    assert gone.stderr.strip() == "Error: session 's0' holds no message 'nope'"
+    taken = invoke("branch", "s0", "b", *place.args())
+    assert taken.exit_code == 1 and "'b'" in taken.stderr
+
+
+def test_show_marks_a_tool_call_without_an_answer(place: Place) -> None:
+    seed(place, 1, messages=1)
+    calls = [
+        ToolCall(id="open", name="look", input="{}"),
+        ToolCall(id="done", name="look", input="{}", output="ok"),
+    ]
+    with place.store() as store:
+        store.append_message("s0", Message(role="assistant", tool_calls=calls))
+    data = json.loads(invoke("show", "s0", *place.args(), "--json").stdout)
+    assert data["open_tool_calls"] == ["open"]
+    human = invoke("show", "s0", *place.args()).stdout
+    assert human.count("[no answer]") == 1
+    with place.store() as store:
+        assert store.cleanup_failed_turn("s0") == 1
+    assert json.loads(invoke("show", "s0", *place.args(), "--json").stdout)["open_tool_calls"] == []
 
 
 # -- delete -----------------------------------------------------------------------------------

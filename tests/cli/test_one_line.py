@@ -31,6 +31,8 @@ ARGS: dict[str, list[str]] = {  # what each command needs besides --url to reach
     "show": ["chat"],
     "events": ["--timeout", "0.5"],
     "compact": ["chat"],
+    "branch": ["chat", "chat-2"],
+    "rewind": ["chat", "--after", ""],
     "delete": ["chat"],
     "stats": [],
     "rekey": [],

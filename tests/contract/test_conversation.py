@@ -87,7 +87,7 @@ async def test_branch_errors(store: Any) -> None:
     with pytest.raises(InvalidArgument, match="new_key"):
         await store.branch("s", "s")
     with pytest.raises(InvalidArgument, match="metadata"):
-        await store.branch("s", "b", metadata={"x": 1})  # type: ignore[dict-item]
+        await store.branch("s", "b", metadata={"x": 1})
     with pytest.raises(SessionNotFound):
         await store.get("b")  # nothing was made by any of them
     assert contents((await store.get("taken")).history) == []
@@ -177,7 +177,7 @@ async def test_rewind_errors(store: Any) -> None:
     with pytest.raises(StaleExpectation):
         await store.rewind("s", after=history[1].id, expect_last_id=history[2].id)
     with pytest.raises(InvalidArgument, match="after"):
-        await store.rewind("s", after=None)  # type: ignore[arg-type]
+        await store.rewind("s", after=None)
     with pytest.raises(InvalidArgument, match="keep_as"):
         await store.rewind("s", after="", keep_as="s")
     assert await store.get_history("s") == history  # nothing was removed
