@@ -1,7 +1,7 @@
 -- fork_child: create a child session of a live parent, inheriting its last N messages.
 -- KEYS: root child_meta child_msgs child_ids log *members
 -- ARGV: head parent_key child_key agent config max_messages inherit call_token events event kid staged staged_generation step
--- OK: created_at tree_generation elements event_id members
+-- OK: created_at tree_generation elements event_id fork_point members
 -- KEYS[1..7] the tree's root keys (the parent's; see the prelude)
 -- KEYS[8] child meta hash   KEYS[9] child msgs list   KEYS[10] child ids hash
 -- KEYS[11] the tree's event log stream   KEYS[12 ..] the tree's members as the caller knows them
@@ -15,12 +15,15 @@
 -- ARGV[19] the parent's generation they were copied from
 -- ARGV[20] the most messages this call copies itself (more: {STAGE, g, h, n} of the parent)
 -- Reply: {OK, created_at_us, tg, the child's stored elements (false when they were staged),
---        the event's id ('' for a retry of this call or with no log), member...}
+--        the event's id ('' for a retry of this call or with no log), the fork point (see
+--        'fp' below), member...}
 --        | {PARENT_GONE, NOT_FOUND or EXPIRED} | {EXISTS} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type}
 --        | {TREE_CHANGED, ...} | {STALE} (the parent changed while messages were staged)
 --        | {STAGE, g, h, n} (too many to inherit in one call: copy_range them first)
 -- Events: 'fork', only when this call created the child (a retry answers OK silently).
--- Inherited messages are stored with an all-zero digest: they are never merged back.
+-- Inherited messages are stored with an all-zero digest: they are never merged back. The
+-- child's meta field 'fp' holds the prefix ('{"id":"<id>",') of the parent's newest message at
+-- the fork ('' for an empty parent): where it was forked, which a rewind of the parent reads.
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
   'hash', 'stream'})
 if bad then return bad end
@@ -35,6 +38,7 @@ if redis.call('EXISTS', KEYS[8]) == 1 then
     if redis.call('LLEN', KEYS[9]) <= tonumber(ARGV[20]) then held = redis.call('LRANGE', KEYS[9], 0, -1) end
     table.insert(reply, 4, held)
     table.insert(reply, 5, '')
+    table.insert(reply, 6, redis.call('HGET', KEYS[8], 'fp') or '')
     return reply
   end
   return {EXISTS}
@@ -63,9 +67,11 @@ local want = tonumber(ARGV[10])
 if staged == 0 and math.min(want, n - h) > tonumber(ARGV[20]) then return {STAGE, g, h, n} end
 
 local tg = tonumber(f[4] or '0') + 1
+local top = redis.call('LINDEX', KEYS[2], -1)
+local fp = top and string.match(top, '^{"id":"[^"]*",') or ''
 redis.call('HSET', KEYS[8], 'v', '1', 'key', ARGV[6], 'parent', ARGV[5], 'agent', ARGV[7],
   'config', ARGV[8], 'max', ARGV[9], 'created_at', us, 'token', ARGV[11] .. '@' .. us,
-  'ct', ARGV[11], 'g', 0, 'h', 0)
+  'ct', ARGV[11], 'g', 0, 'h', 0, 'fp', fp)
 if staged == 0 then
   redis.call('DEL', KEYS[9], KEYS[10])
   if want > 0 then
@@ -96,4 +102,5 @@ local held = false  -- inherited in steps: the caller reads them in steps too (g
 if staged == 0 then held = redis.call('LRANGE', KEYS[9], 0, -1) end
 table.insert(reply, 4, held)
 table.insert(reply, 5, id)
+table.insert(reply, 6, fp)
 return reply

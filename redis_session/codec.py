@@ -846,4 +846,14 @@ def decode_child(
         config=config,
         created_at=to_datetime(_micros(key, fields.get("created_at"), "created_at")),
         merged_at=None if merged is None else to_datetime(_micros(key, merged, "merged_at")),
+        forked_after=fork_point(key, fields.get("fp", b"")),
     )
+
+
+def fork_point(key: str, prefix: bytes) -> str:
+    """The message id in a child's ``fp`` field (``{"id":"<id>",``), ``""`` for none."""
+    if not prefix:
+        return ""
+    if not (prefix.startswith(b'{"id":"') and prefix.endswith(b'",')):
+        raise CorruptData(key, "its fork point is not a message id")
+    return _text(key, prefix[7:-2], "its fork point")

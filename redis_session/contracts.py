@@ -708,6 +708,8 @@ class Forked(NamedTuple):
     """The child's stored elements, or False when they were copied in steps (read them so)."""
     event_id: bytes
     """The ``fork`` event's id in the log (``b''``: a retry of this call, or no log)."""
+    fork_point: bytes
+    """The prefix of the parent's newest message at the fork (``b''``: none)."""
     members: tuple[bytes, ...]
 
 

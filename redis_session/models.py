@@ -248,6 +248,10 @@ class ChildSession(_Model):
     config: ChildSessionConfig = Field(default_factory=ChildSessionConfig)
     created_at: UTCDateTime = Field(default_factory=utcnow)
     merged_at: UTCDateTime | None = None
+    forked_after: str = ""
+    """The id of the parent's newest message when the child was forked (``""``: the parent
+    had none, or the child was forked by a version that did not record it). A rewind of the
+    parent to before that message discards the child."""
 
     @classmethod
     def new(

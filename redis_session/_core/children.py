@@ -184,7 +184,10 @@ class Children:
                 parent_key, lambda o: codec.decode_messages(child.key, items, o)
             )
         created = codec.to_datetime(forked.created_at)
-        return child.model_copy(update={"created_at": created, "history": history})
+        forked_after = codec.fork_point(child.key, forked.fork_point)
+        return child.model_copy(
+            update={"created_at": created, "history": history, "forked_after": forked_after}
+        )
 
     def _copy_inherited(
         self, root: tuple[str, ...], target: str, generation: int, first: int, last: int

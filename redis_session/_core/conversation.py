@@ -4,7 +4,8 @@ A branch is a read of the session (one snapshot) and a ``create`` of the new one
 key, through create's path: one script, or a long history staged in bounded steps and swapped
 in by the script, so that a crash midway leaves nothing visible; messages are sealed again
 under the new key (a sealed message is bound to its session). A rewind finds the kept message
-in a read and removes the tail in one script that checks the history is still what was read.
+in a read, discards the live children forked from the tail it takes away, and removes the
+tail in one script that checks the history is still what was read.
 A repair (``cleanup_failed_turn``) discards the live children, then answers the open tool calls
 in one append that expects the newest message the repair read.
 """
@@ -16,7 +17,13 @@ from collections.abc import Mapping, Sequence
 import orjson
 
 from .. import codec, contracts
-from ..errors import ConcurrentChange, InvalidArgument, MessageNotFound, StaleExpectation
+from ..errors import (
+    ChildNotFound,
+    ConcurrentChange,
+    InvalidArgument,
+    MessageNotFound,
+    StaleExpectation,
+)
 from ..keys import check_key
 from ..models import LifecycleEventType, Message, MessageRole, Session, ToolCall
 from ..status import Ctx, Status, check
@@ -151,6 +158,7 @@ class Conversation:
             kept = 0 if after == "" else position_of(key, history, after) + 1
             if keep_as is not None:  # the session as it is now, first; a retry finds it made
                 yield from self._branch(session, keep_as, None, {}, f"{call}:keep")
+            yield from self._discard_forked_in({m.id for m in history[kept:]}, key)
             removed = len(history) - kept
             draft = new_event(LifecycleEventType.REWIND, key, message_id=after, count=removed)
             keep = read.head + kept
@@ -191,6 +199,20 @@ class Conversation:
                 yield Emit(draft.event(rewound.event_id))
             return rewound.removed
         raise ConcurrentChange(key, "its history kept changing while it was rewound")
+
+    def _discard_forked_in(self, removed: set[str], key: str) -> Op[None]:
+        """Discard the live children of session ``key`` forked after one of the ``removed``
+        messages (each with its ``discard`` event): they were forked from a tail a rewind
+        takes away.
+        """
+        if not removed:
+            return
+        for child in (yield from self.children.children_of(key)):
+            if child.merged_at is None and child.forked_after in removed:
+                try:
+                    yield from self.children.discard_child(child.key)
+                except ChildNotFound:  # another worker discarded or merged it meanwhile
+                    continue
 
     def cleanup_failed_turn(
         self, key: str, reason: str = FAILED_TURN, *, notice: Message | None = None

@@ -646,7 +646,10 @@ class RedisStore:
         reads again, a few times at most). The list begins a new generation, so every worker's
         next read shows the rewound history (no read cache serves the old tail). The removed
         ids stay recorded, as a pop's do: appending one of those messages again stores
-        nothing. With ``keep_as``, the session as it was is first branched to ``keep_as``
+        nothing. Live children forked after one of the removed messages
+        (``ChildSession.forked_after``) are discarded first, each with its ``discard`` event
+        (a child forked while the rewind runs may stay). With ``keep_as``, the session as it
+        was is first branched to ``keep_as``
         (:meth:`branch`), so nothing is lost; should the session change between the branch and
         the rewind, ``ConcurrentChange`` (the branch stays, nothing is rewound). With
         ``expect_last_id``, only if the newest message is that one (``StaleExpectation``). A

@@ -371,3 +371,24 @@ async def test_a_branch_does_not_take_a_message_moved_in_from_another_session(
         await fresh.branch("s", "b")
     with pytest.raises(SessionNotFound):
         await fresh.get("b")
+
+
+async def test_a_rewind_discards_the_children_forked_from_the_tail(
+    make_store: StoreFactory,
+) -> None:
+    seen: list[SessionLifecycleEvent] = []
+    store = make_store(lifecycle_hook=seen.append)
+    history = msgs(6)
+    await store.create(Session(key="p", history=history[:3]))
+    early = await store.fork_child("p", "early", ChildSessionConfig())
+    await store.append_messages("p", history[3:])
+    late = await store.fork_child("p", "late", ChildSessionConfig())
+    done = await store.fork_child("p", "done", ChildSessionConfig())
+    await store.merge_child(done.key, "")
+    forked = {c.key: c.forked_after for c in await store.children_of("p")}
+    assert forked == {early.key: history[2].id, late.key: history[5].id, done.key: history[5].id}
+    assert await store.rewind("p", after=history[3].id) == 2
+    assert {c.key for c in await store.children_of("p")} == {early.key, done.key}
+    assert [e.child_key for e in seen if e.type == LifecycleEventType.DISCARD] == [late.key]
+    assert await store.rewind("p", after="") == 4  # forked at message 2: now gone too
+    assert [c.key for c in await store.children_of("p") if c.merged_at is None] == []
