@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -392,3 +395,50 @@ async def test_a_rewind_discards_the_children_forked_from_the_tail(
     assert [e.child_key for e in seen if e.type == LifecycleEventType.DISCARD] == [late.key]
     assert await store.rewind("p", after="") == 4  # forked at message 2: now gone too
     assert [c.key for c in await store.children_of("p") if c.merged_at is None] == []
+
+
+KILLED_BRANCH = """
+import os, signal, sys
+from redis_session import RedisStore
+from redis_session._core.requests import ScriptCall
+
+url, prefix = sys.argv[1], sys.argv[2]
+store = RedisStore.from_url(url, prefix=prefix, read_cache_bytes=0)
+store._core.limits.batch_messages = 100
+run = store._execute
+staged = []
+
+def execute(request):
+    reply = run(request)
+    if isinstance(request, ScriptCall) and request.name == "stage_push":
+        staged.append(reply)
+        if len(staged) == 2:
+            os.kill(os.getpid(), signal.SIGKILL)  # the process dies, two steps staged
+    return reply
+
+store._execute = execute
+store.branch("src", "copy", idempotency_key="call-k")
+"""
+
+
+def test_a_process_killed_in_a_staged_branch_leaves_nothing_and_the_retry_completes(
+    server_backend: Backend,
+) -> None:
+    store = server_backend.sync_store(read_cache_bytes=0)
+    history = msgs(1_150)
+    store.create(Session(key="src"))
+    store.append_messages("src", history)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_BRANCH, server_backend.url, server_backend.prefix],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    with pytest.raises(SessionNotFound):
+        store.get("copy")
+    stage = [k for k in server_backend.session_keys() if b"stage" in k]
+    assert stage, "the dead process staged two steps"  # under a lease, never visible
+    store._core.limits.batch_messages = 100
+    store.branch("src", "copy", idempotency_key="call-k")
+    assert [m.id for m in store.get_history("copy")] == [m.id for m in history]
+    assert not [k for k in server_backend.session_keys() if b"stage" in k]
+    store.close()
