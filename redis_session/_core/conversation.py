@@ -124,7 +124,10 @@ class Conversation:
             }
         )
         draft = new_event(LifecycleEventType.BRANCH, new_key, branch_of=source.key, message_id=last)
-        created: Session = yield from self.sessions.create(branch, given_token, draft)
+        # In steps of a merge's (2,000 messages): a branch is a copy, and no script of it may
+        # hold the server as a 10,000-message create does (docs/benchmarks.md).
+        step = self.sessions.limits.step_messages
+        created: Session = yield from self.sessions.create(branch, given_token, draft, step)
         return created
 
     def rewind(

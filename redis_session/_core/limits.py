@@ -44,14 +44,15 @@ class Limits:
     batch_messages: int = BATCH_MESSAGES
     batch_bytes: int = BATCH_BYTES
 
-    def batches(self, elements: Sequence[bytes]) -> list[list[bytes]]:
-        """``elements`` in runs that one script call takes."""
+    def batches(self, elements: Sequence[bytes], most: int | None = None) -> list[list[bytes]]:
+        """``elements`` in runs that one script call takes (at most ``most`` elements each,
+        default :attr:`batch_messages`).
+        """
         out: list[list[bytes]] = [[]]
         size = 0
+        most = self.batch_messages if most is None else min(most, self.batch_messages)
         for element in elements:
-            if out[-1] and (
-                len(out[-1]) >= self.batch_messages or size + len(element) > self.batch_bytes
-            ):
+            if out[-1] and (len(out[-1]) >= most or size + len(element) > self.batch_bytes):
                 out.append([])
                 size = 0
             out[-1].append(element)

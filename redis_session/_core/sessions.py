@@ -129,9 +129,15 @@ class Sessions:
         self.metadata = Metadata(options)
 
     def create(
-        self, session: Session, given_token: str | None = None, draft: Draft | None = None
+        self,
+        session: Session,
+        given_token: str | None = None,
+        draft: Draft | None = None,
+        step: int | None = None,
     ) -> Op[Session]:
-        """Create ``session`` (its event: ``draft``, a ``create`` event by default)."""
+        """Create ``session`` (its event: ``draft``, a ``create`` event by default); a history
+        of more than ``step`` messages (default: one append's batch) is staged in steps of it.
+        """
         session = session_arg(session)
         key = session.key
         o = self.options
@@ -155,7 +161,7 @@ class Sessions:
             history, session.history, sealer, "session.history", o.max_message_bytes
         )
         stage = f"{sk.stage}#{call}"
-        runs = self.limits.batches(pairs[1::2])
+        runs = self.limits.batches(pairs[1::2], step)
         staged, messages = 0, pairs
         if len(runs) > 1:  # a long history: staged in steps, then swapped in by the create
             if given_token is not None:  # what a call of this key that died midway staged
