@@ -50,16 +50,18 @@ def position_of(key: str, history: Sequence[Message], message_id: str) -> int:
 
 def open_tool_calls(history: Sequence[Message]) -> list[ToolCall]:
     """The tool calls of ``history`` left without an answer, in order: a call is answered when
-    its ``output`` is set or a later message carries a call of the same id with an output.
-    Reasoning parts (``thought``) are not calls.
+    its ``output`` is set, or a later message carries a call of the same id with an output or
+    is a ``tool`` message carrying it (a tool may answer ``""``). Reasoning parts
+    (``thought``) are not calls.
     """
     answered: set[str] = set()
     found: list[ToolCall] = []
     for msg in reversed(history):
+        answers = msg.role.normalize() is MessageRole.TOOL
         for call in reversed(msg.tool_calls):
             if call.thought:
                 continue
-            if call.output:
+            if call.output or answers:
                 answered.add(call.id)
             elif call.id not in answered:
                 answered.add(call.id)  # one answer per id

@@ -326,6 +326,14 @@ async def test_cleanup_after_three_calls_one_answered_closes_two(store: Any) -> 
         await store.cleanup_failed_turn("nope")
 
 
+async def test_a_tool_message_answers_its_calls_even_with_an_empty_output(store: Any) -> None:
+    await store.create(Session(key="s", history=[calls_message(False, False)]))
+    empty = ToolCall(id="c0", name="lookup", input="{}", output="")
+    await store.append_message("s", Message(role="tool", tool_calls=[empty]))
+    assert await store.cleanup_failed_turn("s") == 1  # c1 only: c0's tool answered ""
+    assert [c.id for c in (await store.get_history("s"))[-1].tool_calls] == ["c1"]
+
+
 async def test_annotate_timeout_can_close_the_tool_calls_in_the_same_append(store: Any) -> None:
     await store.create(Session(key="s", history=[calls_message(False)]))
     assert await store.annotate_timeout("s", "partial", close_tool_calls=True) is True

@@ -140,6 +140,11 @@ async def exercise(
     history = await store.get_history("a")
     await store.compact_messages("a", 1, "summary", expect_id=history[1].id)
     assert (await store.get_history("a"))[0].content == "[Compacted Summary]\nsummary"
+    kept = await store.get_history("a")
+    assert len((await store.branch("a", "a-alt", at=kept[0].id)).history) == 1
+    assert await store.rewind("a", after=kept[0].id, keep_as="a-before") == len(kept) - 1
+    assert await store.cleanup_failed_turn("a") == 0
+    assert await store.delete("a-alt") and await store.delete("a-before")
 
     config = ChildSessionConfig(inherit_history=1, max_messages=5)
     first = await store.fork_child("a", "helper", config)
