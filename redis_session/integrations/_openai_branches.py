@@ -108,8 +108,9 @@ class Branches:
         await self.store.update_metadata(self.registry, delete=[USED + branch_id])
 
     async def make(self, branch_id: str, source: Session, at: str | None) -> str:
-        """Create branch ``branch_id`` from ``source`` (read whole): its history up to and
-        including message ``at`` (None: none of it), its metadata; returns the branch's key.
+        """Create branch ``branch_id`` from ``source`` (read whole): its fields, metadata and
+        history up to and including message ``at`` (None: none of it); returns the branch's
+        key.
 
         Raises:
             DuplicateSession: the branch's key holds a session.
@@ -117,9 +118,11 @@ class Branches:
         """
         key = self.key(branch_id)
         mark = {BRANCH_META: branch_id}
-        if at is None:
+        if at is None:  # what store.branch makes, with no message
             metadata = {**source.metadata, **mark}
-            await self.store.create(Session(key=key, metadata=metadata, branch_of=source.key))
+            fields: dict[str, Any] = {"key": key, "history": [], "metadata": metadata}
+            fields |= {"branch_of": source.key, "branch_at": "", "ended_at": None}
+            await self.store.create(source.model_copy(update=fields))
         else:
             await self.store.branch(source.key, key, at=at, metadata=mark)
         return key
