@@ -27,6 +27,10 @@ Shapes mirrored from the frameworks' constructors:
   session_settings)``: a ``RedisAgentSession`` whose key prefix is private to the instance for
   ``":memory:"`` and shared by every instance on the same file and tables otherwise, as the
   SQLite database would be; ``close()`` is synchronous there, as SQLite's is.
+- OpenAI Agents ``AdvancedSQLiteSession(*, session_id, db_path, create_tables, logger,
+  session_settings, **kwargs)``: the same, its branching and turn methods being
+  ``RedisAgentSession``'s own; the tests' ``session._current_branch_id`` reads
+  ``current_branch_id``.
 """
 
 from __future__ import annotations
@@ -145,6 +149,104 @@ _SQLITE_TESTS = (
     "test_sqlite_session_close_retries_quarantined_connection",
     "test_sqlite_session_post_commit_cancellation_propagates_after_known_outcome",
 )
+_ADVANCED_SQLITE = (
+    "AdvancedSQLiteSession's own SQLite rows, tables, connections, transactions or files "
+    "(shared by processes); RedisAgentSession keeps each branch as a store session"
+)
+_ADVANCED_USAGE = (
+    "usage analytics (store_run_usage, get_session_usage, get_turn_usage): issue #46, not "
+    "offered by RedisAgentSession yet"
+)
+_ADVANCED_THREADS = (
+    "pauses AdvancedSQLiteSession's worker threads or private ordering hooks (asyncio.to_thread, "
+    "_run_ordered_turn_operation, _commit_branch_pointer, _branch_state) to force an "
+    "interleaving; RedisAgentSession runs no worker thread"
+)
+_ADVANCED_LOGGER = (
+    "AdvancedSQLiteSession's own logger calls (the logger= argument); RedisAgentSession logs "
+    "nothing: the store's branch event records a branch"
+)
+_ADVANCED_SQLITE_TESTS = (
+    "test_advanced_session_respects_custom_table_names",
+    "test_add_items_rolls_back_messages_when_structure_metadata_fails",
+    "test_add_items_can_retry_after_structure_metadata_failure",
+    "test_add_items_failure_preserves_existing_history",
+    "test_add_items_rolls_back_partial_structure_metadata_write",
+    "test_add_items_rollback_failure_invalidates_connection",
+    "test_structure_initialization_failure_invalidates_connection",
+    "test_post_commit_cancellation_propagates_after_known_mutation_outcome",
+    "test_auxiliary_mutation_cancellation_waits_for_commit",
+    "test_tool_usage_reads_legacy_shell_and_patch_names",
+    "test_failed_branch_reservation_rolls_back_and_allows_retry",
+    "test_branch_reservations_migrate_existing_populated_branches",
+    "test_legacy_branch_ids_are_backfilled_before_destructive_operations",
+    "test_legacy_destructive_noops_leave_database_unlocked",
+    "test_branch_allocation_is_serialized_across_processes",
+    "test_delete_branch_removes_branch_only_messages",
+    "test_delete_branch_keeps_messages_still_referenced_by_another_branch",
+    "test_orphan_cleanup_uses_set_based_delete_for_many_messages",
+    "test_get_items_limit_skips_corrupt_newest_rows",
+    "test_concurrent_add_items_preserves_message_structure_for_file_db",
+    "test_pop_item_removes_its_structure_row",
+    "test_pop_item_respects_current_branch_and_keeps_shared_messages",
+    "test_pop_item_deletes_shared_copied_message_only_when_unreferenced",
+    "test_pop_item_claim_is_unique_across_processes",
+    "test_clear_before_branch_transaction_prevents_stale_reservation",
+    "test_clear_session_resets_current_branch_to_main",
+    "test_default_read_does_not_initialize_clear_generation_table",
+    "test_switch_validation_cancellation_waits_for_generation_commit",
+    "test_pop_item_rolls_back_on_failure_after_earlier_delete",
+    "test_clear_session_rolls_back_on_failure_after_earlier_delete",
+    "test_structure_tables_reject_a_second_base_table_pair",
+    "test_structure_tables_reject_changed_sessions_with_shared_messages",
+    "test_structure_tables_reject_changed_messages_with_shared_sessions",
+    "test_structure_tables_accept_equivalent_identifier_casing",
+    "test_structure_tables_accept_quoted_custom_session_table",
+    "test_identifier_resolution_leaves_connection_authorized",
+    "test_structure_tables_reject_distinct_non_ascii_identifiers",
+    "test_no_create_session_rejects_a_database_without_an_owner",
+    "test_no_create_session_rejects_owner_metadata_without_base_tables",
+    "test_structure_tables_reject_an_ownerless_layout",
+    "test_structure_tables_reject_malformed_owner_layouts",
+    "test_structure_tables_accept_equivalent_child_column_casing",
+    "test_concurrent_structure_table_claims_leave_one_coherent_owner",
+)
+_ADVANCED_USAGE_TESTS = (
+    "test_branch_specific_operations",
+    "test_usage_tracking_storage",
+    "test_failed_usage_write_rolls_back_cached_connection",
+    "test_runner_integration_with_usage_tracking",
+    "test_empty_session_operations",
+    "test_json_serialization_edge_cases",
+    "test_error_handling_in_usage_tracking",
+    "test_usage_tracking_failure_identity_follows_model_data_policy",
+    "test_branch_usage_tracking",
+    "test_output_tokens_details_persisted_when_input_details_missing",
+    "test_clear_session_removes_structure_and_usage_metadata",
+    "test_pop_item_removes_turn_usage_only_when_turn_emptied",
+    "test_store_run_usage_waits_for_database_lock_off_event_loop",
+    "test_store_run_usage_after_reopening_cleared_session",
+    "test_store_run_usage_cancellation_during_capture_waits_for_commit",
+    "test_store_run_usage_keeps_target_while_capture_is_waiting",
+    "test_store_run_usage_keeps_turn_when_history_changes_during_capture",
+    "test_queued_add_keeps_selected_branch",
+    "test_queued_append_cannot_resurrect_deleted_branch",
+    "test_queued_turn_mutation_releases_later_usage_capture",
+    "test_turn_ordering_survives_reuse_on_another_event_loop",
+    "test_stale_store_run_usage_skipped_when_turn_removed_by_pop",
+    "test_stale_store_run_usage_not_recorded_against_reused_turn_number",
+    "test_store_run_usage_survives_unrelated_branch_deletion",
+    "test_store_run_usage_skips_when_current_branch_has_no_turn",
+    "test_external_clear_resets_stale_branch_before_default_reads",  # store_run_usage first
+)
+_ADVANCED_THREAD_TESTS = (
+    "test_pop_item_uses_branch_snapshot_when_branch_switches_concurrently",
+    "test_stale_switch_after_clear_does_not_repoint_to_deleted_branch",
+    "test_stale_create_branch_after_clear_does_not_repoint",
+    "test_add_captures_coherent_branch_after_clear_publication",
+)
+ADVANCED = "test_advanced_sqlite_session"
+"""The module name of the SDK's ``AdvancedSQLiteSession`` tests."""
 _STATIC_NOT_APPLICABLE: dict[str, str] = {
     **dict.fromkeys(
         [
@@ -175,6 +277,11 @@ _STATIC_NOT_APPLICABLE: dict[str, str] = {
     **{f"test_redis_session::{name}": _REDIS_INTERNALS for name in _INTERNALS_TESTS},
     **{f"test_session::{name}": _SQLITE for name in _SQLITE_TESTS},
     "test_session::test_sqlite_session_closed_rejects_empty_add_items": _SQLITE_CLOSE,
+    **{f"{ADVANCED}::{name}": _ADVANCED_SQLITE for name in _ADVANCED_SQLITE_TESTS},
+    **{f"{ADVANCED}::{name}": _ADVANCED_USAGE for name in _ADVANCED_USAGE_TESTS},
+    **{f"{ADVANCED}::{name}": _ADVANCED_THREADS for name in _ADVANCED_THREAD_TESTS},
+    f"{ADVANCED}::test_create_branch_logging_respects_model_data_policy": _ADVANCED_LOGGER,
+    f"{ADVANCED}::test_advanced_sqlite_session_closed_rejects_empty_add_items": _SQLITE_CLOSE,
 }
 
 
@@ -381,11 +488,7 @@ def _make_sqlite_session_shim() -> type[Any]:
             messages_table: str = "agent_messages",
             session_settings: Any = None,
         ) -> None:
-            if str(db_path) == ":memory:":
-                partition = uuid.uuid4().hex[:12]
-            else:
-                where = f"{Path(db_path).resolve()}\0{sessions_table}\0{messages_table}"
-                partition = hashlib.sha256(where.encode()).hexdigest()[:12]
+            partition = _partition(db_path, sessions_table, messages_table)
             super().__init__(
                 session_id,
                 new_store(),
@@ -400,12 +503,63 @@ def _make_sqlite_session_shim() -> type[Any]:
     return SQLiteSessionShim
 
 
+def _partition(db_path: str | Path, sessions_table: str, messages_table: str) -> str:
+    """A key prefix part: private to the instance for ``":memory:"``, else shared by every
+    instance on the same file and tables, as the SQLite database would be.
+    """
+    if str(db_path) == ":memory:":
+        return uuid.uuid4().hex[:12]
+    where = f"{Path(db_path).resolve()}\0{sessions_table}\0{messages_table}"
+    return hashlib.sha256(where.encode()).hexdigest()[:12]
+
+
+def _make_advanced_session_shim() -> type[Any]:
+    base = _agent_session_class()
+
+    class AdvancedSQLiteSessionShim(base):  # type: ignore[misc, valid-type]
+        """Built where the test file builds the SDK's ``AdvancedSQLiteSession``."""
+
+        def __init__(
+            self,
+            *,
+            session_id: str,
+            db_path: str | Path = ":memory:",
+            create_tables: bool = False,
+            logger: Any = None,
+            session_settings: Any = None,
+            sessions_table: str = "agent_sessions",
+            messages_table: str = "agent_messages",
+        ) -> None:
+            del create_tables, logger  # no tables; RedisAgentSession logs nothing
+            partition = _partition(db_path, sessions_table, messages_table)
+            super().__init__(
+                session_id,
+                new_store(),
+                key_prefix=f"advanced:{partition}:",
+                session_settings=session_settings,
+            )
+
+        @property
+        def _current_branch_id(self) -> str:
+            """What the tests read: ``AdvancedSQLiteSession``'s private current branch."""
+            return str(self.current_branch_id)
+
+        def close(self) -> None:
+            """SQLite's ``close()`` is synchronous; the harness closes the store."""
+
+    AdvancedSQLiteSessionShim.__name__ = "AdvancedSQLiteSession"
+    AdvancedSQLiteSessionShim.__qualname__ = "AdvancedSQLiteSession"
+    return AdvancedSQLiteSessionShim
+
+
 def __getattr__(name: str) -> Any:
     # built on first use, so that importing this plugin does not import the SDK
     if name == "RedisSession":
         return _make_redis_session_shim()
     if name == "SQLiteSession":
         return _make_sqlite_session_shim()
+    if name == "AdvancedSQLiteSession":
+        return _make_advanced_session_shim()
     raise AttributeError(name)
 
 

@@ -11,8 +11,10 @@ What it runs (obtained at run time into a temporary directory, never stored in t
 - **openai-agents** (``--agents-version``, default: the installed version): its sdist from the
   package index (``pip download openai-agents==V --no-deps --no-binary :all:``), whose
   ``tests/`` tree holds ``tests/extensions/memory/test_redis_session.py``,
-  ``tests/memory/test_session.py`` and ``tests/memory/test_session_limit.py`` (older releases
-  kept the last two directly under ``tests/``; both places are looked for). With
+  ``tests/memory/test_session.py``, ``tests/memory/test_session_limit.py`` (older releases
+  kept these two directly under ``tests/``; both places are looked for) and
+  ``tests/extensions/memory/test_advanced_sqlite_session.py`` (``AdvancedSQLiteSession``'s
+  branching and turn methods; ``RedisAgentSession`` has them). With
   ``OPENAI_AGENTS_SRC=<checkout>`` (or ``--agents-src``) a local checkout is used instead.
 - **google/adk-python** ``tests/unittests/sessions/test_session_service.py`` with the
   ``_conformance.py`` registry it imports, from ``ADK_PYTHON_SRC=<checkout>`` (or
@@ -81,6 +83,7 @@ AGENTS_FILES = (
     ("tests/extensions/memory/test_redis_session.py",),
     ("tests/memory/test_session.py", "tests/test_session.py"),
     ("tests/memory/test_session_limit.py", "tests/test_session_limit.py"),
+    ("tests/extensions/memory/test_advanced_sqlite_session.py",),
 )
 ADK_DIR = "tests/unittests/sessions"
 ADK_FILES = ("test_session_service.py", "_conformance.py")
@@ -365,7 +368,7 @@ def _write_ini(path: Path, options: dict[str, object]) -> None:
 
 
 def prepare_agents(work: Path, version: str, src: str | None) -> Suite:
-    """Copy the SDK's ``tests/`` tree and patch the three session test files."""
+    """Copy the SDK's ``tests/`` tree and patch the four session test files."""
     source, files = obtain_agents(work, version, src)
     root = work / "openai-agents"
     shutil.copytree(source / "tests", root / "tests")
@@ -377,6 +380,9 @@ def prepare_agents(work: Path, version: str, src: str | None) -> Suite:
         ),
         files[1]: lambda s: rebind_after_import(s, {"SQLiteSession": "SQLiteSession"}),
         files[2]: lambda s: rebind_after_import(s, {"SQLiteSession": "SQLiteSession"}),
+        files[3]: lambda s: rebind_after_import(
+            s, {"AdvancedSQLiteSession": "AdvancedSQLiteSession"}
+        ),
     }
     for path, patch in patches.items():
         (root / path).write_text(patch((root / path).read_text()))
@@ -430,7 +436,8 @@ def run_suite(suite: Suite, url: str, timeout: float, per_test: float) -> dict[s
         "RS_SUITE_URL": url,
         "RS_SUITE_RUN": f"fws{uuid.uuid4().hex[:8]}",
         "RS_SUITE_NOT_APPLICABLE": json.dumps(suite.not_applicable),
-        "PYTHONPATH": os.pathsep.join([str(TOOLS), str(suite.root)]),
+        # this checkout's redis_session (after the suite's root: both have a ``tests`` package)
+        "PYTHONPATH": os.pathsep.join([str(TOOLS), str(suite.root), str(TOOLS.parent)]),
     }
     cmd = [
         sys.executable, "-m", "pytest", *suite.files, "-c", str(suite.root / "pytest.ini"),

@@ -33,12 +33,21 @@ Mapping (one store session per agent session, key ``key_prefix + session_id``):
   call, so adding an item again after popping it stores it again.
 - Messages in the session that this module did not write (for instance the ``system`` summary
   of ``store.compact_messages``) are presented as ``{"role": ..., "content": ...}`` messages.
+- Branches (``AdvancedSQLiteSession``'s branching and turn methods, same names, arguments and
+  return shapes): branch ``"main"`` is the session above; every other branch is a store
+  session of its own under ``key + "#branch:" + <id percent-encoded>``, made by the store's
+  ``branch``; a registry session under ``key + "#branches"`` records the ids ever used (see
+  ``_openai_branches``). Turns, tool names and open calls are read from the items themselves
+  (``_openai_items``). ``cleanup_failed_turn()`` answers the function calls a failed turn left
+  open with output items, in one append guarded by ``expect_last_id``.
 
 Costs: ``add_items`` is one round trip (``append_messages``: one atomic script, all items
 contiguous, idempotent by message id, cluster-safe because a session's keys share one slot);
 the first ``add_items`` of a session adds a ``create``. ``pop_item`` is one round trip (one
 script). ``get_items(limit=N)`` reads the newest N messages (``get_history(last=N)``);
-``get_items()`` reads the whole history.
+``get_items()`` reads the whole history. ``clear_session`` adds a read of the branch registry
+(the sessions of main and of every branch are then deleted together). The turn queries and
+``create_branch_from_turn`` read a branch whole; ``list_branches`` reads every branch whole.
 
 Limits: the ids of popped messages stay recorded in the session (one digest each) until
 ``clear_session`` or expiry. A ``pop_item`` racing an ``add_items`` removes whichever message
@@ -55,9 +64,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import json
 from collections.abc import AsyncIterator, Awaitable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from .._dist import install_hint
 
@@ -73,33 +81,28 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 if TYPE_CHECKING:
     from agents.memory.session_settings import SessionSettings
 
+from .._core.conversation import FAILED_TURN
 from ..aio import AsyncRedisStore, AsyncTurn
-from ..errors import DuplicateSession, SessionNotFound
-from ..models import Message, MessageRole, Session
+from ..errors import (
+    ConcurrentChange,
+    DuplicateSession,
+    MessageNotFound,
+    SessionNotFound,
+    StaleExpectation,
+    TurnLost,
+)
+from ..models import Message, Session
+from . import _openai_items as items_of
+from ._openai_branches import MAIN_BRANCH, Branches, used_error
+from ._openai_items import ITEM_AUTHOR
 
-__all__ = ["ITEM_AUTHOR", "MUTATION_SETTLE_TIMEOUT", "RedisAgentSession"]
+__all__ = ["ITEM_AUTHOR", "MAIN_BRANCH", "MUTATION_SETTLE_TIMEOUT", "RedisAgentSession"]
 
-ITEM_AUTHOR = "openai-agents"
-"""``Message.author`` of a message holding one input item."""
 MUTATION_SETTLE_TIMEOUT = 30.0
 """Seconds a cancelled mutation still waits for Redis's answer before giving up waiting."""
+ATTEMPTS = 5
+"""Reads a branch creation or a repair makes again when another writer came first."""
 _T = TypeVar("_T")
-_ROLES = {
-    "user": MessageRole.USER,
-    "assistant": MessageRole.ASSISTANT,
-    "system": MessageRole.SYSTEM,
-    "developer": MessageRole.SYSTEM,
-}
-
-
-def _role_of(item: Any) -> MessageRole:
-    role = item.get("role") if isinstance(item, dict) else None
-    if isinstance(role, str) and role in _ROLES:
-        return _ROLES[role]
-    kind = item.get("type") if isinstance(item, dict) else None
-    if isinstance(kind, str) and kind.endswith("_output"):
-        return MessageRole.TOOL
-    return MessageRole.ASSISTANT
 
 
 def _settings(value: SessionSettings | Mapping[str, Any] | None) -> SessionSettings | None:
@@ -153,14 +156,12 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-def _item(msg: Message) -> TResponseInputItem:
-    if msg.author == ITEM_AUTHOR:
-        item: TResponseInputItem = json.loads(msg.content)
-        return item
-    role = msg.role.normalize()
-    shown = role.value if role in (MessageRole.USER, MessageRole.SYSTEM) else "assistant"
-    foreign: Any = {"role": shown, "content": msg.content}
-    return foreign  # type: ignore[no-any-return]
+def _items(history: list[Message]) -> list[TResponseInputItem]:
+    return [cast("TResponseInputItem", items_of.item_of(m)) for m in history]
+
+
+def _messages(items: list[Any]) -> list[Message]:
+    return items_of.messages_of(items)
 
 
 _TURNS: contextvars.ContextVar[dict[int, AsyncTurn] | None] = contextvars.ContextVar(
@@ -180,6 +181,13 @@ class RedisAgentSession:
     as the SDK does; ``TypeError`` for unknown keys); its ``limit`` is the default of
     :meth:`get_items`. Any number of workers may use the same session at once; no method holds
     a lock.
+
+    It also has the branching and turn methods of the SDK's ``AdvancedSQLiteSession`` (same
+    names, arguments and return shapes): the session starts on branch ``"main"``;
+    :meth:`create_branch_from_turn` makes another branch (a store session of its own,
+    :meth:`branch_key`) and moves this object onto it, as :meth:`switch_to_branch` does. The
+    current branch belongs to this object, as ``AdvancedSQLiteSession``'s does: another object
+    on the same ``session_id`` starts on ``"main"``.
     """
 
     session_settings: SessionSettings | None
@@ -198,6 +206,9 @@ class RedisAgentSession:
         self.session_id = session_id
         self.store = store
         self._key = key_prefix + session_id
+        self._branches = Branches(store, self._key)
+        self._current = (MAIN_BRANCH, self._key)  # published whole: (branch id, store key)
+        self._clears = 0  # a branch made while clear_session ran does not become current
         self._owns_client = False  # from_url: this session made the store and closes it
         self._closed = False
         self._released = False
@@ -224,14 +235,31 @@ class RedisAgentSession:
 
     @property
     def key(self) -> str:
-        """The store key of this session: ``key_prefix + session_id``."""
+        """The store key of this session (its ``"main"`` branch): ``key_prefix + session_id``."""
         return self._key
 
-    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """The conversation's items in order; with ``limit=N`` (or ``session_settings.limit``)
-        the newest N, read with ``get_history(last=...)`` so the cost follows N, not the
-        history's length. ``limit=0`` gives ``[]``, a negative limit everything (as the SDK's
-        SQLite session). A session never written, cleared or expired has no items.
+    @property
+    def current_branch_id(self) -> str:
+        """The branch this object reads and writes: ``"main"`` until a branch is created or
+        switched to; ``"main"`` again after :meth:`clear_session`, and once the current branch
+        is found gone (deleted or cleared by another worker, or expired).
+        """
+        return self._current[0]
+
+    def branch_key(self, branch_id: str) -> str:
+        """The store key of branch ``branch_id``: :attr:`key` for ``"main"``, else
+        ``key + "#branch:" + branch_id`` percent-encoded (any string is a branch id).
+        """
+        return self._branches.key(branch_id)
+
+    async def get_items(
+        self, limit: int | None = None, branch_id: str | None = None
+    ) -> list[TResponseInputItem]:
+        """The current branch's items in order (``branch_id``: that branch's; none for a
+        branch that does not exist); with ``limit=N`` (or ``session_settings.limit``) the
+        newest N, read with ``get_history(last=...)`` so the cost follows N, not the history's
+        length. ``limit=0`` gives ``[]``, a negative limit everything (as the SDK's SQLite
+        session). A session never written, cleared or expired has no items.
         """
         self._check_open()
         settings = self.session_settings
@@ -239,13 +267,14 @@ class RedisAgentSession:
         if resolved == 0:
             return []
         last = None if resolved is None or resolved < 0 else resolved
-        return [_item(m) for m in await self._history(last)]
+        return _items(await self._read(branch_id, last))
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Append ``items`` in order in one round trip: one atomic script (all or nothing,
-        contiguous even when other workers append at the same time), refreshing the session's
-        TTL. A retried call (redis-py after a lost reply) stores them once. The first call on a
-        session that does not exist (or expired, or was cleared) creates it with the items.
+        """Append ``items`` to the current branch in order, in one round trip: one atomic
+        script (all or nothing, contiguous even when other workers append at the same time),
+        refreshing the session's TTL. A retried call (redis-py after a lost reply) stores them
+        once. The first call on a session that does not exist (or expired, or was cleared)
+        creates it with the items.
         """
         self._check_open()
         if not items:
@@ -253,12 +282,19 @@ class RedisAgentSession:
         await _settled(self._add(items))
 
     async def _add(self, items: list[TResponseInputItem]) -> None:
-        messages = [
-            Message(role=_role_of(item), content=json.dumps(item), author=ITEM_AUTHOR)
-            for item in items
-        ]
+        messages = _messages(items)
+        current = self._current
         held = (_TURNS.get() or {}).get(id(self))
-        if held is not None:  # fenced: the session exists
+        if held is not None and held.key == current[1]:  # fenced: the session exists
+            await held.append_messages(messages)
+            return
+        if current[0] != MAIN_BRANCH:
+            try:
+                await self.store.append_messages(current[1], messages)
+                return
+            except SessionNotFound:  # the branch is gone: back on main
+                self._leave(current)
+        if held is not None and held.key == self._key:
             await held.append_messages(messages)
             return
         try:
@@ -272,18 +308,29 @@ class RedisAgentSession:
 
     @contextlib.asynccontextmanager
     async def turn(self, *, lease: float = 30.0, wait: float = 0.0) -> AsyncIterator[AsyncTurn]:
-        """Hold the session's turn for the block (the store's ``turn``; the session is created
-        empty first if it does not exist): within it, this task's :meth:`add_items` are fenced,
-        so a worker paused past its lease cannot add items after another one took over; run
-        the ``Runner`` inside the block.
+        """Hold the current branch's turn for the block (the store's ``turn``; ``"main"`` is
+        created empty first if it does not exist): within it, this task's :meth:`add_items` on
+        that branch are fenced, so a worker paused past its lease cannot add items after
+        another one took over; run the ``Runner`` inside the block.
 
         Raises:
             TurnBusy: another worker held the turn for all of ``wait`` seconds.
         """
         self._check_open()
-        with contextlib.suppress(DuplicateSession):
-            await self.store.create(Session(key=self._key))
-        async with self.store.turn(self._key, lease=lease, wait=wait) as held:
+        current = self._current
+        async with contextlib.AsyncExitStack() as stack:
+            held = None
+            if current[0] != MAIN_BRANCH:
+                try:
+                    claim = self.store.turn(current[1], lease=lease, wait=wait)
+                    held = await stack.enter_async_context(claim)
+                except SessionNotFound:  # the branch is gone: back on main
+                    self._leave(current)
+            if held is None:
+                with contextlib.suppress(DuplicateSession):
+                    await self.store.create(Session(key=self._key))
+                claim = self.store.turn(self._key, lease=lease, wait=wait)
+                held = await stack.enter_async_context(claim)
             token = _TURNS.set({**(_TURNS.get() or {}), id(self): held})
             try:
                 yield held
@@ -291,24 +338,254 @@ class RedisAgentSession:
                 _TURNS.reset(token)
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Remove and return the newest item, or None when there is none (also when the
-        session was never written, was cleared or expired).
+        """Remove and return the newest item of the current branch, or None when there is none
+        (also when the session was never written, was cleared or expired).
 
         One round trip: the store's ``pop_message``, one atomic script. Two workers popping at
         once never get the same item; a call that redis-py retried after a lost reply returns
         the same item and removes nothing more.
         """
         self._check_open()
+        current = self._current
+        msg = None
         try:
-            msg = await _settled(self.store.pop_message(self._key))
+            msg = await _settled(self.store.pop_message(current[1]))
         except SessionNotFound:  # never written, cleared or expired
-            return None
-        return None if msg is None else _item(msg)
+            if current[0] == MAIN_BRANCH:
+                return None
+            self._leave(current)
+            with contextlib.suppress(SessionNotFound):
+                msg = await _settled(self.store.pop_message(self._key))
+        return None if msg is None else _items([msg])[0]
 
     async def clear_session(self) -> None:
-        """Remove every item (the whole store session); idempotent."""
+        """Remove every item of every branch (the store sessions of ``"main"`` and of each
+        branch) and go back to ``"main"``; branch ids stay used (see
+        :meth:`create_branch_from_turn`). Idempotent.
+
+        One read of the branch registry, then the deletes together (not one atomic step: a
+        branch another worker creates meanwhile may stay).
+        """
         self._check_open()
-        await _settled(self.store.delete(self._key))
+        self._clears += 1
+        await _settled(self._branches.delete_all())
+        self._current = (MAIN_BRANCH, self._key)
+
+    # -- branches (AdvancedSQLiteSession's names, arguments and return shapes) ----------------
+
+    async def create_branch_from_turn(
+        self, turn_number: int, branch_name: str | None = None
+    ) -> str:
+        """Create a branch holding the current branch's items before turn ``turn_number`` (its
+        ``turn_number``-th user message and all after it are left out), make it the current
+        branch, and return its id.
+
+        ``branch_name`` is the new branch's id (None: ``branch_from_turn_<n>_<unix time>``,
+        with ``_2``, ``_3``… when taken). A branch id is used once per session: ``"main"`` and
+        every id created before (deleted or cleared since, too) are refused.
+
+        The copy is the store's ``branch`` (with nothing to copy, a ``create``): one atomic
+        step under the branch's own key, refused when that key holds a session, so two workers
+        creating one id never share it. The id is recorded first in the session's branch
+        registry (a store session of its own, ``key + "#branches"``, kept by
+        :meth:`clear_session`). Reads the current branch whole (and the registry).
+
+        Raises:
+            ValueError: ``branch_name`` is blank or used already, or the current branch has no
+                turn ``turn_number``.
+        """
+        self._check_open()
+        if branch_name is not None and not branch_name.strip():
+            raise ValueError("Branch name cannot be empty")
+        return await _settled(self._create_branch(turn_number, branch_name))
+
+    async def _create_branch(self, turn_number: int, branch_name: str | None) -> str:
+        clears = self._clears
+        for _ in range(ATTEMPTS):
+            current = self._current
+            source = await self._branches.session(current[1])
+            if source is None and current[0] != MAIN_BRANCH:  # gone: back on main
+                self._leave(current)
+                continue
+            history = [] if source is None else source.history
+            start = items_of.turn_start(_items(history), turn_number)
+            if source is None or start is None:
+                raise ValueError(
+                    f"Turn {turn_number} does not contain a user message in branch '{current[0]}'"
+                )
+            branch_id = await self._branches.reserve(branch_name, turn_number)
+            try:
+                at = history[start - 1].id if start else None
+                key = await self._branches.make(branch_id, source, at)
+            except DuplicateSession:  # a session under that key: the id is taken
+                if branch_name is not None:
+                    raise used_error(branch_name) from None
+                continue  # a generated id: the next one
+            except (MessageNotFound, SessionNotFound):  # the source changed since it was read
+                await self._branches.forget(branch_id)
+                continue
+            if self._clears == clears and self._current == current:
+                self._current = (branch_id, key)
+            return branch_id
+        raise ConcurrentChange(self._key, "its branches kept changing while one was created")
+
+    async def create_branch_from_content(
+        self, search_term: str, branch_name: str | None = None
+    ) -> str:
+        """:meth:`create_branch_from_turn` at the first user turn whose text holds
+        ``search_term`` (as :meth:`find_turns_by_content` finds it).
+
+        Raises:
+            ValueError: no user turn holds ``search_term``; or as ``create_branch_from_turn``.
+        """
+        matching = await self.find_turns_by_content(search_term)
+        if not matching:
+            raise ValueError(f"No user turns found containing '{search_term}'")
+        return await self.create_branch_from_turn(matching[0]["turn"], branch_name)
+
+    async def switch_to_branch(self, branch_id: str) -> None:
+        """Make ``branch_id`` the current branch (one read: it must hold items).
+
+        Raises:
+            ValueError: the branch does not exist or holds no item.
+        """
+        self._check_open()
+        if not await self._branches.exists(branch_id):
+            raise ValueError(f"Branch '{branch_id}' does not exist")
+        self._current = (branch_id, self._branches.key(branch_id))
+
+    async def delete_branch(self, branch_id: str, force: bool = False) -> None:
+        """Delete branch ``branch_id`` (its store session); its id stays used. The current
+        branch only with ``force``, which first switches to ``"main"``.
+
+        Raises:
+            ValueError: ``branch_id`` is blank or ``"main"``, the branch does not exist or holds
+                no item, or it is the current branch and ``force`` is False.
+        """
+        self._check_open()
+        if not branch_id or not branch_id.strip():
+            raise ValueError("Branch ID cannot be empty")
+        if branch_id == MAIN_BRANCH:
+            raise ValueError(f"Cannot delete the '{MAIN_BRANCH}' branch")
+        current = branch_id == self.current_branch_id
+        if current and not force:
+            raise ValueError(
+                f"Cannot delete current branch '{branch_id}'. "
+                "Use force=True or switch branches first"
+            )
+        if not await self._branches.exists(branch_id):
+            raise ValueError(f"Branch '{branch_id}' does not exist")
+        if current:
+            await self.switch_to_branch(MAIN_BRANCH)
+        await _settled(self.store.delete(self._branches.key(branch_id)))
+
+    async def list_branches(self) -> list[dict[str, Any]]:
+        """The branches that hold items, oldest first: ``branch_id``, ``message_count``,
+        ``user_turns``, ``is_current``, ``created_at`` (UTC, ``YYYY-MM-DD HH:MM:SS``).
+
+        Reads the registry, then every branch's whole history (together).
+        """
+        self._check_open()
+        current = self._current
+        if current[0] != MAIN_BRANCH and await self._branches.session(current[1], 0) is None:
+            self._leave(current)
+        return await self._branches.rows(self.current_branch_id)
+
+    # -- turns -----------------------------------------------------------------------------------
+
+    async def get_conversation_turns(self, branch_id: str | None = None) -> list[dict[str, Any]]:
+        """The user turns of a branch (None: the current one), in order: ``turn``,
+        ``content`` (its first 100 characters, ``...`` after a cut), ``full_content``,
+        ``timestamp`` (the message's, UTC, ``YYYY-MM-DD HH:MM:SS``), ``can_branch`` (True).
+        """
+        self._check_open()
+        return items_of.turn_rows(await self._read(branch_id), 100)
+
+    async def find_turns_by_content(
+        self, search_term: str, branch_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The user turns of a branch whose text (a string content, or the ``text`` of each
+        part) holds ``search_term``, ASCII letters matched regardless of case; rows as
+        :meth:`get_conversation_turns`', ``content`` uncut.
+        """
+        self._check_open()
+        rows = items_of.turn_rows(await self._read(branch_id), None)
+        return [row for row in rows if items_of.contains(row["full_content"], search_term)]
+
+    async def get_conversation_by_turns(
+        self, branch_id: str | None = None
+    ) -> dict[int, list[dict[str, str | None]]]:
+        """A branch's items grouped by turn (0: before the first user message): per item its
+        ``type`` (``user``, ``assistant``, the item's type, or ``other``) and ``tool_name``.
+        """
+        self._check_open()
+        return items_of.by_turn(_items(await self._read(branch_id)))
+
+    async def get_tool_usage(self, branch_id: str | None = None) -> list[tuple[str, int, int]]:
+        """``(tool_name, calls, turn)`` per tool and turn of a branch, by turn: each tool call
+        item once (outputs are not counted).
+        """
+        self._check_open()
+        return items_of.tool_usage(_items(await self._read(branch_id)))
+
+    # -- repairs ---------------------------------------------------------------------------------
+
+    async def cleanup_failed_turn(self, reason: str = FAILED_TURN) -> int:
+        """Answer every ``function_call`` and ``custom_tool_call`` item of the current branch
+        that has no output item (a turn that failed midway), so that the history is valid
+        input for the next run: one ``function_call_output`` / ``custom_tool_call_output``
+        item per call, its ``output`` ``{"error": reason}`` as JSON. Returns the number of
+        calls answered; a second call answers none.
+
+        The outputs go in one append that expects the newest item this call read (read again,
+        a few times at most, when another writer came first), so no call is answered twice.
+        Inside :meth:`turn` the append is fenced by the turn.
+
+        Raises:
+            ConcurrentChange: the branch kept changing while it was repaired.
+        """
+        self._check_open()
+        return await _settled(self._cleanup(reason))
+
+    async def _cleanup(self, reason: str) -> int:
+        for _ in range(ATTEMPTS):
+            key, history = await self._read_current()
+            calls = items_of.open_calls(_items(history))
+            if not calls:
+                return 0
+            answers = _messages(items_of.closing_items(calls, reason))
+            try:
+                await self.store.append_messages(key, answers, expect_last_id=history[-1].id)
+            except TurnLost:
+                raise
+            except StaleExpectation:
+                continue  # another writer came first: read again
+            return len(calls)
+        raise ConcurrentChange(self._key, "its items kept changing while its calls were closed")
+
+    async def rewind_to_turn(self, turn_number: int) -> int:
+        """Remove turn ``turn_number`` and every item after it from the current branch, and
+        return how many items went (not in ``AdvancedSQLiteSession``). The store's ``rewind``:
+        one atomic script that checks the history is still the one read; fenced inside
+        :meth:`turn`.
+
+        Raises:
+            ValueError: the current branch has no turn ``turn_number``.
+        """
+        self._check_open()
+        return await _settled(self._rewind(turn_number))
+
+    async def _rewind(self, turn_number: int) -> int:
+        key, history = await self._read_current()
+        start = items_of.turn_start(_items(history), turn_number)
+        if start is None:
+            raise ValueError(
+                f"Turn {turn_number} does not contain a user message in branch "
+                f"'{self.current_branch_id}'"
+            )
+        return await self.store.rewind(key, after=history[start - 1].id if start else "")
+
+    # -- the rest --------------------------------------------------------------------------------
 
     async def ping(self) -> bool:
         """Whether Redis answers a PING (False on any error).
@@ -344,8 +621,36 @@ class RedisAgentSession:
         if self._closed:
             raise RuntimeError(f"{type(self).__name__} is closed")
 
-    async def _history(self, last: int | None) -> list[Message]:
+    def _leave(self, current: tuple[str, str]) -> None:
+        """Branch ``current`` was found gone: back on main, unless another branch became
+        current meanwhile.
+        """
+        if self._current == current:
+            self._current = (MAIN_BRANCH, self._key)
+
+    async def _read(self, branch_id: str | None, last: int | None = None) -> list[Message]:
+        """The newest ``last`` messages (None: all) of branch ``branch_id`` (None: the current
+        branch, back on main when it is gone).
+        """
+        if branch_id is None:
+            return (await self._read_current(last))[1]
         try:
-            return await self.store.get_history(self._key, last)
+            return await self.store.get_history(self._branches.key(branch_id), last)
         except SessionNotFound:
             return []
+
+    async def _read_current(self, last: int | None = None) -> tuple[str, list[Message]]:
+        """The current branch's key and newest ``last`` messages (back on main, whose history
+        is read then, when the branch is gone).
+        """
+        current = self._current
+        try:
+            return current[1], await self.store.get_history(current[1], last)
+        except SessionNotFound:
+            if current[0] == MAIN_BRANCH:
+                return current[1], []
+        self._leave(current)
+        try:
+            return self._key, await self.store.get_history(self._key, last)
+        except SessionNotFound:
+            return self._key, []
