@@ -1,7 +1,7 @@
 -- create: store a new session with its history, atomically; two creators -> one wins.
 -- KEYS: root stage log
 -- ARGV: head session_key call_token events event event_type schema_version kid #meta staged *messages
--- OK: created_at index_created event_id due expired
+-- OK: created_at index_created event_id due expired again
 -- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] a staging list (see ARGV[16+2n])
 -- KEYS[9] the tree's event log stream
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] (unused: a new tree has no members)
@@ -20,7 +20,8 @@
 -- Reply: {OK, created_at_us, 1 if the index key was created by this call else 0, the create
 --        event's id ('' with no log, or for a retry of this call), the number of index
 --        entries whose tree is due to have expired (the store reaps them: reap_expired), the
---        'expire' event's id of an earlier tree under the key (see Events; false: none)}
+--        'expire' event's id of an earlier tree under the key (see Events; false: none), 1 for
+--        a retry of this call (it wrote nothing: the session as stored is the call's) else 0}
 --        | {EXISTS} | {WRONG_TYPE, i, type} | {STALE} (the staging list is not what the caller
 --        staged) | {DAMAGED, 1, 'foreign'} (KEYS[1] is a hash without a schema version: another
 --        program's)
@@ -34,7 +35,7 @@ local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset'
 if bad then return bad end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local f = redis.call('HMGET', KEYS[1], 'ct', 'v', 'created_at', 'token')
-  if (f[1] or f[4]) == ARGV[6] then return {OK, f[3], 0, '', 0, false} end  -- 'token' alone: an earlier layout's
+  if (f[1] or f[4]) == ARGV[6] then return {OK, f[3], 0, '', 0, false, 1} end  -- 'token' alone: an earlier layout's
   if not f[2] then return {DAMAGED, 1, 'foreign'} end  -- not a session: never taken over
   return {EXISTS}
 end
@@ -90,4 +91,4 @@ local due = 0
 if ttl > 0 then  -- entries older than any live tree's deadline: trees the reaper is due to log
   due = redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. (now - ttl - math.floor(ttl / 16)))
 end
-return {OK, us, fresh_index, log_event(9, 7, ARGV[12], ARGV[11], now), due, expired}
+return {OK, us, fresh_index, log_event(9, 7, ARGV[12], ARGV[11], now), due, expired, 0}

@@ -1,21 +1,25 @@
 -- rewind: remove every message of a session after a given one, atomically.
 -- KEYS: root turn log *members
--- ARGV: head session_key call_token generation keep tail last events event fence
--- OK: removed event_id
+-- ARGV: head session_key call_digest generation keep tail last events event fence
+-- OK: removed event_id again
 -- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] the session's turn key
 -- KEYS[9] the tree's event log stream   KEYS[10 ..] the tree's members
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
--- ARGV[5] session key   ARGV[6] call token (meta field 'rw': a retry of this very call after a
---   lost reply answers what the call did, and does nothing more)
+-- ARGV[5] session key   ARGV[6] the call's token digest (8 bytes; the meta field 'rw' keeps the
+--   digests and counts of the session's last 8 rewinds: a retry of one of those calls answers
+--   what it did, and does nothing more)
 -- ARGV[7] the generation g the caller read   ARGV[8] keep: the absolute position after the
---   last message kept (the list keeps h .. keep - 1)   ARGV[9] the tail n the caller read
+--   last message kept (the list keeps h .. keep - 1; -1: only answer a call made before, else
+--   STALE)   ARGV[9] the tail n the caller read
 -- ARGV[10] the prefix of the message at keep - 1 ('{"id":"<id>",'; '' when keep = h)
 -- ARGV[11 .. 14] the events group (see log_event)   ARGV[15] the event's fields (JSON members)
 -- ARGV[16] the turn's value the rewind is made through ('' = none: not fenced)
--- Reply: {OK, messages removed, the event's id ('' if none)} | {STALE} (the history is not
+-- Reply: {OK, messages removed, the event's id ('' if none), 1 when it answers a call made
+--        before (it did nothing now) else 0} | {STALE} (the history is not
 --        what the caller read: it reads again) | {NOT_FOUND} | {EXPIRED} | {WRONG_TYPE, i, type}
 --        | {TREE_CHANGED, ...} | {DAMAGED, ...} | {TURN_LOST}
--- Events: 'rewind', only when this call removed messages.
+-- Events: 'rewind', only when this call removed messages. A rewind that removes nothing writes
+-- nothing (no TTL refresh, no updated_at).
 -- The caller found the kept message in a read of generation g ending at n: a history that
 -- changed since (an append, a trim, a pop, a compaction) is STALE, so the count it read is the
 -- count removed. The removed messages' ids stay in the id window, as a pop's do. The list
@@ -24,8 +28,8 @@ local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'g', 'h', 'n', 'rw'
 local refused = root_refused(f)
 if refused then return refused end
 local done = f[8] or ''
-if string.sub(done, 1, #ARGV[6] + 1) == ARGV[6] .. ':' then
-  return {OK, string.sub(done, #ARGV[6] + 2), ''}
+for i = 1, #done - 17, 18 do
+  if string.sub(done, i, i + 7) == ARGV[6] then return {OK, tonumber(string.sub(done, i + 8, i + 17)), '', 1} end
 end
 local us, now = clock()
 local ttl = tonumber(ARGV[1])
@@ -44,11 +48,11 @@ if ARGV[10] ~= '' then
   if not m or string.sub(m, 1, #ARGV[10]) ~= ARGV[10] then return {STALE} end
 end
 local removed = n - keep
-if removed == 0 then return {OK, 0, ''} end
+if removed == 0 then return {OK, 0, '', 0} end
 
-if keep == h then redis.call('DEL', KEYS[2]) else redis.call('LTRIM', KEYS[2], 0, keep - 1 - h) end
+if keep == h then redis.call('UNLINK', KEYS[2]) else redis.call('LTRIM', KEYS[2], 0, keep - 1 - h) end
 redis.call('HSET', KEYS[1], 'updated_at', us, 'g', g + 1, 'h', 0, 'n', keep - h,
-  'rw', ARGV[6] .. ':' .. removed)
+  'rw', string.sub(done .. ARGV[6] .. string.format('%010d', removed), -144))
 redis.call('ZADD', KEYS[4], now, ARGV[5])
 if extend_now then extend(10, ttl, tonumber(ARGV[2]), now) end
-return {OK, removed, log_event(9, 11, 'rewind', ARGV[15], now)}
+return {OK, removed, log_event(9, 11, 'rewind', ARGV[15], now), 0}

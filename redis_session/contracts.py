@@ -269,6 +269,8 @@ class Created(NamedTuple):
     expired: bytes | None
     """The ``expire`` event's id of an earlier tree under the key that ended unseen (None:
     there was none)."""
+    again: bool
+    """A retry of this call: it wrote nothing, the session as stored is what the call made."""
 
 
 @_contract(
@@ -623,11 +625,13 @@ class Rewound(NamedTuple):
     removed: int
     event_id: bytes
     """The ``rewind`` event's id in the log (``b''``: none logged, or a retried call)."""
+    again: bool
+    """The answer of a call made before (a retry): nothing was done now."""
 
 
 @_contract(
     "root turn log *members",
-    "head session_key call_token generation keep tail last events event fence",
+    "head session_key call_digest generation keep tail last events event fence",
     Rewound,
 )
 def rewind(
@@ -638,7 +642,7 @@ def rewind(
     members: Sequence[Key] = (),
     head: Head,
     session_key: str,
-    call_token: str,
+    call_digest: bytes,
     generation: int,
     keep: int,
     tail: int,
@@ -648,13 +652,13 @@ def rewind(
     fence: str = "",
 ) -> ScriptCall:
     """``keep``: the absolute position after the last message kept, in ``generation`` whose
-    list ended at ``tail`` when read; ``last``: the kept last message's id prefix (``b''``:
-    none kept).
+    list ended at ``tail`` when read (-1: only the answer of a call made before); ``last``: the
+    kept last message's id prefix (``b''``: none kept).
     """
     args: list[Arg] = [
         *head,
         session_key,
-        call_token,
+        call_digest,
         generation,
         keep,
         tail,

@@ -12,26 +12,29 @@ in one append that expects the newest message the repair read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
 
 import orjson
 
 from .. import codec, contracts
 from ..errors import (
+    ChildAlreadyMerged,
     ChildNotFound,
     ConcurrentChange,
     InvalidArgument,
     MessageNotFound,
     StaleExpectation,
+    TurnLost,
 )
 from ..keys import check_key
-from ..models import LifecycleEventType, Message, MessageRole, Session, ToolCall
+from ..models import ChildSession, LifecycleEventType, Message, MessageRole, Session, ToolCall
 from ..status import Ctx, Status, check
-from .args import call_token, optional_str, text
+from .args import MAX_TOKEN, call_token, optional_str, text
 from .children import Children
 from .eventlog import new_event
-from .limits import WRITE_ATTEMPTS
-from .requests import Emit, Op, ScriptCall
+from .limits import STEP_BYTES, WRITE_ATTEMPTS
+from .requests import Commands, Emit, Op, ScriptCall
 from .sessions import NO_FENCE, TIMEOUT_NOTICE, Fence, Sessions
 
 FAILED_TURN = "tool call was interrupted and did not complete"
@@ -73,9 +76,9 @@ def open_tool_calls(history: Sequence[Message]) -> list[ToolCall]:
 def closing_message(calls: Sequence[ToolCall], reason: str) -> Message:
     """One ``tool`` message answering each of ``calls`` with ``{"error": reason}`` (JSON)."""
     output = orjson.dumps({"error": reason}).decode()
-    return Message(
+    return Message(  # each answer names its call, not its arguments (they may be large)
         role=MessageRole.TOOL,
-        tool_calls=tuple(c.model_copy(update={"output": output}) for c in calls),
+        tool_calls=tuple(c.model_copy(update={"output": output, "input": ""}) for c in calls),
     )
 
 
@@ -94,12 +97,14 @@ class Conversation:
         metadata: Mapping[str, str] | None = None,
         given_token: str | None = None,
     ) -> Op[Session]:
-        key, new_key = check_key(key), check_key(new_key)
+        key, new_key = check_key(key), check_key(new_key, "new_key")
         if new_key == key:
             raise InvalidArgument("new_key", "is the key of the session branched")
         optional_str(at, "at")
         extra = {} if metadata is None else metadata
         self.sessions.metadata.pairs(extra, "metadata")  # checked before anything is read
+        if given_token is not None:
+            call_token(given_token)  # checked before anything is read
         source, _ = yield from self.sessions.read(key)
         return (yield from self._branch(source, new_key, at, extra, given_token))
 
@@ -111,6 +116,9 @@ class Conversation:
         metadata: Mapping[str, str],
         given_token: str | None,
     ) -> Op[Session]:
+        """Create ``new_key`` from ``source`` as read; a retry of the call that created it
+        answers the branch as stored (what that call made), not one from this read.
+        """
         history = source.history
         if at is not None:
             history = history[: position_of(source.key, history, at) + 1]
@@ -126,11 +134,13 @@ class Conversation:
             }
         )
         draft = new_event(LifecycleEventType.BRANCH, new_key, branch_of=source.key, message_id=last)
-        # In steps of a merge's (2,000 messages): a branch is a copy, and no script of it may
-        # hold the server as a 10,000-message create does (docs/benchmarks.md).
-        step = self.sessions.limits.step_messages
-        created: Session = yield from self.sessions.create(branch, given_token, draft, step)
-        return created
+        # In steps of a merge's (2,000 messages, 1 MiB): a branch is a copy, and no script of
+        # it may hold the server as a 10,000-message create does (docs/benchmarks.md).
+        step = (self.sessions.limits.step_messages, STEP_BYTES)
+        made, again = yield from self.sessions.made(branch, given_token, draft, step)
+        if again:
+            made, _ = yield from self.sessions.read(new_key)
+        return made
 
     def rewind(
         self,
@@ -147,26 +157,35 @@ class Conversation:
                 "after", f"must be a message id or '', not {type(after).__name__}"
             )
         optional_str(expect_last_id, "expect_last_id")
-        if keep_as is not None and check_key(keep_as) == key:
+        if keep_as is not None and check_key(keep_as, "keep_as") == key:
             raise InvalidArgument("keep_as", "is the key of the session rewound")
         call = call_token(given_token)
+        digest = codec.message_digest("rewind:" + call)
         sessions = self.sessions
         sk, root = sessions.trees.keys(key)
         log = sessions.events.log_of(key)
         keys = (*root, sk.turn, log)
+        ctx = Ctx(key, keys, index=-1, token=fence.token)
         for _ in range(WRITE_ATTEMPTS):
             session, read = yield from sessions.read(key)
             history = session.history
             newest = history[-1].id if history else ""
-            if expect_last_id is not None and expect_last_id != newest:
-                raise StaleExpectation(key, -1, expect_last_id, newest)
-            kept = 0 if after == "" else position_of(key, history, after) + 1
-            if keep_as is not None:  # the session as it is now, first; a retry finds it made
-                yield from self._branch(session, keep_as, None, {}, f"{call}:keep")
-            yield from self._discard_forked_in({m.id for m in history[kept:]}, key)
+            stale = expect_last_id is not None and expect_last_id != newest
+            missing = None  # `after` is not there (a retry's rewind may be done: it answers)
+            try:
+                kept = 0 if after == "" else position_of(key, history, after) + 1
+            except MessageNotFound as exc:
+                kept, missing = len(history), exc
+            yield from self._fenced(key, fence)  # before the branch and the discards
+            probe = stale or missing is not None  # only the answer of a call made before
+            if keep_as is not None and not probe:  # the session as it is, first (a retry: made)
+                copy = yield from self._branch(session, keep_as, None, {}, _derived(call, "keep"))
+                probe = [m.id for m in copy.history] != [m.id for m in history]
+            if not probe:
+                yield from self._discard_forked_in({m.id for m in history[kept:]}, key)
             removed = len(history) - kept
             draft = new_event(LifecycleEventType.REWIND, key, message_id=after, count=removed)
-            keep = read.head + kept
+            keep = -1 if probe else read.head + kept
 
             def build(
                 _sealer: object,
@@ -181,7 +200,7 @@ class Conversation:
                     members=sessions.trees.members(key),
                     head=sessions.trees.head(key),
                     session_key=key,
-                    call_token=call,
+                    call_digest=digest,
                     generation=read.generation,
                     keep=keep,
                     tail=read.tail,
@@ -191,19 +210,32 @@ class Conversation:
                     fence=fence.value,
                 )
 
-            ctx = Ctx(key, keys, index=-1, token=fence.token)
             reply = yield from sessions.writer.write(key, build, ctx, (Status.STALE,))
             if contracts.status(reply) == Status.STALE:
+                if missing is not None:
+                    raise missing
+                if stale:
+                    raise StaleExpectation(key, -1, expect_last_id or "", newest)
                 if keep_as is not None:  # the branch holds what was read: no other may land
                     raise ConcurrentChange(
                         key, f"it changed after {keep_as!r} was branched from it; not rewound"
                     )
                 continue
             rewound = contracts.parsed(contracts.Rewound, check(reply, ctx))
-            if rewound.removed:
+            if rewound.removed and not rewound.again:
                 yield Emit(draft.event(rewound.event_id))
             return rewound.removed
         raise ConcurrentChange(key, "its history kept changing while it was rewound")
+
+    def _fenced(self, key: str, fence: Fence) -> Op[None]:
+        """Refuse (``TurnLost``) a write through a turn that is no longer the caller's, before
+        the steps that precede its script (a branch, discards): the script checks again.
+        """
+        if fence.value:
+            sk, _ = self.sessions.trees.keys(key)
+            (held,) = yield Commands([("GET", sk.turn)])
+            if held is None or bytes(held).decode("utf-8", "replace") != fence.value:
+                raise TurnLost(key, fence.token)
 
     def _discard_forked_in(self, removed: set[str], key: str) -> Op[None]:
         """Discard the live children of session ``key`` forked after one of the ``removed``
@@ -212,22 +244,32 @@ class Conversation:
         """
         if not removed:
             return
+        yield from self._discard_live(key, lambda child: child.forked_after in removed)
+
+    def _discard_live(self, key: str, which: Callable[[ChildSession], bool]) -> Op[None]:
+        """Discard the live children of ``key`` that ``which`` picks; one another worker
+        discards, merges or is merging meanwhile is left to it.
+        """
         for child in (yield from self.children.children_of(key)):
-            if child.merged_at is None and child.forked_after in removed:
+            if child.merged_at is None and which(child):
                 try:
                     yield from self.children.discard_child(child.key)
-                except ChildNotFound:  # another worker discarded or merged it meanwhile
+                except (ChildNotFound, ChildAlreadyMerged):
                     continue
 
     def cleanup_failed_turn(
-        self, key: str, reason: str = FAILED_TURN, *, notice: Message | None = None
+        self,
+        key: str,
+        reason: str = FAILED_TURN,
+        *,
+        notice: Message | None = None,
+        fence: Fence = NO_FENCE,
     ) -> Op[int]:
         key = check_key(key)
         text(reason, "reason")
         sessions = self.sessions
-        for child in (yield from self.children.children_of(key)):
-            if child.merged_at is None:
-                yield from self.children.discard_child(child.key)
+        yield from self._fenced(key, fence)  # before the discards
+        yield from self._discard_live(key, lambda child: True)
         for _ in range(WRITE_ATTEMPTS):
             history = yield from sessions.get_history(key)
             calls = open_tool_calls(history)
@@ -238,15 +280,25 @@ class Conversation:
                 return 0
             newest = history[-1].id if history else ""
             try:
-                yield from sessions.append_messages(key, added, expect_last_id=newest)
+                yield from sessions.append_messages(key, added, expect_last_id=newest, fence=fence)
+            except TurnLost:
+                raise
             except StaleExpectation:
                 continue  # another writer came first: read again
             return len(calls)
         raise ConcurrentChange(key, "its history kept changing while its tool calls were closed")
 
-    def annotated(self, key: str, partial: str) -> Op[bool]:
+    def annotated(self, key: str, partial: str, fence: Fence = NO_FENCE) -> Op[bool]:
         """``annotate_timeout(close_tool_calls=True)``: the repair, the notice in its append."""
         text(partial, "partial")
         notice = Message(role=MessageRole.ASSISTANT, content=TIMEOUT_NOTICE)
-        yield from self.cleanup_failed_turn(key, notice=notice)
+        yield from self.cleanup_failed_turn(key, notice=notice, fence=fence)
         return True
+
+
+def _derived(call: str, part: str) -> str:
+    """A call token for one part of a call (``call``: its own token), within a token's length."""
+    token = f"{call}:{part}"
+    if len(token) <= MAX_TOKEN:
+        return token
+    return hashlib.sha256(call.encode()).hexdigest()[:40] + ":" + part

@@ -20,6 +20,9 @@ BATCH_MESSAGES = 10_000
 """Messages one append call takes at most (one script call: each message is server time)."""
 BATCH_BYTES = 64 * 1024 * 1024
 """Bytes of messages one append call takes at most."""
+STEP_BYTES = 1024 * 1024
+"""Bytes of messages one step of a copy (a branch's staging) takes at most: ~3 ms of server
+time a MiB through a script's arguments (docs/benchmarks.md, "Branch and rewind")."""
 STAGE_LEASE_MS = 30_000
 """How long a staged operation's lease and staging list last between two of its steps."""
 WRITE_ATTEMPTS = 8
@@ -44,15 +47,18 @@ class Limits:
     batch_messages: int = BATCH_MESSAGES
     batch_bytes: int = BATCH_BYTES
 
-    def batches(self, elements: Sequence[bytes], most: int | None = None) -> list[list[bytes]]:
-        """``elements`` in runs that one script call takes (at most ``most`` elements each,
-        default :attr:`batch_messages`).
+    def batches(
+        self, elements: Sequence[bytes], most: int | None = None, most_bytes: int | None = None
+    ) -> list[list[bytes]]:
+        """``elements`` in runs that one script call takes (at most ``most`` elements and
+        ``most_bytes`` bytes each, at most :attr:`batch_messages` and :attr:`batch_bytes`).
         """
         out: list[list[bytes]] = [[]]
         size = 0
         most = self.batch_messages if most is None else min(most, self.batch_messages)
+        budget = self.batch_bytes if most_bytes is None else min(most_bytes, self.batch_bytes)
         for element in elements:
-            if out[-1] and (len(out[-1]) >= most or size + len(element) > self.batch_bytes):
+            if out[-1] and (len(out[-1]) >= most or size + len(element) > budget):
                 out.append([])
                 size = 0
             out[-1].append(element)

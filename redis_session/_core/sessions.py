@@ -128,15 +128,20 @@ class Sessions:
         self.events = events
         self.metadata = Metadata(options)
 
-    def create(
+    def create(self, session: Session, given_token: str | None = None) -> Op[Session]:
+        made, _ = yield from self.made(session, given_token)
+        return made
+
+    def made(
         self,
         session: Session,
         given_token: str | None = None,
         draft: Draft | None = None,
-        step: int | None = None,
-    ) -> Op[Session]:
+        step: tuple[int, int] | None = None,
+    ) -> Op[tuple[Session, bool]]:
         """Create ``session`` (its event: ``draft``, a ``create`` event by default); a history
-        of more than ``step`` messages (default: one append's batch) is staged in steps of it.
+        over ``step`` (messages, bytes; default: one append's batch) is staged in steps of it.
+        Also whether the call was a retry of one that created it (then nothing was written).
         """
         session = session_arg(session)
         key = session.key
@@ -161,7 +166,7 @@ class Sessions:
             history, session.history, sealer, "session.history", o.max_message_bytes
         )
         stage = f"{sk.stage}#{call}"
-        runs = self.limits.batches(pairs[1::2], step)
+        runs = self.limits.batches(pairs[1::2], *(step or ()))
         staged, messages = 0, pairs
         if len(runs) > 1:  # a long history: staged in steps, then swapped in by the create
             if given_token is not None:  # what a call of this key that died midway staged
@@ -204,7 +209,7 @@ class Sessions:
         if created.due:  # trees of this index shard expired unseen
             yield from self.events.reap_due(keys[3])
         now = codec.to_datetime(created.created_at)
-        return session.model_copy(update={"created_at": now, "updated_at": now})
+        return session.model_copy(update={"created_at": now, "updated_at": now}), created.again
 
     def get(self, key: str, last: int | None = None) -> Op[Session]:
         key = check_key(key)

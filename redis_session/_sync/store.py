@@ -594,7 +594,7 @@ class RedisStore:
         was stored.
         """
         if close_tool_calls:
-            op = self._core.conversation.annotated(key, partial)
+            op = self._core.conversation.annotated(key, partial, self._core.turns.held(key))
             return self._run(op)
         return self._run(self._core.sessions.annotate_timeout(key, partial))
 
@@ -613,10 +613,10 @@ class RedisStore:
         ``branch_at`` say where it came from. Children are not copied.
 
         Atomic at any size: ``key`` is read in one snapshot and ``new_key`` is created as
-        ``create`` creates a session, by one script, or, for a history too long for one
-        script, staged in bounded steps and published by one script: a crash midway leaves
+        ``create`` creates a session, by one script, or, for a history over 2,000 messages or
+        1 MiB, staged in steps of that size and published by one script: a crash midway leaves
         nothing visible under ``new_key``, and a retry with the same ``idempotency_key``
-        completes it (and, once done, answers as the first call did). On a cluster the two
+        completes it (and, once done, answers the branch as stored). On a cluster the two
         keys may lie in different slots. A sealed session's messages are sealed again under
         ``new_key``'s own key (a sealed message is bound to its session). Logs a ``branch``
         event (``branch_of``, ``message_id``: the last message taken) instead of ``create``.
@@ -643,26 +643,31 @@ class RedisStore:
         them), atomically, and return how many.
 
         The tail goes in one script that checks the history is still the one read (else it
-        reads again, a few times at most). The list begins a new generation, so every worker's
-        next read shows the rewound history (no read cache serves the old tail). The removed
-        ids stay recorded, as a pop's do: appending one of those messages again stores
-        nothing. Live children forked after one of the removed messages
+        reads again, a few times at most, then ``ConcurrentChange``). The list begins a new
+        generation, so every worker's next read shows the rewound history (no read cache serves
+        the old tail). The removed ids stay recorded, as a pop's do: appending one of those
+        messages again stores nothing. Live children forked after one of the removed messages
         (``ChildSession.forked_after``) are discarded first, each with its ``discard`` event
-        (a child forked while the rewind runs may stay). With ``keep_as``, the session as it
-        was is first branched to ``keep_as``
-        (:meth:`branch`), so nothing is lost; should the session change between the branch and
-        the rewind, ``ConcurrentChange`` (the branch stays, nothing is rewound). With
-        ``expect_last_id``, only if the newest message is that one (``StaleExpectation``). A
-        call redis-py retries after a lost reply answers the same count and removes nothing
-        more; ``idempotency_key`` makes that hold across processes. Inside ``store.turn(key)``
-        it is fenced by the turn (``TurnLost``). Refreshes the TTL and ``updated_at``; logs a
-        ``rewind`` event (``message_id``: ``after``; ``count``) when it removed messages.
+        (one another worker discards or is merging meanwhile is left to it; a child forked
+        while the rewind runs may stay). With ``keep_as``, the session as read is first
+        branched to ``keep_as`` (:meth:`branch`), so nothing is lost: should the session differ
+        from that branch when the rewind comes (another worker wrote between, or a retry finds
+        it changed), ``ConcurrentChange``, nothing rewound. With ``expect_last_id``, only if
+        the newest message is that one (``StaleExpectation``). A retry of a call (redis-py's
+        after a lost reply, or the caller's with the same ``idempotency_key``) answers the
+        count the call removed and removes nothing more, as long as it is one of the session's
+        last 8 rewinds. Inside ``store.turn(key)`` it is fenced by the turn: a turn no longer
+        the caller's is refused (``TurnLost``) before any step (branch, discards). Refreshes
+        the TTL and ``updated_at``, and logs a ``rewind`` event (``message_id``: ``after``;
+        ``count``), when it removed messages; a rewind that removes nothing writes nothing.
 
         Raises:
             SessionNotFound, SessionExpired: no live session under ``key``.
             MessageNotFound: ``key`` holds no message ``after``.
             StaleExpectation: ``expect_last_id`` is not the newest message.
             DuplicateSession: ``keep_as`` holds a session.
+            ConcurrentChange: see above.
+            TurnLost: through a turn that is no longer the caller's.
         """
         op = self._core.conversation.rewind(
             key, after, keep_as, expect_last_id, idempotency_key,
@@ -672,20 +677,28 @@ class RedisStore:
 
     def cleanup_failed_turn(self, key: str, reason: str = FAILED_TURN) -> int:
         """Repair session ``key`` after a failed turn, so that the next model call gets a
-        valid history: discard its live children (each with its ``discard`` event), then
-        append one ``tool`` message answering every tool call left without an answer (a call
-        is answered when its ``output`` is set or a later message carries a call of the same
-        id with an output), each with the output ``{"error": reason}`` (JSON). Returns the
-        number of calls closed; a second call closes none.
+        valid history: discard its live children (each with its ``discard`` event; one another
+        worker discards or is merging meanwhile is left to it), then append one ``tool``
+        message answering every tool call left without an answer (a call is answered when its
+        ``output`` is set, or a later message carries a call of the same id with an output or
+        is a ``tool`` message carrying it), each with the output ``{"error": reason}`` (JSON;
+        the answer names the call's id and tool, not its arguments). Returns the number of
+        calls closed; a second call closes none.
 
-        The answers go in one append that expects the newest message the repair read (read
-        again if another writer came first), so no call is answered twice. Fenced by the
-        turn inside ``store.turn(key)``.
+        Two steps, each atomic: the discards, then one append that expects the newest message
+        the repair read (read again if another writer came first), so no call is answered
+        twice; a crash between them leaves the children discarded and the calls open, which the
+        next call closes. Inside ``store.turn(key)`` it is fenced by the turn (``TurnLost``
+        before any step).
 
         Raises:
             SessionNotFound, SessionExpired: no live session under ``key``.
+            TurnLost: through a turn that is no longer the caller's.
         """
-        return self._run(self._core.conversation.cleanup_failed_turn(key, reason))
+        op = self._core.conversation.cleanup_failed_turn(
+            key, reason, fence=self._core.turns.held(key)
+        )
+        return self._run(op)
 
     def compact_messages(
         self, key: str, up_to_index: int, summary: str, *, expect_id: str | None = None

@@ -12,6 +12,7 @@ import pytest
 
 from redis_session import (
     ChildSessionConfig,
+    ConcurrentChange,
     DecryptionFailed,
     DuplicateSession,
     InvalidArgument,
@@ -450,3 +451,117 @@ def test_a_process_killed_in_a_staged_branch_leaves_nothing_and_the_retry_comple
     assert [m.id for m in store.get_history("copy")] == [m.id for m in history]
     assert not [k for k in server_backend.session_keys() if b"stage" in k]
     store.close()
+
+
+# -- what an adversarial review found (each once wrong) --------------------------------------
+
+
+def test_a_keep_as_rewind_retried_after_a_crash_loses_nothing(backend: Backend) -> None:
+    store = backend.sync_store()
+    history = msgs(5)
+    store.create(Session(key="s", history=history))
+    requests: list[Any] = []
+
+    def die_before_the_rewind(request: Any) -> Any:
+        if isinstance(request, ScriptCall) and request.name == "rewind":
+            raise KeyboardInterrupt  # the process dies after the branch, before the rewind
+        return store._execute(request)
+
+    op = store._core.conversation.rewind("s", history[1].id, "kept", None, "call-k")
+    with pytest.raises(KeyboardInterrupt):
+        run_op(op, die_before_the_rewind, requests)
+    late = Message(role="user", content="late")
+    store.append_message("s", late)  # another worker, meanwhile
+    with pytest.raises(ConcurrentChange, match="kept"):
+        store.rewind("s", after=history[1].id, keep_as="kept", idempotency_key="call-k")
+    assert store.get_history("s") == [*history, late]  # nothing rewound, nothing lost
+    assert store.get_history("kept") == history
+    store.close()
+
+
+def test_a_rewind_retried_after_another_rewind_answers_its_own_count(backend: Backend) -> None:
+    store = backend.sync_store()
+    history = msgs(8)
+    store.create(Session(key="s", history=history))
+    assert store.rewind("s", after=history[5].id, idempotency_key="mine") == 2
+    assert store.rewind("s", after=history[3].id) == 2  # another worker's, between
+    store.append_messages("s", msgs(2, "n"))
+    assert store.rewind("s", after=history[5].id, idempotency_key="mine") == 2  # its answer
+    assert contents(store.get_history("s")) == ["m0", "m1", "m2", "m3", "n0", "n1"]
+    long_key = "k" * 128  # the longest idempotency key, with keep_as too
+    assert store.rewind("s", after=history[3].id, keep_as="b", idempotency_key=long_key) == 2
+    store.close()
+
+
+async def test_repairs_and_rewinds_through_a_lost_turn_change_nothing(
+    backend: Backend, make_store: Any
+) -> None:
+    slow, fast = make_store(), make_store()
+    history = msgs(4)
+    await slow.create(Session(key="s", history=[*history, calls_message(False)]))
+    child = await slow.fork_child("s", "helper")
+    async with turn(slow, "s", lease=0.5) as paused:
+        lease_gone(backend, "s")
+        async with turn(fast, "s", lease=5):
+            with pytest.raises(TurnLost):
+                await slow.cleanup_failed_turn("s")
+            with pytest.raises(TurnLost):
+                await slow.annotate_timeout("s", "cut", close_tool_calls=True)
+            with pytest.raises(TurnLost):
+                await paused.rewind(after=history[0].id, keep_as="kept")
+    assert len(await fast.get_history("s")) == 5  # nothing appended, nothing removed
+    assert (await fast.get_child(child.key)).merged_at is None  # not discarded
+    with pytest.raises(SessionNotFound):
+        await fast.get("kept")
+
+
+def test_a_child_another_worker_discards_meanwhile_does_not_fail_a_repair(
+    backend: Backend,
+) -> None:
+    store, other = backend.sync_store(), backend.sync_store()
+    store.create(Session(key="s", history=[calls_message(False)]))
+    child = store.fork_child("s", "helper")
+    requests: list[Any] = []
+
+    def racing(request: Any) -> Any:
+        if isinstance(request, ScriptCall) and request.name == "discard_child":
+            other.discard_child(child.key)  # the other repair came first
+        return store._execute(request)
+
+    op = store._core.conversation.cleanup_failed_turn("s")
+    assert run_op(op, racing, requests) == 1
+    store.close()
+    other.close()
+
+
+async def test_a_branch_stages_large_messages_a_mebibyte_at_a_time(backend: Backend) -> None:
+    store = backend.sync_store()
+    big = [Message(role="user", content=f"{i}" + "x" * 8_000) for i in range(300)]  # 2.4 MB
+    store.create(Session(key="s"))
+    store.append_messages("s", big)
+    requests: list[Any] = []
+    op = store._core.conversation.branch("s", "b", None, None, None)
+    run_op(op, store._execute, requests)
+    staged = [r for r in requests if isinstance(r, ScriptCall) and r.name == "stage_push"]
+    sizes = [sum(len(a) for a in r.args[2:] if isinstance(a, bytes)) for r in staged]
+    assert len(staged) == 3 and max(sizes) <= 1024 * 1024, sizes
+    assert [m.id for m in store.get_history("b")] == [m.id for m in big]
+    store.close()
+
+
+async def test_a_retried_branch_answers_the_branch_as_stored(store: Any) -> None:
+    history = msgs(3)
+    await store.create(Session(key="s", history=history))
+    await store.branch("s", "b", idempotency_key="once")
+    await store.append_message("s", Message(role="user", content="later"))
+    again = await store.branch("s", "b", idempotency_key="once")
+    assert again.history == history == (await store.get("b")).history
+    assert again.branch_at == history[-1].id
+
+
+async def test_bad_keys_are_named(store: Any) -> None:
+    await store.create(Session(key="s"))
+    with pytest.raises(InvalidArgument, match="new_key"):
+        await store.branch("s", "")
+    with pytest.raises(InvalidArgument, match="keep_as"):
+        await store.rewind("s", after="", keep_as="")

@@ -60,15 +60,24 @@ async def wait_until(predicate: Any, timeout: float) -> bool:
     return False
 
 
-def past_deadline(backend: Backend, key: str, margin_ms: int = 100) -> Callable[[], bool]:
-    """A check that the clock of the server holding session ``key`` (the one TTLs run on) is
-    ``margin_ms`` past the deadline its tree has now: every key of the tree would be gone by
-    then, unless a write moved the deadline meanwhile.
+def node_of(backend: Backend, key: str) -> Any:
+    """A client of the server holding session ``key`` (the one its TTLs run on), made before
+    the test's session is: a cluster client's start (its slot map) takes a while on a loaded
+    machine, and the session's short TTL must not run meanwhile (it did, once, in CI).
     """
     raw = backend.sync_client()
-    meta = backend.schema.session(key).meta
     if backend.cluster is not None:
-        raw = raw.get_redis_connection(raw.get_node_from_key(meta))
+        raw = raw.get_redis_connection(raw.get_node_from_key(backend.schema.session(key).meta))
+    raw.ping()
+    return raw
+
+
+def past_deadline(backend: Backend, key: str, raw: Any, margin_ms: int = 100) -> Callable[[], bool]:
+    """A check that the clock of the server holding session ``key`` (``raw``: :func:`node_of`)
+    is ``margin_ms`` past the deadline its tree has now: every key of the tree would be gone by
+    then, unless a write moved the deadline meanwhile.
+    """
+    meta = backend.schema.session(key).meta
     deadline = int(raw.pexpiretime(meta))
     assert deadline > 0, deadline
 
@@ -90,11 +99,12 @@ and 4 of these tests)."""
 async def test_a_busy_parent_keeps_its_children_alive(
     backend: Backend, make_store: StoreFactory
 ) -> None:
+    node = node_of(backend, "p")
     store = make_store(ttl=BUSY_TTL)
     await store.create(Session(key="p"))
     child = await store.fork_child("p", "tool-wait")
     await store.append_child_message(child.key, msg("waiting on a tool"))
-    passed = past_deadline(backend, "p")
+    passed = past_deadline(backend, "p", node)
     while not passed():  # parent writes, none to the child, till past the tree's first deadline
         await store.append_message("p", msg(f"turn {time.monotonic()}"))
         await asyncio.sleep(0.1)
@@ -105,11 +115,12 @@ async def test_a_busy_parent_keeps_its_children_alive(
 async def test_a_busy_child_keeps_its_parent_and_siblings_alive(
     backend: Backend, make_store: StoreFactory
 ) -> None:
+    node = node_of(backend, "p")
     store = make_store(ttl=BUSY_TTL)
     await store.create(Session(key="p", history=[msg("question")]))
     busy = await store.fork_child("p", "busy")
     idle = await store.fork_child("p", "idle")
-    passed = past_deadline(backend, "p")
+    passed = past_deadline(backend, "p", node)
     while not passed():
         await store.append_child_message(busy.key, msg(f"step {time.monotonic()}"))
         await asyncio.sleep(0.1)
@@ -121,11 +132,12 @@ async def test_a_busy_child_keeps_its_parent_and_siblings_alive(
 async def test_a_worker_that_does_not_know_the_children_still_keeps_them_alive(
     backend: Backend, make_store: StoreFactory
 ) -> None:
+    node = node_of(backend, "p")
     forker, appender = make_store(ttl=BUSY_TTL), make_store(ttl=BUSY_TTL)
     await forker.create(Session(key="p"))
     await appender.append_message("p", msg("first"))  # learns a tree without children
     child = await forker.fork_child("p", "late")  # the appender does not hear of it
-    passed = past_deadline(backend, "p")
+    passed = past_deadline(backend, "p", node)
     while not passed():
         await appender.append_message("p", msg(f"turn {time.monotonic()}"))
         await asyncio.sleep(0.1)
