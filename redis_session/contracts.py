@@ -670,6 +670,61 @@ def rewind(
     return ScriptCall("rewind", [*root, turn, log, *members], args)
 
 
+class Cleaned(NamedTuple):
+    appended: int
+    """Messages appended (0: a retry of this call: it was applied before)."""
+    tree_generation: bytes
+    event_ids: tuple[bytes | int, ...]
+    """Per member, in order: its ``discard`` event's id when it was discarded (``b''``: no
+    log), else 0 (merged, or under another call's merge lease)."""
+
+
+@_contract(
+    "root turn log *members",
+    "head session_key kid max_messages fence expect_last events digest element notice_digest"
+    " notice *children",
+    Cleaned,
+)
+def cleanup_failed_turn(
+    *,
+    root: Sequence[Key],
+    turn: Key,
+    log: Key,
+    members: Sequence[Key] = (),
+    head: Head,
+    session_key: str,
+    kid: bytes,
+    max_messages: int,
+    fence: str,
+    expect_last: bytes,
+    events: Events,
+    digest: bytes,
+    element: bytes,
+    notice_digest: bytes,
+    notice: bytes,
+    children: Sequence[bytes | str],
+) -> ScriptCall:
+    """``digest``/``element``: the answers of the open calls (``b''`` twice: none);
+    ``notice_digest``/``notice``: a message after them (``b''`` twice: none); ``children``:
+    per member, its child key and its ``discard`` event's fields.
+    """
+    args: list[Arg] = [
+        *head,
+        session_key,
+        kid,
+        max_messages,
+        fence,
+        expect_last,
+        *events,
+        digest,
+        element,
+        notice_digest,
+        notice,
+        *children,
+    ]
+    return ScriptCall("cleanup_failed_turn", [*root, turn, log, *members], args)
+
+
 class Popped(NamedTuple):
     element: bytes | None
     """None when the history was empty."""

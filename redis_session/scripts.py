@@ -24,6 +24,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "begin_rekey",
     "children_of",
     "claim_turn",
+    "cleanup_failed_turn",
     "compact_messages",
     "copy_range",
     "create",

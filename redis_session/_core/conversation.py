@@ -6,8 +6,8 @@ in by the script, so that a crash midway leaves nothing visible; messages are se
 under the new key (a sealed message is bound to its session). A rewind finds the kept message
 in a read, discards the live children forked from the tail it takes away, and removes the
 tail in one script that checks the history is still what was read.
-A repair (``cleanup_failed_turn``) discards the live children, then answers the open tool calls
-in one append that expects the newest message the repair read.
+A repair (``cleanup_failed_turn``) discards the live children and answers the open tool calls in
+one script, which expects the newest message the repair read.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 import orjson
 
 from .. import codec, contracts
+from ..crypto import Sealer
 from ..errors import (
     ChildAlreadyMerged,
     ChildNotFound,
@@ -27,12 +28,12 @@ from ..errors import (
     StaleExpectation,
     TurnLost,
 )
-from ..keys import check_key
+from ..keys import check_key, parent_of
 from ..models import ChildSession, LifecycleEventType, Message, MessageRole, Session, ToolCall
 from ..status import Ctx, Status, check
 from .args import MAX_TOKEN, call_token, optional_str, text
 from .children import Children
-from .eventlog import new_event
+from .eventlog import Draft, new_event
 from .limits import STEP_BYTES, WRITE_ATTEMPTS
 from .requests import Commands, Emit, Op, ScriptCall
 from .sessions import NO_FENCE, TIMEOUT_NOTICE, Fence, Sessions
@@ -268,25 +269,86 @@ class Conversation:
         key = check_key(key)
         text(reason, "reason")
         sessions = self.sessions
-        yield from self._fenced(key, fence)  # before the discards
-        yield from self._discard_live(key, lambda child: True)
         for _ in range(WRITE_ATTEMPTS):
             history = yield from sessions.get_history(key)
             calls = open_tool_calls(history)
-            added = [] if notice is None else [notice]
-            if calls:
-                added.insert(0, closing_message(calls, reason))
-            if not added:
+            if not calls and notice is None:  # nothing to answer: the live children only
+                yield from self._fenced(key, fence)
+                yield from self._discard_live(key, lambda child: True)
                 return 0
             newest = history[-1].id if history else ""
-            try:
-                yield from sessions.append_messages(key, added, expect_last_id=newest, fence=fence)
-            except TurnLost:
-                raise
-            except StaleExpectation:
-                continue  # another writer came first: read again
-            return len(calls)
+            answers = closing_message(calls, reason) if calls else None
+            reply = yield from self._cleanup(key, answers, notice, newest, fence)
+            if reply is not None:
+                return len(calls)
         raise ConcurrentChange(key, "its history kept changing while its tool calls were closed")
+
+    def _cleanup(
+        self,
+        key: str,
+        answers: Message | None,
+        notice: Message | None,
+        newest: str,
+        fence: Fence,
+    ) -> Op[contracts.Cleaned | None]:
+        """The cleanup script: the live children discarded and ``answers`` and ``notice``
+        appended in one step, if the newest message is still ``newest`` (else None).
+        """
+        sessions = self.sessions
+        o = sessions.options
+        trees = sessions.trees
+        sk, root = trees.keys(key)
+        log = sessions.events.log_of(key)
+        added = [m for m in (answers, notice) if m is not None]
+        pairs = codec.message_args(added, "messages", o.max_message_bytes)
+        drafts: list[Draft] = []
+
+        def build(sealer: Sealer | None) -> ScriptCall:
+            sealed = codec.seal_pairs(pairs, added, sealer, "messages", o.max_message_bytes)
+            first = sealed[:2] if answers is not None else [b"", b""]
+            second = sealed[-2:] if notice is not None else [b"", b""]
+            drafts.clear()
+            children: list[bytes | str] = []
+            for child in trees.tree(key)[2]:
+                agent = (parent_of(child) or ("", ""))[1]
+                draft = new_event(
+                    LifecycleEventType.DISCARD, key, child_key=child, agent_name=agent
+                )
+                drafts.append(draft)
+                children += (codec.wire(child), draft.fields)
+            return contracts.cleanup_failed_turn(
+                root=root,
+                turn=sk.turn,
+                log=log,
+                members=trees.members(key),
+                head=trees.head(key),
+                session_key=key,
+                kid=b"" if sealer is None else sealer.kid,
+                max_messages=o.max_history_turns,
+                fence=fence.value,
+                expect_last=b"." if not newest else codec.id_prefix(newest),
+                events=sessions.events.events_of(key),
+                digest=first[0],
+                element=first[1],
+                notice_digest=second[0],
+                notice=second[1],
+                children=children,
+            )
+
+        ctx = Ctx(key, (*root, sk.turn, log), index=-1, expect_id=newest, token=fence.token)
+        reply = yield from sessions.writer.write(key, build, ctx, (Status.STALE,))
+        if contracts.status(reply) == Status.STALE:
+            return None  # another writer came first: read again
+        cleaned = contracts.parsed(contracts.Cleaned, reply)
+        tree = trees.tree(key)
+        kept = [c for c, e in zip(tree[2], cleaned.event_ids, strict=False) if e == 0]
+        trees.learn(
+            key, cleaned.tree_generation, [c.encode("utf-8", "surrogateescape") for c in kept]
+        )
+        for draft, event_id in zip(drafts, cleaned.event_ids, strict=False):
+            if event_id != 0:
+                yield Emit(draft.event(event_id))
+        return cleaned
 
     def annotated(self, key: str, partial: str, fence: Fence = NO_FENCE) -> Op[bool]:
         """``annotate_timeout(close_tool_calls=True)``: the repair, the notice in its append."""

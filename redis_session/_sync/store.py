@@ -677,19 +677,21 @@ class RedisStore:
 
     def cleanup_failed_turn(self, key: str, reason: str = FAILED_TURN) -> int:
         """Repair session ``key`` after a failed turn, so that the next model call gets a
-        valid history: discard its live children (each with its ``discard`` event; one another
-        worker discards or is merging meanwhile is left to it), then append one ``tool``
+        valid history: discard its live children (each with its ``discard`` event) and
+        append one ``tool``
         message answering every tool call left without an answer (a call is answered when its
         ``output`` is set, or a later message carries a call of the same id with an output or
         is a ``tool`` message carrying it), each with the output ``{"error": reason}`` (JSON;
         the answer names the call's id and tool, not its arguments). Returns the number of
         calls closed; a second call closes none.
 
-        Two steps, each atomic: the discards, then one append that expects the newest message
-        the repair read (read again if another writer came first), so no call is answered
-        twice; a crash between them leaves the children discarded and the calls open, which the
-        next call closes. Inside ``store.turn(key)`` it is fenced by the turn (``TurnLost``
-        before any step).
+        One atomic script does both, if the newest message is still the one the repair read
+        (else it reads again, a few times at most): no worker ever sees the children gone and
+        the calls open, and no call is answered twice. A child under another worker's merge
+        lease (a merge under way) is left to it. With no open call, only the live children are
+        discarded (each atomically). A call retried after a lost reply finds its answers
+        stored and appends nothing more. Inside ``store.turn(key)`` it is fenced by the turn
+        (``TurnLost``, nothing written). Refreshes the TTL and ``updated_at``.
 
         Raises:
             SessionNotFound, SessionExpired: no live session under ``key``.

@@ -515,21 +515,31 @@ async def test_repairs_and_rewinds_through_a_lost_turn_change_nothing(
         await fast.get("kept")
 
 
-def test_a_child_another_worker_discards_meanwhile_does_not_fail_a_repair(
+def test_a_repair_is_one_script_and_follows_children_changed_meanwhile(
     backend: Backend,
 ) -> None:
     store, other = backend.sync_store(), backend.sync_store()
-    store.create(Session(key="s", history=[calls_message(False)]))
-    child = store.fork_child("s", "helper")
+    store.create(Session(key="s", history=[calls_message(False, False)]))
+    first = store.fork_child("s", "first")
+    second = store.fork_child("s", "second")
     requests: list[Any] = []
+    raced = False
 
     def racing(request: Any) -> Any:
-        if isinstance(request, ScriptCall) and request.name == "discard_child":
-            other.discard_child(child.key)  # the other repair came first
+        nonlocal raced
+        if isinstance(request, ScriptCall) and request.name == "cleanup_failed_turn" and not raced:
+            raced = True
+            other.discard_child(first.key)  # another repair's discard came first
         return store._execute(request)
 
     op = store._core.conversation.cleanup_failed_turn("s")
-    assert run_op(op, racing, requests) == 1
+    assert run_op(op, racing, requests) == 2
+    writes = [r.name for r in requests if isinstance(r, ScriptCall) and r.write]
+    assert writes == ["cleanup_failed_turn", "cleanup_failed_turn"]  # the tree changed: again
+    assert store.children_of("s") == []
+    with pytest.raises(SessionNotFound):
+        store.get_child(second.key)
+    assert store.cleanup_failed_turn("s") == 0
     store.close()
     other.close()
 

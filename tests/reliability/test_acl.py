@@ -26,6 +26,7 @@ from redis_session import (
     RedisStore,
     Session,
     SessionNotFound,
+    ToolCall,
     TurnBusy,
 )
 from redis_session.acl import CLIENT_COMMANDS, acl_rules, commands, setuser_line
@@ -143,7 +144,9 @@ async def exercise(
     kept = await store.get_history("a")
     assert len((await store.branch("a", "a-alt", at=kept[0].id)).history) == 1
     assert await store.rewind("a", after=kept[0].id, keep_as="a-before") == len(kept) - 1
-    assert await store.cleanup_failed_turn("a") == 0
+    call = ToolCall(id="c1", name="lookup", input="{}")
+    await store.append_message("a", Message(role="assistant", tool_calls=[call]))
+    assert await store.cleanup_failed_turn("a") == 1  # its script, under the ACL user's rights
     assert await store.delete("a-alt") and await store.delete("a-before")
 
     config = ChildSessionConfig(inherit_history=1, max_messages=5)
