@@ -44,8 +44,9 @@ CLIENT_COMMANDS: Mapping[str, Sent] = MappingProxyType(
         "evalsha": Sent("every script call (_sync/store.py, _async/store.py)"),
         "script|load": Sent("reloading a script the server's cache lost (NOSCRIPT)"),
         # the store's plain reads and writes (Commands requests of _core/)
-        "del": Sent("fork_child: dropping a staged copy whose source changed"),
+        "del": Sent("fork_child: dropping a staged copy whose source changed; a branch's retry"),
         "exists": Sent("repair_index: probing index shards (cluster); the ADK index's prune"),
+        "get": Sent("rewind through a turn: the turn checked before its branch and discards"),
         "hget": Sent("get_salt, get_checksum, get_secret; a lost keyring restored from a session"),
         "hgetall": Sent("get: a first read's meta hash; migrate_secrets, the keyring, rekey"),
         "hkeys": Sent("list_secrets"),
