@@ -80,13 +80,20 @@ def test_a_slow_log_listener_misses_nothing_where_pub_sub_cuts_it_off(
     by_pubsub: list[str] = []
     done = threading.Event()
 
+    written_all = threading.Event()
+
     def write() -> None:
         for key in written:
             writer.create(Session(key=key))
+        written_all.set()
 
-    def live_drain() -> None:  # the same pace, until the log listener has everything and
-        # the cut-off is seen (what the kernel held before it comes first), or the deadline
+    def live_drain() -> None:  # slower than the log listeners: nothing read while the writer
+        # writes (at their pace, a writer slowed by a loaded machine let it keep up, once in
+        # CI: ~6 MB of events pass the kernel's buffers, up to 4 MB, and Redis's 32 kB), then
+        # their pace, until the log listener has everything and the cut-off is seen (what the
+        # kernel held before it comes first), or the deadline
         deadline = time.monotonic() + DEADLINE
+        written_all.wait(timeout=DEADLINE)
         while not (done.is_set() and live.reconnects) and time.monotonic() < deadline:
             event = live.get(timeout=0.5)
             if event is not None:
