@@ -28,12 +28,12 @@ from ..errors import (
     StaleExpectation,
     TurnLost,
 )
-from ..keys import check_key, parent_of
+from ..keys import check_key
 from ..models import ChildSession, LifecycleEventType, Message, MessageRole, Session, ToolCall
 from ..status import Ctx, Status, check
 from .args import MAX_TOKEN, call_token, optional_str, text
 from .children import Children
-from .eventlog import Draft, new_event
+from .eventlog import Draft, discard_event, new_event
 from .limits import STEP_BYTES, WRITE_ATTEMPTS
 from .requests import Commands, Emit, Op, ScriptCall
 from .sessions import NO_FENCE, TIMEOUT_NOTICE, Fence, Sessions
@@ -310,10 +310,7 @@ class Conversation:
             drafts.clear()
             children: list[bytes | str] = []
             for child in trees.tree(key)[2]:
-                agent = (parent_of(child) or ("", ""))[1]
-                draft = new_event(
-                    LifecycleEventType.DISCARD, key, child_key=child, agent_name=agent
-                )
+                draft = discard_event(key, child)
                 drafts.append(draft)
                 children += (codec.wire(child), draft.fields)
             return contracts.cleanup_failed_turn(

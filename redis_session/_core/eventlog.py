@@ -29,7 +29,7 @@ from pydantic import TypeAdapter, ValidationError
 from .. import _clock, codec, contracts
 from ..contracts import Events
 from ..errors import CorruptData
-from ..keys import KeySchema
+from ..keys import KeySchema, parent_of
 from ..models import LifecycleEventType, SessionLifecycleEvent, utcnow
 from ..options import StoreOptions
 from ..status import Ctx, check
@@ -95,6 +95,12 @@ def new_event(
     }
     body = orjson.dumps(fields, option=orjson.OPT_UTC_Z)
     return Draft(type.value, key, child_key, agent_name, stamp, body[1:-1], tuple(extra.items()))
+
+
+def discard_event(parent_key: str, child_key: str) -> Draft:
+    """The ``discard`` event of child ``child_key`` of session ``parent_key``, stamped now."""
+    agent = (parent_of(child_key) or ("", ""))[1]
+    return new_event(LifecycleEventType.DISCARD, parent_key, child_key=child_key, agent_name=agent)
 
 
 def entry_event(entry_id: Any, fields: Mapping[Any, Any]) -> SessionLifecycleEvent | None:

@@ -10,14 +10,14 @@ from typing import Any, NamedTuple
 from .. import codec, contracts
 from ..crypto import Sealer
 from ..errors import ConcurrentChange, InvalidArgument
-from ..keys import KeySchema, check_key, parent_of
+from ..keys import KeySchema, check_key
 from ..models import LifecycleEventType, Message, MessageRole, Session
 from ..options import StoreOptions
 from ..status import Ctx, Status, check
 from .args import call_token, non_negative_int, optional_str, text, token
 from .args import message as message_arg
 from .args import session as session_arg
-from .eventlog import Draft, EventLog, new_event
+from .eventlog import Draft, EventLog, discard_event, new_event
 from .index import Index
 from .keyring import Keyring
 from .limits import DELETE_RETRY_MS, STAGE_LEASE_MS, Limits
@@ -383,10 +383,7 @@ class Sessions:
                 drafts.append(None)
                 children += (raw, b"")
                 continue
-            agent = (parent_of(child_key) or ("", ""))[1]
-            child = new_event(
-                LifecycleEventType.DISCARD, key, child_key=child_key, agent_name=agent
-            )
+            child = discard_event(key, child_key)
             drafts.append(child)
             children += (raw, child.fields)
         return child_keys, children, drafts
