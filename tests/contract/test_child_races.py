@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 import pytest
@@ -16,7 +15,6 @@ from redis_session import (
     RedisStore,
     Session,
     SessionError,
-    SessionLifecycleEvent,
 )
 from tests.conftest import Backend
 from tests.support.proxy import LossyProxy
@@ -105,42 +103,3 @@ def test_merge_retried_after_a_lost_reply_succeeds_once(real_backend: Backend) -
         client.close()
     assert [m.content for m in store.get_history("p")] == ["q", "c0", "c1", "c2"]
     assert store.get_child(child).is_merged()
-
-
-def test_listener_resubscribes_after_client_kill(real_backend: Backend) -> None:
-    store = real_backend.sync_store()
-    listener = store.listen()
-    admin = real_backend.sync_client()
-    store.create(Session(key="before"))
-    first = listener.get(timeout=5)
-    assert first is not None and first.key == "before"
-    assert admin.client_kill_filter(_type="pubsub") >= 1
-    deadline = time.monotonic() + 10
-    got: SessionLifecycleEvent | None = None
-    n = 0
-    while got is None and time.monotonic() < deadline:
-        store.create(Session(key=f"after-{n}"))  # events sent while reconnecting may be lost
-        n += 1
-        got = listener.get(timeout=0.5)
-    assert got is not None and got.key.startswith("after-")
-    listener.close()
-    assert listener.get(timeout=0.1) is None
-
-
-async def test_async_listener_resubscribes_after_client_kill(real_backend: Backend) -> None:
-    store = real_backend.async_store()
-    listener = await store.listen()
-    admin = real_backend.sync_client()
-    await store.create(Session(key="before"))
-    assert (await listener.get(timeout=5)) is not None
-    assert admin.client_kill_filter(_type="pubsub") >= 1
-    deadline = time.monotonic() + 10
-    got = None
-    n = 0
-    while got is None and time.monotonic() < deadline:
-        await store.create(Session(key=f"after-{n}"))
-        n += 1
-        got = await listener.get(timeout=0.5)
-    assert got is not None and got.key.startswith("after-")
-    await listener.aclose()
-    await store.close()

@@ -19,7 +19,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from redis_session import Message, RedisStore, Session, SessionError
+from redis_session import AsyncRedisStore, Message, RedisStore, Session, SessionError
 from tests.support.consistency import Ledger, audit_keys, check_histories
 from tests.support.faults import OwnServer
 from tests.support.figures import Recorder
@@ -413,3 +413,31 @@ def test_listener_resubscribes_after_each_client_kill(
         duplicated=duplicated,
     )
     assert duplicated == 0
+
+
+async def test_async_listener_resubscribes_after_client_kill(
+    own_server: Callable[..., OwnServer],
+) -> None:
+    """``CLIENT KILL TYPE pubsub`` cuts every subscriber of a server: on a private one, so that
+    no other test's listener is cut (a shared server's kill failed a neighbour in CI)."""
+    server = own_server()
+    store = AsyncRedisStore.from_url(server.url, prefix="apubsub:")
+    admin = server.client(socket_timeout=5)
+    listener = await store.listen()
+    try:
+        await store.create(Session(key="before"))
+        first = await listener.get(timeout=5)
+        assert first is not None and first.key == "before"
+        assert admin.client_kill_filter(_type="pubsub") >= 1
+        got = None
+        for n in range(40):  # bounded; events published while it resubscribes may be missed
+            await store.create(Session(key=f"after-{n}"))
+            got = await listener.get(timeout=0.25)
+            if got is not None:
+                break
+        assert got is not None and got.key.startswith("after-")
+        assert listener.reconnects >= 1
+    finally:
+        await listener.aclose()
+        await store.close()
+        admin.close()
