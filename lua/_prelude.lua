@@ -18,6 +18,7 @@
 --   17 VERSION (reply {17, field, version}: a sealed metadata value no newer than the stored one)
 --   18 TURN_LOST (a write through a turn whose lease ran out, or that a later claim took over)
 --   19 TURN_BUSY (reply {19, pttl}: another holder has the session's turn for pttl ms more)
+--   20 OVER_BUDGET (reply {20, usage, budget}: the session's usage has reached its budget)
 --
 -- Every script that writes to a session tree takes the tree's root keys first:
 --   KEYS[1] root meta hash   KEYS[2] root msgs list   KEYS[3] root ids hash
@@ -28,7 +29,7 @@
 -- caller knows them) come last, from a position each script names.
 local OK, NOT_FOUND, EXPIRED, EXISTS, OUT_OF_RANGE, STALE, MERGED, CONFLICT, MISSING, WRONG_TYPE,
   PARENT_GONE, KEY_CHANGED, TREE_CHANGED, DAMAGED, TOO_LARGE, PRUNED, STAGE, VERSION, TURN_LOST,
-  TURN_BUSY = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19
+  TURN_BUSY, OVER_BUDGET = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20
 
 -- Writers seal what they add with the session's own data key, whose id is the meta field 'k'
 -- ('' or absent: cleartext). The reply that tells a writer whose key id k is not the
@@ -262,6 +263,33 @@ local function expect_refused(l, n, h, skip, expect)
     return nil
   end
   return {STALE, last and string.match(string.sub(last, skip + 1), '^{"id":"([^"]*)"') or ''}
+end
+
+-- Usage (meta fields ui, uo, ur of a session's or a child's meta hash: the input tokens,
+-- output tokens and requests of every message it was ever given). The reply that stops an
+-- append to a session whose usage (ui + uo, as read) has reached its budget (ub: the
+-- session's own, as read, else the store's, ARGV), or nil; a budget of 0 is none.
+local function budget_refused(ui, uo, ub, default)
+  local budget = tonumber(ub or default) or 0
+  if budget <= 0 then return nil end
+  local used = tonumber(ui or '0') + tonumber(uo or '0')
+  if used >= budget then return {OVER_BUDGET, used, budget} end
+  return nil
+end
+
+-- Add to the usage of meta hash KEYS[m] the tags in spent (a list of 'input:output:requests'),
+-- or the usage u (a table {input, output, requests}) when spent is nil.
+local function add_usage(m, spent, u)
+  if spent then
+    u = {0, 0, 0}
+    for _, tag in ipairs(spent) do
+      local a, b, c = string.match(tag, '^(%d+):(%d+):(%d+)$')
+      if a then u[1], u[2], u[3] = u[1] + tonumber(a), u[2] + tonumber(b), u[3] + tonumber(c) end
+    end
+  end
+  if u[1] > 0 then redis.call('HINCRBY', KEYS[m], 'ui', u[1]) end
+  if u[2] > 0 then redis.call('HINCRBY', KEYS[m], 'uo', u[2]) end
+  if u[3] > 0 then redis.call('HINCRBY', KEYS[m], 'ur', u[3]) end
 end
 
 -- Lifecycle events. A script that makes a change logs its event in the same step: the tree's

@@ -1,6 +1,6 @@
 -- append_child_message: append messages to a live, unmerged child only; trim to its max.
 -- KEYS: root child_meta child_msgs child_ids turn *members
--- ARGV: head parent_key child_key kid fence expect_last *messages
+-- ARGV: head parent_key child_key kid fence expect_last budget *messages
 -- OK: appended trimmed
 -- KEYS[1..7] the tree's root keys (the parent's; see the prelude)
 -- KEYS[8] child meta hash   KEYS[9] child msgs list   KEYS[10] child ids hash
@@ -10,17 +10,22 @@
 -- ARGV[7] key id the elements are sealed with ('' = cleartext); it must be the parent's
 -- ARGV[8] the parent's turn value the write is made through ('' = none)
 -- ARGV[9] the child's newest message expected ('' = none, '.' = empty, else its prefix)
--- ARGV[10 ..] message pairs: 8-byte id digest, stored element (digest .. JSON or sealed)
+-- ARGV[10] the store's usage budget in tokens (0 = none), which the child's own usage (meta
+--   fields ui, uo, ur: its messages' usage, added to the parent's when it is merged or
+--   discarded) is held to
+-- ARGV[11 ..] message pairs: tag (8-byte id digest, then the message's usage
+--   'input:output:requests' or nothing), stored element (digest .. JSON or sealed)
 -- Reply: {OK, number appended, number trimmed from the head} | {NOT_FOUND} | {PRUNED, merged_at} | {MERGED}
 --        | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type} | {TREE_CHANGED, ...} | {DAMAGED, ...}
---        | {TURN_LOST} | {STALE, the child's newest message's id}
+--        | {TURN_LOST} | {STALE, the child's newest message's id} | {OVER_BUDGET, usage, budget}
 -- Events: none. The parent's messages are untouched; its updated_at and index entry are
 -- refreshed and the tree kept alive, so a sub-agent at work keeps its parent alive. Ids in the
 -- child's id window (at least the id window, or its max messages when larger) are skipped.
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
   'hash'})
 if bad then return bad end
-local c = redis.call('HMGET', KEYS[8], 'parent', 'merged_at', 'max', 'g', 'h', 'n', 'mt', 'mx')
+local c = redis.call('HMGET', KEYS[8], 'parent', 'merged_at', 'max', 'g', 'h', 'n', 'mt', 'mx',
+  'ui', 'uo')
 local st = child_state(c, ARGV[5], ARGV[6])
 if st == MERGED then return {MERGED} end
 if st ~= OK then return st end
@@ -35,19 +40,22 @@ local extend_now = due(f[3], ttl, now)
 if extend_now and (f[4] or '0') ~= ARGV[3] then return tree_changed(f[4]) end
 local g, h, n = positions(c[4], c[5], c[6], 9)
 if not g then return h end
-local win, stop = open_window(10, c[6], 10, #ARGV, 2)
+local win, stop = open_window(10, c[6], 11, #ARGV, 2)
 if not win then return stop end
 
-local digests, elements = {}, {}
-for i = 10, #ARGV, 2 do
-  local d = ARGV[i]
+local digests, elements, spent = {}, {}, {}
+for i = 11, #ARGV, 2 do
+  local tag = ARGV[i]
+  local d = string.sub(tag, 1, 8)
   if not has(win, d) then
     digests[#digests + 1] = d
     elements[#elements + 1] = ARGV[i + 1]
+    if #tag > 8 then spent[#spent + 1] = string.sub(tag, 9) end
   end
 end
 if #digests == 0 then return {OK, 0, 0} end
 local refused = fence_refused(11, ARGV[8]) or expect_refused(9, n, h, 8, ARGV[9])
+  or budget_refused(c[9], c[10], nil, ARGV[10])
 if refused then return refused end
 local new_keys = {}  -- keys this call creates join the tree's deadline
 if n == h then new_keys[#new_keys + 1] = 9 end
@@ -63,6 +71,7 @@ end
 add(win, digests, math.max(tonumber(ARGV[4]), max))
 save_window(win)
 redis.call('HSET', KEYS[8], 'g', g, 'h', h, 'n', n)
+if #spent > 0 then add_usage(8, spent) end
 redis.call('HSET', KEYS[1], 'updated_at', us)
 redis.call('ZADD', KEYS[4], now, ARGV[5])
 if extend_now then extend(12, ttl, tonumber(ARGV[2]), now) else join_tree(f[3], new_keys) end

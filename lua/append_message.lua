@@ -1,7 +1,7 @@
 -- append_message: append messages, skip ids already appended, trim, keep the tree alive;
 -- set metadata entries along with them when at least one message is new.
 -- KEYS: root turn *members
--- ARGV: head max_messages session_key kid max_metadata_bytes fence expect_last #metadata *messages
+-- ARGV: head max_messages session_key kid max_metadata_bytes fence expect_last budget #metadata *messages
 -- OK: appended trimmed
 -- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] the session's turn key
 -- KEYS[9 ..] the tree's members
@@ -12,23 +12,27 @@
 -- ARGV[9] the turn's value the write is made through ('' = none: not fenced)
 -- ARGV[10] the newest message expected ('' = none, '.' = the session is empty, else the
 --   newest element's prefix '{"id":"<id>",')
--- ARGV[11] m = number of metadata arguments that follow (field/value pairs: 'm:' .. name,
---   value or 'e:' .. name, sealed value), ARGV[12 .. 11+m]
--- ARGV[12+m ..] message pairs: 8-byte id digest, stored element (JSON, or id prefix + sealed)
+-- ARGV[11] the store's usage budget in tokens (0 = none; the meta field 'ub', the session's
+--   own, comes first)
+-- ARGV[12] m = number of metadata arguments that follow (field/value pairs: 'm:' .. name,
+--   value or 'e:' .. name, sealed value), ARGV[13 .. 12+m]
+-- ARGV[13+m ..] message pairs: tag (8-byte id digest, then the message's usage
+--   'input:output:requests' or nothing), stored element (JSON, or id prefix + sealed)
 -- Reply: {OK, number appended, number trimmed from the head} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type}
 --        | {TREE_CHANGED, ...} | {DAMAGED, ...} | {TOO_LARGE, bytes, limit} | {VERSION, ...}
---        | {TURN_LOST} | {STALE, the newest message's id}
+--        | {TURN_LOST} | {STALE, the newest message's id} | {OVER_BUDGET, usage, budget}
 -- Events: none.
 -- A message whose id digest is in the session's id window is skipped, so a call retried after
 -- a lost reply stores nothing twice and still answers OK (before the turn and the expectation
--- are looked at: a retry of an applied write succeeds); when every message is skipped the
+-- are looked at: a retry of an applied write succeeds, as is the budget); when every message is skipped the
 -- metadata is not set either, so a retry cannot undo a later writer's entries. Every key's
 -- type is checked by the first command on it (redis.pcall), and nothing is written before every
 -- check passed; the first write (ZADD) is one that Redis refuses when it is out of memory.
 -- The hot path (one message, no metadata, a window that need not turn over) uses locals only:
 -- inside a script each Redis call and each Lua table or string built costs server time, so
--- fields are read only where needed (tg only when the deadline moves).
-local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n')
+-- fields are read only where needed (tg only when the deadline moves). The usage of the new
+-- messages is added to the session's (meta fields ui, uo, ur), which the budget is held to.
+local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n', 'ui', 'uo', 'ub')
 if failed(f) then return refusal(f, 1) end
 if not f[1] then return gone(1, 2, 3, 5) end
 if f[1] ~= SCHEMA then return {DAMAGED, 1, 'version', f[1]} end
@@ -43,12 +47,14 @@ if extend_now then
 end
 local g, h, n = positions(nil, f[4], f[5], 2, 1)
 if g == nil then return h end
-local m = tonumber(ARGV[11])
+local m = tonumber(ARGV[12])
 local size = tonumber(ARGV[4])
 
-local quick, d, bucket, w, old, count = m == 0 and #ARGV == 13 and f[5] and true
+local quick, d, bucket, w, old, count = m == 0 and #ARGV == 14 and f[5] and true
+local spent  -- the new messages' usage tags
 if quick then  -- one message: its bucket and the window's state, in one HMGET
-  d = ARGV[12]
+  d = ARGV[13]
+  if #d > 8 then spent, d = {string.sub(d, 9)}, string.sub(d, 1, 8) end
   bucket = string.char(128 + string.byte(d, 1) % 128)
   local got = redis.pcall('HMGET', KEYS[3], 'w', bucket)
   if failed(got) then return refusal(got, 3) end
@@ -61,25 +67,29 @@ end
 local win, digests, elements, mb
 if not quick then
   local stop
-  win, stop = open_window(3, f[5], 12 + m, #ARGV, 2)
+  win, stop = open_window(3, f[5], 13 + m, #ARGV, 2)
   if not win then return stop end
-  digests, elements = {}, {}
-  for i = 12 + m, #ARGV, 2 do
-    if not has(win, ARGV[i]) then
-      digests[#digests + 1] = ARGV[i]
+  digests, elements, spent = {}, {}, {}
+  for i = 13 + m, #ARGV, 2 do
+    local tag = ARGV[i]
+    local digest = string.sub(tag, 1, 8)
+    if not has(win, digest) then
+      digests[#digests + 1] = digest
       elements[#elements + 1] = ARGV[i + 1]
+      if #tag > 8 then spent[#spent + 1] = string.sub(tag, 9) end
     end
   end
   if #digests == 0 then return {OK, 0, 0} end
   if m > 0 then
-    mb = metadata_after(KEYS[1], redis.call('HGET', KEYS[1], 'mb'), 12, 11 + m, 1, 0)
+    mb = metadata_after(KEYS[1], redis.call('HGET', KEYS[1], 'mb'), 13, 12 + m, 1, 0)
     local limit = tonumber(ARGV[8])
     if limit > 0 and mb > limit then return {TOO_LARGE, mb, limit} end
-    local older = version_refused(KEYS[1], 12, 11 + m)
+    local older = version_refused(KEYS[1], 13, 12 + m)
     if older then return older end
   end
 end
 local refused = fence_refused(8, ARGV[9]) or expect_refused(2, n, h, 0, ARGV[10])
+  or budget_refused(f[6], f[7], f[8], ARGV[11])
 if refused then return refused end
 
 local z = redis.pcall('ZADD', KEYS[4], now, ARGV[6])
@@ -87,7 +97,7 @@ if failed(z) then return refusal(z, 4) end
 local created = n == h  -- the list is made anew: it joins the tree's deadline
 local added
 if quick then
-  redis.call('RPUSH', KEYS[2], ARGV[13])
+  redis.call('RPUSH', KEYS[2], ARGV[14])
   local c = count_of(old) + 1
   redis.call('HSET', KEYS[3], 'w', count + 1, bucket,
     string.char(math.floor(c / 65536), math.floor(c / 256) % 256, c % 256) .. d .. string.sub(old, 4))
@@ -116,8 +126,9 @@ else
 end
 if mb then
   redis.call('HSET', KEYS[1], 'mb', mb)
-  hcall_from('HSET', KEYS[1], 12, 11 + m)
+  hcall_from('HSET', KEYS[1], 13, 12 + m)
 end
+if spent and #spent > 0 then add_usage(1, spent) end
 if extend_now then
   extend(9, ttl, tonumber(ARGV[2]), now)
 elseif created then

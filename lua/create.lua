@@ -15,8 +15,10 @@
 -- ARGV[13] schema version   ARGV[14] key id the session is sealed with ('' = cleartext)
 -- ARGV[15] n = number of meta field/value pairs that follow, ARGV[16 .. 15+2n]
 -- ARGV[16+2n] s = the history's length when it is staged in KEYS[8] (stage_push), else 0
--- ARGV[17+2n ..] message pairs: 8-byte id digest, message JSON (distinct digests); with a
---   staged history, only the digests of its newest messages (the id window's), no JSON
+-- ARGV[17+2n ..] message pairs: tag (8-byte id digest, then the message's usage or nothing:
+--   the caller sums the history's usage into the meta fields ui, uo, ur), message JSON
+--   (distinct digests); with a staged history, only the tags of its newest messages (the id
+--   window's), no JSON
 -- Reply: {OK, created_at_us, 1 if the index key was created by this call else 0, the create
 --        event's id ('' with no log, or for a retry of this call), the number of index
 --        entries whose tree is due to have expired (the store reaps them: reap_expired), the
@@ -70,12 +72,12 @@ hcall_from('HSET', KEYS[1], 16, 15 + 2 * n)
 local win = {key = 3, count = 0, dirty = {}}
 local digests, elements = {}, {}
 if staged > 0 then
-  for i = 17 + 2 * n, #ARGV do digests[#digests + 1] = ARGV[i] end
+  for i = 17 + 2 * n, #ARGV do digests[#digests + 1] = string.sub(ARGV[i], 1, 8) end
   redis.call('RENAME', KEYS[8], KEYS[2])
   redis.call('PERSIST', KEYS[2])  -- the staging list's TTL: the tree's deadline follows
 else
   for i = 17 + 2 * n, #ARGV, 2 do
-    digests[#digests + 1] = ARGV[i]
+    digests[#digests + 1] = string.sub(ARGV[i], 1, 8)
     elements[#elements + 1] = ARGV[i + 1]
   end
   push_all(KEYS[2], elements)

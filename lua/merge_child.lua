@@ -24,7 +24,8 @@
 --        | {STAGE, n} (the child holds n messages, too many for one call: merge_stage)
 -- Events: 'merge', only when this call merged. A retry of this very call (its token digest in
 -- the parent's id window) answers OK again; any other second merge gets MERGED. Inherited
--- messages and messages whose ids the parent's window holds are not appended again.
+-- messages and messages whose ids the parent's window holds are not appended again. The
+-- child's usage (meta fields ui, uo, ur) is added to the parent's.
 -- Only a caller that knows the tree's members prunes, or moves the tree's deadline. With
 -- 'staged', KEYS[11] holds the parent's messages up to ARGV[21], then the child's (merge_stage
 -- built it under this call's lease); the parent's messages appended since go after them and
@@ -101,6 +102,8 @@ end
 
 local added = #elements
 redis.call('HSET', KEYS[8], 'merged_at', us)
+local cu = redis.call('HMGET', KEYS[8], 'ui', 'uo', 'ur')  -- the sub-agent's spend is its parent's
+add_usage(1, nil, {tonumber(cu[1] or '0'), tonumber(cu[2] or '0'), tonumber(cu[3] or '0')})
 if mode == 'staged' then
   push_all(KEYS[11], redis.call('LRANGE', KEYS[2], math.max(tonumber(ARGV[21]), h) - h, -1))
   redis.call('RENAME', KEYS[11], KEYS[2])

@@ -48,6 +48,7 @@ from .errors import (
     TurnBusy,
     TurnLost,
     UnknownOption,
+    UsageLimitExceeded,
     WrongPassphrase,
 )
 from .events import LifecycleHook
@@ -63,6 +64,7 @@ from .models import (
     SessionLifecycleEvent,
     SessionSummary,
     ToolCall,
+    Usage,
 )
 from .options import StoreOptions
 from .protocols import AsyncChildSessionStore, AsyncStore, ChildSessionStore, Store
@@ -126,6 +128,8 @@ __all__ = [
     "TurnBusy",
     "TurnLost",
     "UnknownOption",
+    "Usage",
+    "UsageLimitExceeded",
     "WrongPassphrase",
     "run_context_from_context",
     "session_key_from_context",

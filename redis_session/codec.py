@@ -53,6 +53,7 @@ from .models import (
     Session,
     SessionSummary,
     ToolCall,
+    Usage,
 )
 
 log = logging.getLogger("redis_session")
@@ -127,7 +128,11 @@ def message_digest(message_id: str) -> bytes:
 
 _MESSAGE_SERIALIZER = Message.__pydantic_serializer__
 _MESSAGE_FIELDS = tuple(Message.model_fields)
-_MESSAGE_SHAPE = (str, MessageRole, str, datetime, tuple, str)
+_MESSAGE_SHAPES = frozenset(
+    (str, tokens, MessageRole, str, datetime, tuple, str, usage)
+    for tokens in (int, type(None))
+    for usage in (Usage, type(None))
+)
 _UTC_Z = orjson.OPT_UTC_Z
 _ZERO = timedelta(0)
 _ID = re.compile(MESSAGE_ID_PATTERN)
@@ -165,8 +170,12 @@ def stored_form(msg: Message, argument: str = "msg") -> tuple[bytes, bool]:
 def _encoded(msg: Message, argument: str) -> bytes:
     fields = msg.__dict__
     calls = fields["tool_calls"]
+    tokens = fields["tokens"]
     if not calls or all(map(_unsigned, calls)):
-        out = {"id": fields["id"], "role": fields["role"]}
+        out = {"id": fields["id"]}
+        if tokens is not None:
+            out["tokens"] = tokens
+        out["role"] = fields["role"]
         if fields["content"]:
             out["content"] = fields["content"]
         out["timestamp"] = fields["timestamp"]
@@ -174,6 +183,9 @@ def _encoded(msg: Message, argument: str) -> bytes:
             out["tool_calls"] = [_call_fields(call.__dict__) for call in calls]
         if fields["author"]:
             out["author"] = fields["author"]
+        usage = fields["usage"]
+        if usage is not None:
+            out["usage"] = {name: n for name, n in usage.__dict__.items() if n}
         try:
             return orjson.dumps(out, option=_UTC_Z)
         except orjson.JSONEncodeError:
@@ -191,7 +203,7 @@ def _stored_as_is(msg: Message) -> bool:
     fields = msg.__dict__
     return not (
         type(msg) is not Message  # a subclass: its Message fields, validated, are stored
-        or tuple(map(type, fields.values())) != _MESSAGE_SHAPE
+        or tuple(map(type, fields.values())) not in _MESSAGE_SHAPES
         or tuple(fields) != _MESSAGE_FIELDS
         or fields["timestamp"].utcoffset() != _ZERO  # naive, or not UTC: normalise
         or not _ID.fullmatch(fields["id"])
@@ -216,6 +228,13 @@ def twin_of(msg: Message) -> Message:
     values = dict(msg.__dict__)
     values["timestamp"] = values["timestamp"].astimezone(READ_TZ).replace(fold=0)  # as decoded
     named = {"id", "role", "timestamp"}
+    if values["tokens"] is not None:
+        named.add("tokens")
+    if values["usage"] is not None:
+        named.add("usage")
+        values["usage"] = _constructed(
+            Usage, dict(values["usage"].__dict__), _named(values["usage"])
+        )
     if values["content"]:
         named.add("content")
     if values["author"]:
@@ -224,6 +243,11 @@ def twin_of(msg: Message) -> Message:
         named.add("tool_calls")
         values["tool_calls"] = tuple(map(_call_twin, values["tool_calls"]))
     return _constructed(Message, values, named)
+
+
+def _named(usage: Usage) -> set[str]:
+    """The fields a stored usage names: those not 0."""
+    return {name for name, n in usage.__dict__.items() if n}
 
 
 def _call_twin(call: ToolCall) -> ToolCall:
@@ -309,9 +333,19 @@ def check_size(body: bytes, limit: int, argument: str) -> bytes:
     return body
 
 
+def usage_tag(usage: Usage | None) -> bytes:
+    """What follows a message's digest in a script's ARGV: its usage as ``input:output:requests``
+    (ASCII), or nothing (no usage). The scripts that append add it to the session's.
+    """
+    if usage is None:
+        return b""
+    return b"%d:%d:%d" % (usage.input_tokens, usage.output_tokens, usage.requests)
+
+
 def message_args(messages: Sequence[Message], argument: str, limit: int = 0) -> list[bytes]:
-    """Digest/JSON pairs for a script's ARGV; duplicate ids in one call are refused, and so is
-    a message longer than ``limit`` bytes as stored (0 = no limit). See :func:`seal_pairs`.
+    """Tag/JSON pairs for a script's ARGV (a tag: the 8-byte id digest, then the message's
+    :func:`usage_tag`); duplicate ids in one call are refused, and so is a message longer than
+    ``limit`` bytes as stored (0 = no limit). See :func:`seal_pairs`.
     """
     out: list[bytes] = []
     seen: set[str] = set()
@@ -324,7 +358,8 @@ def message_args(messages: Sequence[Message], argument: str, limit: int = 0) -> 
             raise InvalidArgument(f"{argument}[{i}]", f"message id {msg.id!r} appears twice")
         seen.add(msg.id)
         where = f"{argument}[{i}]"
-        out += (message_digest(msg.id), check_size(encode_message(msg, where), limit, where))
+        body = encode_message(msg, where)
+        out += (message_digest(msg.id) + usage_tag(msg.usage), check_size(body, limit, where))
     return out
 
 
@@ -534,10 +569,39 @@ def meta_args(session: Session, sealer: Sealer | None = None) -> list[bytes]:
     if session.branch_of:  # cleartext, as the key is (a sealed session's ids are too)
         out += (b"bo", text_arg(session.branch_of, "session.branch_of"))
         out += (b"ba", text_arg(session.branch_at, "session.branch_at"))
+    usage = sum((m.usage for m in session.history if m.usage is not None), Usage())
+    if usage.input_tokens or usage.output_tokens or usage.requests:  # what its history cost
+        out += usage_fields(usage)
+    if session.max_usage_tokens is not None:
+        out += (b"ub", b"%d" % session.max_usage_tokens)
     return (
         out
         + scalar_args(session, skip_empty=False, sealer=sealer)
         + metadata_args(session.metadata, sealer=sealer)
+    )
+
+
+def usage_fields(usage: Usage) -> list[bytes]:
+    """The meta hash's usage fields (``ui``, ``uo``, ``ur``: the sums a session's scripts keep)
+    holding ``usage``.
+    """
+    return [
+        b"ui", b"%d" % usage.input_tokens,
+        b"uo", b"%d" % usage.output_tokens,
+        b"ur", b"%d" % usage.requests,
+    ]  # fmt: skip
+
+
+def decode_usage(key: str, get: Callable[[bytes], bytes | None]) -> Usage:
+    """A session's usage from its meta hash's fields (absent: 0)."""
+    try:
+        values = [int(get(f) or b"0") for f in (b"ui", b"uo", b"ur")]
+    except ValueError:
+        raise CorruptData(key, "its usage fields are not whole numbers") from None
+    if min(values) < 0:
+        raise CorruptData(key, "its usage fields are negative")
+    return Usage.model_construct(
+        None, input_tokens=values[0], output_tokens=values[1], requests=values[2]
     )
 
 
@@ -615,7 +679,8 @@ def raw_fields(key: str, meta: Mapping[bytes, bytes] | Sequence[bytes]) -> dict[
 _BYTES_ONLY = frozenset({bytes})
 _NOT_METADATA = frozenset(
     (*_SCALAR_NAMES, b"v", b"key", b"created_at", b"updated_at", b"token", b"g", b"h", b"n",
-     b"x", b"tg", b"mb", b"k", b"dk", b"kc", b"ended_at", b"ct", b"bo", b"ba")
+     b"x", b"tg", b"mb", b"k", b"dk", b"kc", b"ended_at", b"ct", b"bo", b"ba", b"ui", b"uo",
+     b"ur", b"ub")
 )  # fmt: skip
 """Fields of a session's meta hash that are not metadata entries (``m:`` / ``e:`` fields; any
 other field is looked at for its prefix as well)."""
@@ -678,8 +743,20 @@ def decode_session(
         "updated_at": _stamp(key, get(b"updated_at"), "updated_at"),
         "branch_of": "",
         "branch_at": "",
+        "usage": decode_usage(key, get),
+        "max_usage_tokens": None,
     }
     fields_set = set(_SESSION_FIELDS)  # as a model built without what it lacks
+    if get(b"ui") is None and get(b"uo") is None and get(b"ur") is None:
+        fields_set.discard("usage")  # nothing spent: the default
+    budget = get(b"ub")
+    if budget is None:
+        fields_set.discard("max_usage_tokens")
+    else:
+        try:
+            values["max_usage_tokens"] = int(budget)
+        except ValueError:
+            raise CorruptData(key, "its max_usage_tokens is not a whole number") from None
     branch_of = get(b"bo")
     if branch_of is None:
         fields_set -= _BRANCH_FIELDS
@@ -807,10 +884,12 @@ def encode_config(config: ChildSessionConfig) -> bytes:
 
 
 def child_elements(pairs: list[bytes]) -> list[bytes]:
-    """Digest/element pairs for a child script: a child's list element is digest + element."""
+    """Tag/element pairs for a child script: a child's list element is digest + element (the
+    tag's first 8 bytes).
+    """
     out = list(pairs)
     for i in range(0, len(out), 2):
-        out[i + 1] = out[i] + out[i + 1]
+        out[i + 1] = out[i][:8] + out[i + 1]
     return out
 
 

@@ -216,6 +216,13 @@ class Stale(NamedTuple):
     newest: bytes | None
 
 
+class OverBudget(NamedTuple):
+    """``OVER_BUDGET``: the session's usage, ``usage`` tokens, has reached its ``budget``."""
+
+    usage: int
+    budget: int
+
+
 class TurnHeld(NamedTuple):
     """``TURN_BUSY``: another claim holds the session's turn for ``pttl`` ms more."""
 
@@ -537,7 +544,8 @@ class Appended(NamedTuple):
 
 @_contract(
     "root turn *members",
-    "head max_messages session_key kid max_metadata_bytes fence expect_last #metadata *messages",
+    "head max_messages session_key kid max_metadata_bytes fence expect_last budget #metadata "
+    "*messages",
     Appended,
 )
 def append_message(
@@ -552,13 +560,14 @@ def append_message(
     max_metadata_bytes: int,
     fence: str,
     expect_last: bytes,
+    budget: int,
     metadata: Sequence[bytes],
     messages: Sequence[bytes],
 ) -> ScriptCall:
     """``fence``: the turn's value the write is made through (``''``: none); ``expect_last``:
     ``b''`` (no expectation), ``b'.'`` (the session is empty) or the newest element's id
-    prefix; ``metadata``: field/value pairs (counted in arguments); ``messages``:
-    digest/element pairs.
+    prefix; ``budget``: the store's usage budget (0: none); ``metadata``: field/value pairs
+    (counted in arguments); ``messages``: tag/element pairs (``codec.message_args``).
     """
     return ScriptCall(
         "append_message",
@@ -571,6 +580,7 @@ def append_message(
             max_metadata_bytes,
             fence,
             expect_last,
+            budget,
             len(metadata),
             *metadata,
             *messages,
@@ -860,7 +870,7 @@ def copy_range(
 
 @_contract(
     "root child_meta child_msgs child_ids turn *members",
-    "head parent_key child_key kid fence expect_last *messages",
+    "head parent_key child_key kid fence expect_last budget *messages",
     Appended,
 )
 def append_child_message(
@@ -877,13 +887,14 @@ def append_child_message(
     kid: bytes,
     fence: str,
     expect_last: bytes,
+    budget: int,
     messages: Sequence[bytes],
 ) -> ScriptCall:
-    """``fence``, ``expect_last``: as :func:`append_message`'s (the parent's turn, the
-    child's newest message); ``messages``: digest/element pairs, each element the digest +
-    the stored message.
+    """``fence``, ``expect_last``, ``budget``: as :func:`append_message`'s (the parent's turn,
+    the child's newest message, the store's usage budget); ``messages``: tag/element pairs,
+    each element the digest + the stored message.
     """
-    args: list[Arg] = [*head, parent_key, child_key, kid, fence, expect_last, *messages]
+    args: list[Arg] = [*head, parent_key, child_key, kid, fence, expect_last, budget, *messages]
     return ScriptCall(
         "append_child_message", [*root, child_meta, child_msgs, child_ids, turn, *members], args
     )

@@ -160,6 +160,22 @@ class TurnBusy(SessionError):
         )
 
 
+class UsageLimitExceeded(SessionError):
+    """An append to a session whose usage has reached its budget: nothing was written.
+    ``usage``: the session's usage in tokens (input + output); ``budget``: its
+    ``max_usage_tokens`` (the session's own, else the store's).
+    """
+
+    def __init__(self, key: str, usage: int, budget: int) -> None:
+        self.key = key
+        self.usage = usage
+        self.budget = budget
+        super().__init__(
+            f"session {key!r}: its usage, {usage:,} tokens, has reached its budget "
+            f"max_usage_tokens={budget:,}: nothing was appended"
+        )
+
+
 class EventsLost(SessionError):
     """Events a listener asked for are gone from the log: trimmed past its cursor (the log
     keeps ``event_log_max`` events), or the log stream was removed (evicted, deleted) after

@@ -32,6 +32,7 @@ __all__ = [
     "SessionLifecycleEvent",
     "SessionSummary",
     "ToolCall",
+    "Usage",
     "new_message_id",
     "utcnow",
 ]
@@ -39,6 +40,10 @@ __all__ = [
 #: What a message id may hold: printable ASCII without space, quote or backslash, 1-128 chars,
 #: so its JSON form is the id itself between quotes (the Lua scripts match on it).
 MESSAGE_ID_PATTERN = r"^[!#-\[\]-~]{1,128}$"
+
+#: The largest token count or usage figure a message may carry (2^40: a script's sums of them
+#: stay exact in Lua's numbers and in a double).
+MAX_TOKENS = 2**40
 
 
 def utcnow() -> datetime:
@@ -157,6 +162,38 @@ class ToolCall(_Model):
     """An opaque provider signature of the reasoning; base64 in JSON."""
 
 
+class Usage(_Model):
+    """What the model call that produced a message cost. Immutable; ``a + b`` adds two.
+
+    ``Session.usage`` sums it over every message a session was ever given (trimming, compaction
+    and rewind do not lower it; a merge adds a child's to its parent's), and a session's usage
+    budget (``max_usage_tokens``) counts :attr:`total_tokens`.
+    """
+
+    model_config = _FROZEN
+
+    input_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS)
+    """Tokens the model read (the prompt)."""
+    output_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS)
+    """Tokens the model wrote."""
+    requests: int = Field(default=0, ge=0, le=MAX_TOKENS)
+    """Model requests made."""
+
+    @property
+    def total_tokens(self) -> int:
+        """``input_tokens + output_tokens``: what a usage budget counts."""
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            requests=self.requests + other.requests,
+        )
+
+
 class Message(_Model):
     """One message of a conversation.
 
@@ -172,6 +209,9 @@ class Message(_Model):
 
     id: str = Field(default_factory=new_message_id, pattern=MESSAGE_ID_PATTERN)
     """Idempotency id; printable ASCII without space, quote or backslash, at most 128 chars."""
+    tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    """The message's size in the model's context, as the caller's tokenizer counts it (None:
+    not counted). Stored and read back with the message."""
     role: MessageRole
     """Who said it; plain strings such as ``"user"`` are accepted."""
     content: str = ""
@@ -182,6 +222,9 @@ class Message(_Model):
     """Tool invocations carried by this message (a list is accepted and stored as a tuple)."""
     author: str = ""
     """The agent that wrote it, in multi-agent routing."""
+    usage: Usage | None = None
+    """What the model call that produced this message cost (None: nothing, or not known).
+    Added to the session's :attr:`Session.usage` when the message is appended."""
 
 
 class Session(_Model):
@@ -211,6 +254,15 @@ class Session(_Model):
     leaves it as it is."""
     branch_at: str = ""
     """The id of the last message the branch took from ``branch_of`` (``""``: it took none)."""
+    usage: Usage = Field(default_factory=Usage)
+    """The sum of the usage of every message the session was ever given (kept by the store in
+    the script of each append: trimming, compaction, pop and rewind do not lower it; a merged
+    child's is added to its parent's; a branch starts from that of the messages it holds).
+    ``create`` sums its history's; ``update`` ignores it."""
+    max_usage_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    """The session's usage budget in tokens (:attr:`Usage.total_tokens`): an append to a session
+    whose usage has reached it raises ``UsageLimitExceeded``. None: the store's
+    ``max_usage_tokens``; 0: no budget. Set by ``create`` (``update`` leaves it as it is)."""
 
 
 class SessionSummary(_Model):

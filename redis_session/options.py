@@ -18,6 +18,7 @@ from ._core.cache import DEFAULT_READ_CACHE_BYTES
 from .crypto import DEFAULT_WORK, Passphrase, check_work
 from .errors import InvalidArgument, UnknownOption
 from .keys import KeySchema
+from .models import MAX_TOKENS
 
 DEFAULT_EXPIRED_GRACE = timedelta(days=1)
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -81,6 +82,10 @@ class StoreOptions:
     """log2 of scrypt's n for the passphrase's key."""
     read_cache_bytes: int = DEFAULT_READ_CACHE_BYTES
     """The bound of the read cache, in bytes of messages as stored (0: off)."""
+    max_usage_tokens: int = 0
+    """Every session's usage budget in tokens, where its own ``Session.max_usage_tokens`` is
+    None (0: no budget): an append to a session whose usage (input + output tokens) has
+    reached it raises ``UsageLimitExceeded``, nothing written."""
     trace_session_keys: str = "hashed"
     """How a session key goes on OpenTelemetry spans: ``"hashed"`` (a BLAKE2b-64 digest),
     ``"plain"`` or ``"off"`` (see docs/observability.md)."""
@@ -115,6 +120,9 @@ class StoreOptions:
             "event_log_max",
         ):
             non_negative_int(getattr(self, name), name)
+        non_negative_int(self.max_usage_tokens, "max_usage_tokens")
+        if self.max_usage_tokens > MAX_TOKENS:
+            raise InvalidArgument("max_usage_tokens", "must be at most 2**40")
         if self.dedup_window < MIN_DEDUP_WINDOW:
             raise InvalidArgument(
                 "dedup_window", f"must be >= {MIN_DEDUP_WINDOW}, got {self.dedup_window}"

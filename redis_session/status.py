@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 from .contracts import (
     Damaged,
     OutOfRange,
+    OverBudget,
     ParentGone,
     Pruned,
     Stale,
@@ -34,6 +35,7 @@ from .errors import (
     SessionNotFound,
     StaleExpectation,
     TurnLost,
+    UsageLimitExceeded,
 )
 
 
@@ -60,6 +62,7 @@ class Status(IntEnum):
     VERSION = 17
     TURN_LOST = 18
     TURN_BUSY = 19
+    OVER_BUDGET = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,9 @@ def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
             )
         case Status.TURN_LOST:
             raise TurnLost(ctx.key, ctx.token)
+        case Status.OVER_BUDGET:
+            over = parsed(OverBudget, reply)
+            raise UsageLimitExceeded(ctx.key, int(over.usage), int(over.budget))
         case Status.MERGED:
             raise ChildAlreadyMerged(ctx.key)
         case Status.CONFLICT:

@@ -253,6 +253,7 @@ class Children:
                 kid=self._kid(sealer),
                 fence=fence.value,
                 expect_last=expect,
+                budget=self.options.max_usage_tokens,
                 messages=codec.child_elements(sealed),
             )
 

@@ -430,11 +430,12 @@ class Sessions:
             msg = message_arg(msg)
         key = check_key(key)
         expect = b"" if expect_last_id is None else expect_last(expect_last_id)
+        o = self.options
         body, ready = codec.stored_form(msg)
-        pair = [
-            codec.message_digest(msg.id),
-            codec.check_size(body, self.options.max_message_bytes, "msg"),
-        ]
+        tag = codec.message_digest(msg.id)
+        if msg.usage is not None:
+            tag += codec.usage_tag(msg.usage)
+        pair = [tag, codec.check_size(body, o.max_message_bytes, "msg")]
         twin = None  # the hot path's one message: _twins's work, without its loop
         if ready and self.keyring.passphrase is None:
             twin = self.reader.twin(key, body, msg)
@@ -494,6 +495,7 @@ class Sessions:
                 max_metadata_bytes=o.max_metadata_bytes,
                 fence=fence.value,
                 expect_last=expect,
+                budget=o.max_usage_tokens,
                 metadata=() if meta is None else meta(sealer),
                 messages=pairs
                 if sealer is None

@@ -38,7 +38,8 @@ static PyObject *tz;         /* the tzinfo of a decoded timestamp */
 static PyObject *set_cls;    /* the class of the shared fields sets (see fields_set) */
 static PyObject *msg_dict;   /* Message.__dict__ template: the fields in order */
 static PyObject *call_dict;  /* ToolCall.__dict__ template */
-static PyObject *s_id, *s_role, *s_content, *s_timestamp, *s_tool_calls, *s_author;
+static PyObject *s_id, *s_role, *s_content, *s_timestamp, *s_tool_calls, *s_author, *s_tokens,
+    *s_usage;
 static PyObject *s_name, *s_input, *s_output, *s_thought;
 static PyObject *s_fields_set, *s_extra, *s_private;
 /* The offsets of BaseModel's slots __pydantic_fields_set__, __pydantic_extra__ and
@@ -47,7 +48,7 @@ static PyObject *s_fields_set, *s_extra, *s_private;
 static Py_ssize_t msg_slots[3] = {-1, -1, -1}, call_slots[3] = {-1, -1, -1};
 /* The fields sets a Message and a ToolCall may have, by the bit mask of their fields, shared
  * (see fields_set): made when first needed, dropped by configure(). */
-#define FIELD_BITS 6
+#define FIELD_BITS 7
 static PyObject *msg_sets[1 << FIELD_BITS], *call_sets[1 << FIELD_BITS];
 
 #define OK 1
@@ -377,6 +378,27 @@ done:
     return status;
 }
 
+/* A token count at the cursor (a JSON integer, 0 to 2^40 as Message.tokens allows, without a
+ * sign, a leading zero, a fraction or an exponent) as a new int; OTHER for anything else,
+ * which validation accepts or refuses. */
+#define MAX_TOKENS 1099511627776LL
+static int count(Cursor *c, PyObject **out) {
+    const char *p = c->p;
+    long long v = 0;
+    int n = 0;
+    while (p < c->end && *p >= '0' && *p <= '9' && n < 14) {
+        v = v * 10 + (*p - '0');
+        p++;
+        n++;
+    }
+    if (n == 0 || n > 13 || (n > 1 && c->p[0] == '0') || v > MAX_TOKENS) return OTHER;
+    if (p < c->end && (*p == '.' || *p == 'e' || *p == 'E')) return OTHER;
+    *out = PyLong_FromLongLong(v);
+    if (*out == NULL) return ERROR;
+    c->p = p;
+    return OK;
+}
+
 /* One stored element (the n bytes at p) as a new Message (OK), OTHER, or ERROR with an
  * exception set. */
 static int message_at(const char *p, Py_ssize_t n, PyObject **out) {
@@ -388,6 +410,10 @@ static int message_at(const char *p, Py_ssize_t n, PyObject **out) {
     if (dict == NULL) return ERROR;
     EXPECT(c, "{\"id\":");
     STRING_FIELD(dict, &mask, 1, s_id);
+    if (LIT(c, ",\"tokens\":")) {
+        STEP(count(c, &value));
+        STEP(field(dict, &mask, 64, s_tokens, value));
+    }
     EXPECT(c, ",\"role\":");
     STEP(string(c, &role));
     PyObject *member = PyDict_GetItemWithError(roles, role);
@@ -405,10 +431,10 @@ static int message_at(const char *p, Py_ssize_t n, PyObject **out) {
         STEP(field(dict, &mask, 16, s_tool_calls, value));
     }
     if (LIT(c, ",\"author\":")) STRING_FIELD(dict, &mask, 32, s_author);
-    EXPECT(c, "}");
+    EXPECT(c, "}"); /* a message with usage (",\"usage\":{...}") is left to validation */
     if (c->p != c->end) OTHERWISE;
     PyObject *const names[FIELD_BITS] = {s_id, s_role, s_content, s_timestamp, s_tool_calls,
-                                         s_author};
+                                         s_author, s_tokens};
     fields = fields_set(msg_sets, names, mask);
     if (fields == NULL) {
         status = ERROR;
@@ -522,11 +548,12 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     if (slot_offsets(m, slot_names, new_msg_slots) < 0 ||
         slot_offsets(t, slot_names, new_call_slots) < 0)
         return NULL;
-    PyObject *const message_names[] = {s_id, s_role, s_content, s_timestamp, s_tool_calls, s_author};
+    PyObject *const message_names[] = {s_id,           s_tokens, s_role,  s_content,
+                                       s_timestamp,    s_tool_calls, s_author, s_usage};
     PyObject *const call_names[] = {s_id, s_name, s_input, s_output, s_thought,
                                     PyUnicode_InternFromString("thought_signature")};
     if (call_names[5] == NULL) return NULL;
-    PyObject *new_msg = template(message_names, 6, md), *new_call = template(call_names, 6, cd);
+    PyObject *new_msg = template(message_names, 8, md), *new_call = template(call_names, 6, cd);
     Py_DECREF(call_names[5]);
     if (new_msg == NULL || new_call == NULL) {
         Py_XDECREF(new_msg);
@@ -573,6 +600,8 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(s_timestamp, "timestamp");
     INTERN(s_tool_calls, "tool_calls");
     INTERN(s_author, "author");
+    INTERN(s_tokens, "tokens");
+    INTERN(s_usage, "usage");
     INTERN(s_name, "name");
     INTERN(s_input, "input");
     INTERN(s_output, "output");

@@ -220,11 +220,14 @@ SAMPLES: tuple[bytes, ...] = (
     b'{"id":"b2","role":"assistant","timestamp":"2026-01-02T03:04:05Z","tool_calls":'
     b'[{"id":"c1","name":"f","input":"{}","output":"ok","thought":true},'
     b'{"id":"c2","name":"g","input":"[1]"}],"author":"x"}',
-    b'{"id":"c3","role":"tool","content":"\xc3\xa9\xe2\x82\xac","timestamp":"1999-12-31T23:59:59.000001Z"}',
+    b'{"id":"c3","tokens":7,"role":"tool","content":"\xc3\xa9\xe2\x82\xac",'
+    b'"timestamp":"1999-12-31T23:59:59.000001Z"}',
+    b'{"id":"e5","tokens":0,"role":"user","timestamp":"2026-01-02T03:04:05Z"}',
     b'{"id":"d4","role":"model","timestamp":"2026-01-02T03:04:05.500000Z","tool_calls":'
     b'[{"id":"c1","name":"f","input":""}]}',
 )
-"""Stored messages in the encoder's own form (``codec.encode_message``), every shape of it."""
+"""Stored messages in the encoder's own form (``codec.encode_message``), every shape of it the
+C decoder builds (a message with ``usage`` it leaves to validation)."""
 FOREIGN = b'{"role":"user","id":"x","timestamp":"2026-01-02T03:04:05Z"}'
 """A message in another writer's form: the C decoder leaves it to validation."""
 

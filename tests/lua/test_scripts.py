@@ -205,7 +205,7 @@ def test_a_retried_append_script_stores_nothing_twice(backend: Backend) -> None:
     call = contracts.append_message(
         root=_root_keys(backend, "r"), turn=backend.schema.session("r").turn,
         head=HEAD, max_messages=0, session_key="r", kid=b"", max_metadata_bytes=0,
-        fence="", expect_last=b"", metadata=(),
+        fence="", expect_last=b"", budget=0, metadata=(),
         messages=message_args([Message(role="user", content="x")], "m"),
     )  # fmt: skip
     assert _send(backend, call) == [0, 1, 0]  # OK, appended, trimmed

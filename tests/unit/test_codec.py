@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from redis_session import CorruptData, InvalidArgument, Message, MessageRole, Session, ToolCall
+from redis_session import (
+    CorruptData,
+    InvalidArgument,
+    Message,
+    MessageRole,
+    Session,
+    ToolCall,
+    Usage,
+)
 from redis_session.codec import (
     decode_messages,
     decode_session,
@@ -177,7 +185,8 @@ def test_decoded_messages_are_plain_messages_with_utc_timestamps() -> None:
     (back,) = decode_messages("k", [encode_message(m)])
     assert type(back) is Message and type(back.tool_calls[0]) is ToolCall
     assert back == m and back.timestamp.utcoffset() == timedelta(0)
-    assert back.model_fields_set == set(Message.model_fields) - {"author"}  # stored: not default
+    stored = set(Message.model_fields) - {"author", "tokens", "usage"}  # not at their default
+    assert back.model_fields_set == stored
     assert b'"author"' not in encode_message(m) and b'"output"' not in encode_message(m)
 
 
@@ -198,7 +207,16 @@ tool_calls = st.lists(
 )
 
 
-@given(ids, st.sampled_from(list(MessageRole)), st.text(), st.text(), any_time, tool_calls)
+counts = st.none() | st.integers(0, 2**40)
+usages = st.none() | st.builds(
+    Usage, input_tokens=st.integers(0, 2**40), requests=st.integers(0, 9)
+)
+
+
+@given(
+    ids, st.sampled_from(list(MessageRole)), st.text(), st.text(), any_time, tool_calls, counts,
+    usages,
+)  # fmt: skip
 def test_the_fast_encoder_writes_what_the_model_serializer_writes(
     message_id: str,
     role: MessageRole,
@@ -206,13 +224,16 @@ def test_the_fast_encoder_writes_what_the_model_serializer_writes(
     author: str,
     ts: datetime,
     calls: list[ToolCall],
+    tokens: int | None,
+    usage: Usage | None,
 ) -> None:
     # encode_message writes plain messages (tool calls without thought signatures too) with
     # orjson; the bytes must be the model's own JSON (ids first for the scripts, identical
     # escapes and timestamps), and text that cannot be UTF-8 must be refused the same way.
     m = Message(
-        id=message_id, role=role, content=content, author=author, timestamp=ts, tool_calls=calls
-    )
+        id=message_id, role=role, content=content, author=author, timestamp=ts, tool_calls=calls,
+        tokens=tokens, usage=usage,
+    )  # fmt: skip
     try:
         expected = Message.__pydantic_serializer__.to_json(m, exclude_defaults=True)
     except ValueError:

@@ -1,0 +1,191 @@
+"""Usage and budgets: ``Message.usage`` summed into ``Session.usage`` by the scripts that append,
+never lowered, a child's added at its merge; ``max_usage_tokens`` refusing the first append
+past it with nothing written. On every backend, sync and async."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from redis_session import (
+    InvalidArgument,
+    Message,
+    RedisStore,
+    Session,
+    Usage,
+    UsageLimitExceeded,
+)
+from tests.conftest import Backend, StoreFactory
+
+PASSPHRASE, WORK = "correct horse battery staple", 10  # scrypt n = 2**10 keeps tests fast
+
+
+def spent(i: int, o: int, r: int = 1) -> Message:
+    return Message(
+        role="assistant",
+        content=f"{i}/{o}",
+        usage=Usage(input_tokens=i, output_tokens=o, requests=r),
+    )
+
+
+async def test_usage_sums_what_every_message_cost_and_is_never_lowered(store: Any) -> None:
+    first = spent(10, 2)
+    await store.create(Session(key="u", history=[Message(role="user", content="q"), first]))
+    assert (await store.get("u")).usage == Usage(input_tokens=10, output_tokens=2, requests=1)
+    second = spent(30, 5)
+    assert await store.append_message("u", second) is True
+    assert await store.append_message("u", second) is False  # a retry: stored once, counted once
+    await store.append_messages("u", [Message(role="tool", content="t"), spent(1, 1, 2), first])
+    want = Usage(input_tokens=41, output_tokens=8, requests=4)
+    assert (await store.get("u")).usage == want
+    await store.pop_message("u")
+    await store.compact_messages("u", 1, "summary")
+    history = await store.get_history("u")
+    await store.rewind("u", after=history[0].id)
+    session = await store.get("u")
+    assert len(session.history) == 1 and session.usage == want  # spend stays spent
+    assert [m.usage for m in history[1:]] == [second.usage, None]  # each message keeps its own
+
+
+async def test_a_message_keeps_its_token_count(store: Any) -> None:
+    counted = Message(role="user", content="hello", tokens=2)
+    await store.create(Session(key="t"))
+    await store.append_message("t", counted)
+    assert (await store.get_history("t")) == [counted]
+    with pytest.raises(ValueError, match="tokens"):
+        Message(role="user", tokens=-1)
+    with pytest.raises(ValueError, match="input_tokens"):
+        Usage(input_tokens=2**41)
+
+
+async def test_trimming_does_not_lower_usage(make_store: StoreFactory) -> None:
+    store = make_store(max_history_turns=2)
+    await store.create(Session(key="trim"))
+    for n in range(5):
+        await store.append_message("trim", spent(n, 1))
+    session = await store.get("trim")
+    assert len(session.history) == 2
+    assert session.usage == Usage(input_tokens=10, output_tokens=5, requests=5)
+
+
+async def test_a_merge_adds_the_childs_usage_to_its_parent(store: Any) -> None:
+    await store.create(Session(key="p", history=[spent(5, 5)]))
+    child = await store.fork_child("p", "researcher")
+    await store.append_child_messages(child.key, [spent(100, 20), spent(50, 10)])
+    assert (await store.get("p")).usage.total_tokens == 10  # not its parent's until merged
+    await store.merge_child(child.key, "found it")
+    assert (await store.get("p")).usage == Usage(input_tokens=155, output_tokens=35, requests=3)
+    other = await store.fork_child("p", "idle")
+    await store.merge_child(other.key, "")
+    assert (await store.get("p")).usage.total_tokens == 190  # a child that spent nothing adds 0
+
+
+async def test_a_budget_stops_the_first_append_past_it(make_store: StoreFactory) -> None:
+    store = make_store(max_usage_tokens=100)
+    await store.create(Session(key="loop", history=[Message(role="user", content="go")]))
+    calls = 0
+    with pytest.raises(UsageLimitExceeded) as raised:
+        for _ in range(50):  # an agent loop: every model call costs 30 tokens
+            await store.append_message("loop", spent(25, 5))
+            calls += 1
+    assert calls == 4  # 0, 30, 60, 90 spent before each; the fifth found 120 >= 100
+    assert (raised.value.usage, raised.value.budget, raised.value.key) == (120, 100, "loop")
+    session = await store.get("loop")
+    assert len(session.history) == 5 and session.usage.total_tokens == 120  # nothing written
+    with pytest.raises(UsageLimitExceeded):
+        await store.append_messages("loop", [Message(role="user", content="more")])
+    assert len(await store.get_history("loop")) == 5
+
+
+async def test_a_sessions_own_budget_comes_before_the_stores(make_store: StoreFactory) -> None:
+    store = make_store(max_usage_tokens=10)
+    await store.create(Session(key="rich", max_usage_tokens=0))  # 0: no budget
+    await store.create(Session(key="tight", max_usage_tokens=5))
+    for _ in range(3):
+        await store.append_message("rich", spent(10, 10))
+    await store.append_message("tight", spent(3, 3))
+    with pytest.raises(UsageLimitExceeded, match="max_usage_tokens=5"):
+        await store.append_message("tight", spent(1, 1))
+    assert (await store.get("rich")).usage.total_tokens == 60
+    assert (await store.get("tight")).max_usage_tokens == 5
+    assert (await store.get("rich")).max_usage_tokens == 0
+    with pytest.raises(InvalidArgument, match="max_usage_tokens"):
+        Session(key="x", max_usage_tokens=-1)
+
+
+async def test_a_child_is_held_to_the_stores_budget(make_store: StoreFactory) -> None:
+    store = make_store(max_usage_tokens=50)
+    await store.create(Session(key="p"))
+    child = await store.fork_child("p", "runaway")
+    await store.append_child_message(child.key, spent(40, 20))
+    with pytest.raises(UsageLimitExceeded):
+        await store.append_child_message(child.key, spent(1, 1))
+    assert len((await store.get_child(child.key)).history) == 1
+
+
+def test_usage_is_exact_under_concurrent_writers_with_merges(server_backend: Backend) -> None:
+    """8 writers append 4,000 messages with usage across 100 sessions (and merge children into
+    them): every session's usage is the sum of what was appended to it and its merged children."""
+    store = server_backend.sync_store()
+    sessions = [f"s{i}" for i in range(100)]
+    for key in sessions:
+        store.create(Session(key=key))
+    expected = {key: [0, 0, 0] for key in sessions}
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def writer(w: int) -> None:
+        own: RedisStore = server_backend.sync_store()
+        try:
+            for n in range(500):
+                key = sessions[(w * 500 + n) % 100]
+                i, o = w + 1, n % 7
+                if n % 50 == 49:  # a sub-agent: its spend reaches the parent at its merge
+                    child = own.fork_child(key, f"w{w}n{n}")
+                    own.append_child_messages(child.key, [spent(i, o), spent(1, 0)])
+                    own.merge_child(child.key, "done")
+                    i, o, r = i + 1, o, 2
+                else:
+                    own.append_message(key, spent(i, o))
+                    r = 1
+                with lock:
+                    e = expected[key]
+                    e[0], e[1], e[2] = e[0] + i, e[1] + o, e[2] + r
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+        finally:
+            own.close()
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads) and not failures, failures
+    for key in sessions:
+        i, o, r = expected[key]
+        assert store.get(key).usage == Usage(input_tokens=i, output_tokens=o, requests=r), key
+
+
+async def test_a_branch_starts_from_the_usage_of_what_it_holds(store: Any) -> None:
+    history = [Message(role="user", content="q"), spent(10, 1), spent(20, 2)]
+    await store.create(Session(key="s", history=history))
+    await store.branch("s", "b", at=history[1].id)
+    assert (await store.get("b")).usage == Usage(input_tokens=10, output_tokens=1, requests=1)
+    assert (await store.get("s")).usage.total_tokens == 33
+
+
+async def test_a_sealed_sessions_usage_and_budget(make_store: StoreFactory) -> None:
+    store = make_store(passphrase=PASSPHRASE, kdf_work=WORK, max_usage_tokens=40)
+    await store.create(Session(key="sealed"))
+    await store.append_messages("sealed", [spent(20, 5), spent(10, 5)])
+    with pytest.raises(UsageLimitExceeded):
+        await store.append_message("sealed", spent(1, 1))
+    session = await store.get("sealed")
+    assert session.usage == Usage(input_tokens=30, output_tokens=10, requests=2)
+    assert [m.usage for m in session.history] == [
+        Usage(input_tokens=20, output_tokens=5, requests=1),
+        Usage(input_tokens=10, output_tokens=5, requests=1),
+    ]
