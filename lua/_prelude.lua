@@ -277,9 +277,25 @@ local function budget_refused(ui, uo, ub, default)
   return nil
 end
 
+-- The usage totals of a prefix (KEYS[t]: a hash of ui, uo, ur beside the index shard, without
+-- a TTL, as the event log): {WRONG_TYPE, t, type} when it holds another type, else nil.
+local function totals_refused(t)
+  local kind = redis.call('TYPE', KEYS[t])['ok']
+  if kind ~= 'none' and kind ~= 'hash' then return {WRONG_TYPE, t, kind} end
+  return nil
+end
+
+-- Add usage u (a table {input, output, requests}) to hash KEYS[m]'s fields ui, uo, ur.
+local function add_totals(m, u)
+  if u[1] > 0 then redis.call('HINCRBY', KEYS[m], 'ui', u[1]) end
+  if u[2] > 0 then redis.call('HINCRBY', KEYS[m], 'uo', u[2]) end
+  if u[3] > 0 then redis.call('HINCRBY', KEYS[m], 'ur', u[3]) end
+end
+
 -- Add to the usage of meta hash KEYS[m] the tags in spent (a list of 'input:output:requests'),
--- or the usage u (a table {input, output, requests}) when spent is nil.
-local function add_usage(m, spent, u)
+-- or the usage u (a table {input, output, requests}) when spent is nil; and to the prefix's
+-- totals KEYS[t] too where t is given.
+local function add_usage(m, spent, u, t)
   if spent then
     u = {0, 0, 0}
     for _, tag in ipairs(spent) do
@@ -287,9 +303,8 @@ local function add_usage(m, spent, u)
       if a then u[1], u[2], u[3] = u[1] + tonumber(a), u[2] + tonumber(b), u[3] + tonumber(c) end
     end
   end
-  if u[1] > 0 then redis.call('HINCRBY', KEYS[m], 'ui', u[1]) end
-  if u[2] > 0 then redis.call('HINCRBY', KEYS[m], 'uo', u[2]) end
-  if u[3] > 0 then redis.call('HINCRBY', KEYS[m], 'ur', u[3]) end
+  add_totals(m, u)
+  if t then add_totals(t, u) end
 end
 
 -- Lifecycle events. A script that makes a change logs its event in the same step: the tree's

@@ -1,10 +1,11 @@
 -- append_child_message: append messages to a live, unmerged child only; trim to its max.
--- KEYS: root child_meta child_msgs child_ids turn *members
+-- KEYS: root child_meta child_msgs child_ids turn usage *members
 -- ARGV: head parent_key child_key kid fence expect_last budget *messages
 -- OK: appended trimmed
 -- KEYS[1..7] the tree's root keys (the parent's; see the prelude)
 -- KEYS[8] child meta hash   KEYS[9] child msgs list   KEYS[10] child ids hash
--- KEYS[11] the parent's turn key   KEYS[12 ..] the tree's members as the caller knows them
+-- KEYS[11] the parent's turn key   KEYS[12] the usage totals of the prefix (see append_message)
+-- KEYS[13 ..] the tree's members as the caller knows them
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
 -- ARGV[5] parent key   ARGV[6] child key
 -- ARGV[7] key id the elements are sealed with ('' = cleartext); it must be the parent's
@@ -55,7 +56,7 @@ for i = 11, #ARGV, 2 do
 end
 if #digests == 0 then return {OK, 0, 0} end
 local refused = fence_refused(11, ARGV[8]) or expect_refused(9, n, h, 8, ARGV[9])
-  or budget_refused(c[9], c[10], nil, ARGV[10])
+  or budget_refused(c[9], c[10], nil, ARGV[10]) or #spent > 0 and totals_refused(12)
 if refused then return refused end
 local new_keys = {}  -- keys this call creates join the tree's deadline
 if n == h then new_keys[#new_keys + 1] = 9 end
@@ -71,8 +72,8 @@ end
 add(win, digests, math.max(tonumber(ARGV[4]), max))
 save_window(win)
 redis.call('HSET', KEYS[8], 'g', g, 'h', h, 'n', n)
-if #spent > 0 then add_usage(8, spent) end
+if #spent > 0 then add_usage(8, spent, nil, 12) end
 redis.call('HSET', KEYS[1], 'updated_at', us)
 redis.call('ZADD', KEYS[4], now, ARGV[5])
-if extend_now then extend(12, ttl, tonumber(ARGV[2]), now) else join_tree(f[3], new_keys) end
+if extend_now then extend(13, ttl, tonumber(ARGV[2]), now) else join_tree(f[3], new_keys) end
 return {OK, #digests, trimmed}

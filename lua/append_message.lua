@@ -1,10 +1,12 @@
 -- append_message: append messages, skip ids already appended, trim, keep the tree alive;
 -- set metadata entries along with them when at least one message is new.
--- KEYS: root turn *members
+-- KEYS: root turn usage *members
 -- ARGV: head max_messages session_key kid max_metadata_bytes fence expect_last budget #metadata *messages
 -- OK: appended trimmed
 -- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] the session's turn key
--- KEYS[9 ..] the tree's members
+-- KEYS[9] the usage totals of the prefix (of the slot's index shard on a cluster: a hash of
+--   ui, uo, ur, which the new messages' usage is added to as well)
+-- KEYS[10 ..] the tree's members
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
 -- ARGV[5] max messages (0 = all)   ARGV[6] session key (index member)
 -- ARGV[7] key id the elements and metadata values are sealed with ('' = cleartext)
@@ -89,7 +91,7 @@ if not quick then
   end
 end
 local refused = fence_refused(8, ARGV[9]) or expect_refused(2, n, h, 0, ARGV[10])
-  or budget_refused(f[6], f[7], f[8], ARGV[11])
+  or budget_refused(f[6], f[7], f[8], ARGV[11]) or spent and totals_refused(9)
 if refused then return refused end
 
 local z = redis.pcall('ZADD', KEYS[4], now, ARGV[6])
@@ -128,9 +130,9 @@ if mb then
   redis.call('HSET', KEYS[1], 'mb', mb)
   hcall_from('HSET', KEYS[1], 13, 12 + m)
 end
-if spent and #spent > 0 then add_usage(1, spent) end
+if spent and #spent > 0 then add_usage(1, spent, nil, 9) end
 if extend_now then
-  extend(9, ttl, tonumber(ARGV[2]), now)
+  extend(10, ttl, tonumber(ARGV[2]), now)
 elseif created then
   join_tree(f[3], {2})
 end

@@ -1,9 +1,12 @@
 -- create: store a new session with its history, atomically; two creators -> one wins.
--- KEYS: root stage log
+-- KEYS: root stage log usage
 -- ARGV: head session_key call_token events event event_type schema_version kid #meta staged *messages
 -- OK: created_at index_created event_id due expired again
 -- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] a staging list (see ARGV[16+2n])
--- KEYS[9] the tree's event log stream
+-- KEYS[9] the tree's event log stream   KEYS[10] the usage totals of the prefix (see
+--   append_message): a 'create' adds its history's usage (meta fields ui, uo, ur), a 'branch'
+--   (which spends nothing: its messages' usage was counted when they were first appended)
+--   does not
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] (unused: a new tree has no members)
 -- ARGV[4] id window   ARGV[5] session key (index member)
 -- ARGV[6] call token (a retry of this very call finds it and answers OK again; meta field
@@ -34,6 +37,7 @@
 -- eviction) are removed first: the new session is fresh. The fields every write reads come
 -- first in the meta hash (Redis finds a field of a small hash by a linear scan).
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset'}) or log_refused(9)
+  or totals_refused(10)
 if bad then return bad end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local f = redis.call('HMGET', KEYS[1], 'ct', 'v', 'created_at', 'token')
@@ -51,9 +55,13 @@ if staged > 0 then
   count = staged
 end
 local mb = 0
+local u = {0, 0, 0}
+local spend = {ui = 1, uo = 2, ur = 3}
 for i = 16, 15 + 2 * n, 2 do
   local p = string.sub(ARGV[i], 1, 2)
   if p == 'm:' or p == 'e:' then mb = mb + #ARGV[i] + #ARGV[i + 1] end
+  local at = spend[ARGV[i]]
+  if at then u[at] = tonumber(ARGV[i + 1]) or 0 end
 end
 local ttl = tonumber(ARGV[1])
 local head = {'v', ARGV[13]}
@@ -84,6 +92,7 @@ else
 end
 add(win, digests, tonumber(ARGV[4]))
 save_window(win)
+if ARGV[12] == 'create' then add_totals(10, u) end
 if x then expire_tree(#KEYS + 1, x, tonumber(ARGV[2])) end
 local fresh_index = 1 - redis.call('EXISTS', KEYS[4])
 local expired = false

@@ -600,9 +600,7 @@ def decode_usage(key: str, get: Callable[[bytes], bytes | None]) -> Usage:
         raise CorruptData(key, "its usage fields are not whole numbers") from None
     if min(values) < 0:
         raise CorruptData(key, "its usage fields are negative")
-    return Usage.model_construct(
-        None, input_tokens=values[0], output_tokens=values[1], requests=values[2]
-    )
+    return Usage.total(*values)
 
 
 def scalar_args(session: Session, *, skip_empty: bool, sealer: Sealer | None = None) -> list[bytes]:

@@ -281,7 +281,7 @@ class Created(NamedTuple):
 
 
 @_contract(
-    "root stage log",
+    "root stage log usage",
     "head session_key call_token events event event_type schema_version kid #meta staged *messages",
     Created,
 )
@@ -290,6 +290,7 @@ def create(
     root: Sequence[Key],
     stage: Key,
     log: Key,
+    usage: Key,
     head: Head,
     session_key: str,
     call_token: str,
@@ -307,7 +308,7 @@ def create(
     """
     return ScriptCall(
         "create",
-        [*root, stage, log],
+        [*root, stage, log, usage],
         [
             *head,
             session_key,
@@ -543,7 +544,7 @@ class Appended(NamedTuple):
 
 
 @_contract(
-    "root turn *members",
+    "root turn usage *members",
     "head max_messages session_key kid max_metadata_bytes fence expect_last budget #metadata "
     "*messages",
     Appended,
@@ -552,6 +553,7 @@ def append_message(
     *,
     root: Sequence[Key],
     turn: Key,
+    usage: Key,
     members: Sequence[Key] = (),
     head: Head,
     max_messages: int,
@@ -571,7 +573,7 @@ def append_message(
     """
     return ScriptCall(
         "append_message",
-        [*root, turn, *members],
+        [*root, turn, usage, *members],
         [
             *head,
             max_messages,
@@ -869,7 +871,7 @@ def copy_range(
 
 
 @_contract(
-    "root child_meta child_msgs child_ids turn *members",
+    "root child_meta child_msgs child_ids turn usage *members",
     "head parent_key child_key kid fence expect_last budget *messages",
     Appended,
 )
@@ -880,6 +882,7 @@ def append_child_message(
     child_msgs: Key,
     child_ids: Key,
     turn: Key,
+    usage: Key,
     members: Sequence[Key] = (),
     head: Head,
     parent_key: str,
@@ -896,7 +899,9 @@ def append_child_message(
     """
     args: list[Arg] = [*head, parent_key, child_key, kid, fence, expect_last, budget, *messages]
     return ScriptCall(
-        "append_child_message", [*root, child_meta, child_msgs, child_ids, turn, *members], args
+        "append_child_message",
+        [*root, child_meta, child_msgs, child_ids, turn, usage, *members],
+        args,
     )
 
 

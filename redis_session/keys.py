@@ -55,14 +55,14 @@ _SESSION_TYPES = {
     "mark": "string", "pop": "string", "turn": "string", "wake": "list", "stage": "list",
     "gone": "string",
     "child": "hash", "cmsgs": "list",
-    "cids": "hash", "index": "zset", "log": "stream", "index-shards": "set",
+    "cids": "hash", "index": "zset", "log": "stream", "index-shards": "set", "usage": "hash",
 }  # fmt: skip
 """The type of each kind of key named ``<prefix><kind>:{<tag>}...`` (see the module docstring)."""
 _GLOBAL_TYPES = {
     "salts": "hash", "checksums": "hash", "secrets": "hash", "keyring": "hash",
     "secrets-lock": "string",
 }  # fmt: skip
-_PREFIX_TYPES = {"index": "zset", "index-shards": "set", "log": "stream"}
+_PREFIX_TYPES = {"index": "zset", "index-shards": "set", "log": "stream", "usage": "hash"}
 _ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
 GLOBAL_TAG = "{rs-global}"
 
@@ -219,6 +219,13 @@ class KeySchema:
         return self.beside(self.index_of(key), "log")
 
     @lru_cache(maxsize=4096)  # noqa: B019
+    def usage_of(self, key: str) -> str:
+        """The usage totals (a hash: ``ui``, ``uo``, ``ur``) that session ``key``'s appends add
+        to: one per prefix on a single server, one per slot on a cluster beside the slot's
+        index shard (as :meth:`log_of`).
+        """
+        return self.beside(self.index_of(key), "usage")
+
     def shard_channel_of(self, key: str) -> str:
         """The shard channel (``SPUBLISH``) of session ``key``'s events with sharded events:
         ``<prefix>events`` on a single server, ``<prefix>events:{tag}`` on a cluster (the tag

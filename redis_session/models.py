@@ -173,7 +173,8 @@ class Usage(_Model):
     model_config = _FROZEN
 
     input_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS)
-    """Tokens the model read (the prompt)."""
+    """Tokens the model read (the prompt). A message's figures are at most 2^40 each (the
+    scripts' sums stay exact); a sum (``Session.usage``, ``store.usage()``) may be larger."""
     output_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS)
     """Tokens the model wrote."""
     requests: int = Field(default=0, ge=0, le=MAX_TOKENS)
@@ -187,10 +188,17 @@ class Usage(_Model):
     def __add__(self, other: Usage) -> Usage:
         if not isinstance(other, Usage):
             return NotImplemented
-        return Usage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            requests=self.requests + other.requests,
+        return Usage.total(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.requests + other.requests,
+        )
+
+    @classmethod
+    def total(cls, input_tokens: int, output_tokens: int, requests: int) -> Usage:
+        """A sum of usages (not held to one message's bound of 2^40 a figure)."""
+        return cls.model_construct(
+            input_tokens=input_tokens, output_tokens=output_tokens, requests=requests
         )
 
 

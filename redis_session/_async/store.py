@@ -35,6 +35,7 @@ from ..models import (
     Session,
     SessionLifecycleEvent,
     SessionSummary,
+    Usage,
 )
 from ..options import StoreOptions, split_store_options
 from ..protocols import AsyncChildSessionStore, AsyncStore, docs_from
@@ -785,6 +786,15 @@ class AsyncRedisStore:
 
     async def children_of(self, parent_key: str) -> list[ChildSession]:
         return await self._run(self._core.children.children_of(parent_key))
+
+    async def usage(self) -> Usage:
+        """The usage totals under the store's prefix: every message ever appended under it
+        (``create``'s history, appends, child appends), added in the append's own script to a
+        counter beside the session index (one per slot on a cluster, summed here), so exact
+        under concurrent writers. Deletes, trims, compactions and rewinds do not lower it; a
+        merge or a branch does not add to it (their messages were counted when appended).
+        """
+        return await self._run(self._core.index.usage())
 
     async def repair_index(self) -> int:
         """On a Redis Cluster, find index shards that ``list_sessions`` does not know of (a

@@ -236,7 +236,8 @@ class Children:
         pairs = codec.message_args(messages, "messages", limit)
         self.limits.check_batch(pairs[1::2], "messages")
         sk, root = self.trees.keys(parent)
-        keys = (*root, ck.meta, ck.msgs, ck.ids, sk.turn)
+        usage = self.schema.usage_of(parent)
+        keys = (*root, ck.meta, ck.msgs, ck.ids, sk.turn, usage)
 
         def build(sealer: Sealer | None) -> ScriptCall:
             sealed = codec.seal_pairs(pairs, messages, sealer, "messages", limit)
@@ -246,6 +247,7 @@ class Children:
                 child_msgs=ck.msgs,
                 child_ids=ck.ids,
                 turn=sk.turn,
+                usage=usage,
                 members=self.trees.members(parent),
                 head=self.trees.head(parent),
                 parent_key=parent,

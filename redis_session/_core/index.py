@@ -22,7 +22,7 @@ from typing import Any
 from .. import _clock, codec
 from ..errors import CorruptData, ForeignKey
 from ..keys import KeySchema
-from ..models import SessionSummary
+from ..models import SessionSummary, Usage
 from .args import non_negative_int
 from .limits import SCAN_COUNT
 from .requests import Commands, Op
@@ -93,6 +93,22 @@ class Index:
             if exhausted or len(live) >= want:
                 return live[first : first + count]
             window *= 2
+
+    def usage(self) -> Op[Usage]:
+        """The usage totals under the prefix: the sum of every index shard's totals (one on a
+        single server), which the append scripts keep beside it (``KeySchema.usage_of``).
+        """
+        indexes = yield from self.indexes()
+        shards = [self.schema.beside(index, "usage") for index in indexes]
+        replies = yield from self.reads([("HMGET", s, "ui", "uo", "ur") for s in shards])
+        sums = [0, 0, 0]
+        for shard, reply in zip(shards, replies, strict=True):
+            try:
+                values = [int(v or 0) for v in reply]
+            except ValueError:
+                raise CorruptData(shard, "its usage totals are not whole numbers") from None
+            sums = [a + b for a, b in zip(sums, values, strict=True)]
+        return Usage.total(*sums)
 
     def _matching(self, indexes: list[str], prefix: str) -> Op[list[bytes]]:
         """The index members that begin with ``prefix``, newest first: the server filters

@@ -181,6 +181,7 @@ class Sessions:
             root=keys,
             stage=stage,
             log=self.events.log_of(key),
+            usage=self.schema.usage_of(key),
             head=self.trees.head(key),
             session_key=key,
             call_token=call,
@@ -482,11 +483,13 @@ class Sessions:
         # None and {} both set nothing; {} is still checked to be a mapping.
         meta = None if metadata is None else self.metadata.pairs(metadata, "metadata")
         trees = self.trees
+        usage = self.schema.usage_of(key)
 
         def build(sealer: Sealer | None) -> ScriptCall:
             return contracts.append_message(
                 root=root,
                 turn=sk.turn,
+                usage=usage,
                 members=trees.members(key),
                 head=trees.head(key),
                 max_messages=o.max_history_turns,
@@ -503,7 +506,7 @@ class Sessions:
             )
 
         def ctx() -> Ctx:
-            return self._ctx(key, (*root, sk.turn), expect_last_id, fence, "metadata")
+            return self._ctx(key, (*root, sk.turn, usage), expect_last_id, fence, "metadata")
 
         return build, ctx
 

@@ -167,6 +167,31 @@ def test_usage_is_exact_under_concurrent_writers_with_merges(server_backend: Bac
     for key in sessions:
         i, o, r = expected[key]
         assert store.get(key).usage == Usage(input_tokens=i, output_tokens=o, requests=r), key
+    totals = [sum(e[n] for e in expected.values()) for n in range(3)]
+    assert store.usage() == Usage(
+        input_tokens=totals[0], output_tokens=totals[1], requests=totals[2]
+    )
+
+
+async def test_the_stores_usage_is_all_that_was_spent_under_its_prefix(
+    make_store: StoreFactory, backend: Backend
+) -> None:
+    store = make_store()
+    assert await store.usage() == Usage()
+    history = [Message(role="user", content="q"), spent(10, 1)]
+    await store.create(Session(key="a", history=history))
+    await store.create(Session(key="b"))
+    await store.append_message("b", spent(5, 5))
+    child = await store.fork_child("b", "helper")
+    await store.append_child_message(child.key, spent(7, 0, 2))
+    await store.merge_child(child.key, "")  # counted when the child spent it: not again
+    await store.branch("a", "a2")  # a copy spends nothing
+    await store.delete("b")  # what was spent stays spent
+    assert await store.usage() == Usage(input_tokens=22, output_tokens=6, requests=4)
+    other = backend.sync_store(prefix=backend.prefix + "tenant2:")
+    other.create(Session(key="a", history=[spent(100, 100)]))
+    assert (await store.usage()).total_tokens == 28  # another prefix: another tenant
+    assert other.usage().total_tokens == 200
 
 
 async def test_a_branch_starts_from_the_usage_of_what_it_holds(store: Any) -> None:

@@ -204,6 +204,7 @@ def test_a_retried_append_script_stores_nothing_twice(backend: Backend) -> None:
     store.create(Session(key="r"))
     call = contracts.append_message(
         root=_root_keys(backend, "r"), turn=backend.schema.session("r").turn,
+        usage=backend.schema.usage_of("r"),
         head=HEAD, max_messages=0, session_key="r", kid=b"", max_metadata_bytes=0,
         fence="", expect_last=b"", budget=0, metadata=(),
         messages=message_args([Message(role="user", content="x")], "m"),
