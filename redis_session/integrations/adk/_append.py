@@ -24,8 +24,8 @@ SOURCE = resources.files(__package__).joinpath(f"{SCRIPT}.lua").read_text(encodi
 """The script's text (shipped in this package)."""
 SHARED_KEYS = 6
 """KEYS each shared state record takes: meta, msgs, ids, marker, kids, done."""
-ROOT_KEYS = 9
-"""The session's tree root keys, its turn key and its tree's event log."""
+ROOT_KEYS = 10
+"""The session's tree root keys, its turn key, its tree's event log and the usage totals."""
 
 
 class Stored(NamedTuple):
@@ -42,6 +42,7 @@ def adk_append_event(
     root: Sequence[Key],
     turn: Key,
     log: Key,
+    usage: Key,
     shared_records: Sequence[Key],
     members: Sequence[Key] = (),
     head: Head,
@@ -56,15 +57,18 @@ def adk_append_event(
     digest: bytes,
     element: bytes,
     fence: str,
+    budget: int,
     metadata: Sequence[bytes],
     shared: Sequence[Sequence[Arg]],
 ) -> ScriptCall:
-    """``shared``: per shared record, its key, 'create' event, call token, the count of its
-    base pairs' arguments and them, the count of its metadata arguments and them.
+    """``digest``: the event's tag (id digest and usage, ``codec.message_args``); ``budget``:
+    the store's usage budget (0: none); ``shared``: per shared record, its key, 'create'
+    event, call token, the count of its base pairs' arguments and them, the count of its
+    metadata arguments and them.
     """
     return ScriptCall(
         SCRIPT,
-        [*root, turn, log, *shared_records, *members],
+        [*root, turn, log, usage, *shared_records, *members],
         [
             *head,
             max_messages,
@@ -78,6 +82,7 @@ def adk_append_event(
             digest,
             element,
             fence,
+            budget,
             len(metadata),
             *metadata,
             len(shared),
@@ -88,11 +93,11 @@ def adk_append_event(
 
 _ARGV = (
     "head max_messages session_key max_metadata_bytes schema_version last_update_field "
-    "last_update_time newest_event_id events digest element fence #metadata #shared"
+    "last_update_time newest_event_id events digest element fence budget #metadata #shared"
 )
 CONTRACT = Contract(
     SCRIPT,
-    ("root", "turn", "log", "*shared_records", "*members"),
+    ("root", "turn", "log", "usage", "*shared_records", "*members"),
     tuple(_ARGV.split()),
     adk_append_event,
     (Stored,),
@@ -138,12 +143,14 @@ def append_event(
         created.append(draft)
     root = ext.root_keys(record)
     turn_key, log = ext.schema.session(record).turn, ext.log_of(record)
+    usage = ext.schema.usage_of(record)
 
     def build(_: Any) -> ScriptCall:
         return adk_append_event(
             root=root,
             turn=turn_key,
             log=log,
+            usage=usage,
             shared_records=shared_keys,
             members=ext.members(record),
             head=ext.head(record),
@@ -155,15 +162,18 @@ def append_event(
             last_update_time=repr(last_update_time),
             newest_event_id=newest_event_id,
             events=ext.events_of(record),
-            digest=codec.message_digest(msg.id),
+            digest=codec.message_digest(msg.id) + codec.usage_tag(msg.usage),
             element=element,
             fence="" if turn is None else turn.id,
+            budget=options.max_usage_tokens,
             metadata=own,
             shared=records,
         )
 
     fenced = 0 if turn is None else turn.token
-    ctx = Ctx(record, [*root, turn_key, log, *shared_keys], argument="state_delta", token=fenced)
+    ctx = Ctx(
+        record, [*root, turn_key, log, usage, *shared_keys], argument="state_delta", token=fenced
+    )
     passthrough = (Status.STALE, Status.KEY_CHANGED)
     reply = yield from ext.write(record, build, ctx, passthrough)
     status = contracts.status(reply)

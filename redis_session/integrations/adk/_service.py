@@ -29,6 +29,7 @@ try:
     )
     from google.adk.sessions.session import Session as AdkSession
     from google.adk.sessions.state import State
+    from google.genai.types import GenerateContentResponseUsageMetadata
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
     raise ImportError(
         f"redis_session.integrations.adk needs Google ADK: {install_hint('adk')}"
@@ -61,7 +62,7 @@ from ... import codec
 from ...aio import AsyncRedisStore, AsyncTurn
 from ...errors import CorruptData, DuplicateSession, SessionNotFound
 from ...extension import Commands, Op, Request
-from ...models import MESSAGE_ID_PATTERN, Message, MessageRole
+from ...models import MESSAGE_ID_PATTERN, Message, MessageRole, Usage
 from ...models import Session as StoreSession
 from ._append import SCRIPT, SOURCE, Stale, append_event
 
@@ -211,12 +212,26 @@ def _to_message(event: Event) -> Message:
         role = MessageRole.TOOL
     else:
         role = MessageRole.ASSISTANT
+    spent = event.usage_metadata
     return Message(
         id=_message_id(event.id),
         role=role,
         content=event.model_dump_json(exclude_defaults=True),
         author=event.author,
         timestamp=datetime.fromtimestamp(event.timestamp, UTC),
+        tokens=None if spent is None else spent.candidates_token_count,
+        usage=None if spent is None else _usage(spent),
+    )
+
+
+def _usage(spent: GenerateContentResponseUsageMetadata) -> Usage:
+    """An event's ``usage_metadata`` as the message's usage: the prompt's tokens (and the
+    tool-use prompt's) read, the candidates' (and the thoughts') written, one request.
+    """
+    return Usage(
+        input_tokens=(spent.prompt_token_count or 0) + (spent.tool_use_prompt_token_count or 0),
+        output_tokens=(spent.candidates_token_count or 0) + (spent.thoughts_token_count or 0),
+        requests=1,
     )
 
 

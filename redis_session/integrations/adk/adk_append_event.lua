@@ -2,12 +2,13 @@
 -- whose session is older than the stored one, then append the event, set the session's state
 -- entries and last_update_time, and set the app and user state entries (creating their
 -- records when missing), all in one script.
--- KEYS: root turn log *shared_records *members
--- ARGV: head max_messages session_key max_metadata_bytes schema_version last_update_field last_update_time newest_event_id events digest element fence #metadata #shared
+-- KEYS: root turn log usage *shared_records *members
+-- ARGV: head max_messages session_key max_metadata_bytes schema_version last_update_field last_update_time newest_event_id events digest element fence budget #metadata #shared
 -- OK: stored created event_ids
 -- KEYS[1..7] the session tree's root keys (see the prelude)   KEYS[8] the session's turn key
 -- KEYS[9] the event log stream of the session's tree (and of the shared records: one slot)
--- KEYS[10 ..] first six keys per shared state record (r of them, ARGV[20+m]; none on a cluster,
+-- KEYS[10] the usage totals of the prefix (see append_message)
+-- KEYS[11 ..] first six keys per shared state record (r of them, ARGV[21+m]; none on a cluster,
 --   where they live in other slots): meta hash, msgs list, ids hash, expiry marker, kids zset,
 --   done zset; then the session tree's members
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
@@ -17,10 +18,14 @@
 -- ARGV[10] the caller's last_update_time (seconds, a decimal string)
 -- ARGV[11] the message id of the caller's newest event ('' = it holds none)
 -- ARGV[12 .. 15] the events group (see log_event)
--- ARGV[16] 8-byte id digest of the event   ARGV[17] the event as stored (message JSON)
+-- ARGV[16] the event's tag: 8-byte id digest, then its usage ('input:output:requests') or
+--   nothing (added to the session's usage and the prefix's totals)
+-- ARGV[17] the event as stored (message JSON)
 -- ARGV[18] the turn's value the append is made through ('' = none: not fenced)
--- ARGV[19] m = number of the session's metadata arguments (field/value pairs), ARGV[20 .. 19+m]
--- ARGV[20+m] r = number of shared records, then per shared record: its key (index member),
+-- ARGV[19] the store's usage budget in tokens (0 = none; the session's own, meta field 'ub',
+--   comes first): a session whose usage has reached it takes no event (OVER_BUDGET)
+-- ARGV[20] m = number of the session's metadata arguments (field/value pairs), ARGV[21 .. 20+m]
+-- ARGV[21+m] r = number of shared records, then per shared record: its key (index member),
 --   its 'create' event's fields (JSON members), a call token,
 --   q = number of base field/value arguments (written only when the record is created), them,
 --   p = number of its metadata arguments (field/value pairs: 'm:' .. name, value), them
@@ -29,6 +34,7 @@
 --        | {OK, 0, ''} (the event id was stored before: nothing changed)
 --        | {STALE} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk[, i]} | {WRONG_TYPE, i, type}
 --        | {TREE_CHANGED, ...} | {DAMAGED, ...} | {TOO_LARGE, bytes, limit} | {TURN_LOST}
+--        | {OVER_BUDGET, usage, budget}
 -- Events: 'create' for each shared record this call created.
 -- Stale: the stored last_update_time is later than the caller's and the newest stored event
 -- is not the caller's newest (ADK's DatabaseSessionService check for sessions without a
@@ -37,7 +43,7 @@
 -- KEY_CHANGED (the Python side uses the store's own path for encrypted stores). Every check
 -- (types, staleness, sizes) is made before the first write (ZADD, which Redis refuses when it
 -- is out of memory).
-local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n', 'tg', 'mb')
+local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n', 'tg', 'mb', 'ui', 'uo', 'ub')
 if failed(f) then return refusal(f, 1) end
 if not f[1] then return gone(1, 2, 3, 5) end
 if f[1] ~= SCHEMA then return {DAMAGED, 1, 'version', f[1]} end
@@ -49,10 +55,13 @@ local extend_now = due(f[3], ttl, now)
 if extend_now and (f[6] or '0') ~= ARGV[3] then return tree_changed(f[6]) end
 local g, h, n = positions(nil, f[4], f[5], 2, 1)
 if g == nil then return h end
+local digest, spent = string.sub(ARGV[16], 1, 8), nil
+if #ARGV[16] > 8 then spent = {string.sub(ARGV[16], 9)} end
 local win, stop = open_window(3, f[5], 16, 16, 2)
 if not win then return stop end
-if has(win, ARGV[16]) then return {OK, 0, ''} end
+if has(win, digest) then return {OK, 0, ''} end
 local fenced = fence_refused(8, ARGV[18]) or log_refused(9)  -- a lost turn first: it says why
+  or budget_refused(f[8], f[9], f[10], ARGV[19]) or spent and totals_refused(10)
 if fenced then return fenced end
 
 local stored = tonumber(redis.call('HGET', KEYS[1], ARGV[9]) or '')
@@ -62,16 +71,16 @@ if stored and stored > tonumber(ARGV[10]) then
   if ARGV[11] == '' or id ~= ARGV[11] then return {STALE} end
 end
 
-local m = tonumber(ARGV[19])
+local m = tonumber(ARGV[20])
 local limit = tonumber(ARGV[7])
-local mb = metadata_after(KEYS[1], f[7], 20, 19 + m, 1, 0)
+local mb = metadata_after(KEYS[1], f[7], 21, 20 + m, 1, 0)
 if limit > 0 and mb > limit then return {TOO_LARGE, mb, limit} end
 
-local r = tonumber(ARGV[20 + m])
+local r = tonumber(ARGV[21 + m])
 local shared = {}
-local at = 21 + m
+local at = 22 + m
 for j = 1, r do
-  local b = 9 + 6 * (j - 1)
+  local b = 10 + 6 * (j - 1)
   local rec = {meta = b + 1, msgs = b + 2, ids = b + 3, mark = b + 4, kids = b + 5, done = b + 6,
     member = at, payload = at + 1, token = at + 2}
   local q = tonumber(ARGV[at + 3])
@@ -99,8 +108,9 @@ local z = redis.pcall('ZADD', KEYS[4], now, ARGV[6])
 if failed(z) then return refusal(z, 4) end
 local created = n == h  -- the list is made anew: it joins the tree's deadline
 redis.call('RPUSH', KEYS[2], ARGV[17])
-add(win, {ARGV[16]}, tonumber(ARGV[4]))
+add(win, {digest}, tonumber(ARGV[4]))
 save_window(win)
+if spent then add_usage(1, spent, nil, 10) end
 n = n + 1
 local max = tonumber(ARGV[5])
 if max > 0 and n - h > max then
@@ -112,9 +122,9 @@ if g then
 else
   redis.call('HSET', KEYS[1], 'updated_at', us, 'n', n, 'h', h, 'mb', mb)
 end
-hcall_from('HSET', KEYS[1], 20, 19 + m)
+hcall_from('HSET', KEYS[1], 21, 20 + m)
 if extend_now then
-  extend(10 + 6 * r, ttl, grace, now)
+  extend(11 + 6 * r, ttl, grace, now)
 elseif created then
   join_tree(f[3], {2})
 end
