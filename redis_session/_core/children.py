@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import codec, contracts
+from .._transport.telemetry import note_spent
 from ..crypto import Opener, Sealer
 from ..errors import (
     ChildNotFound,
@@ -264,7 +265,9 @@ class Children:
             expect_id=expect_last_id or "", token=fence.token,
         )  # fmt: skip
         reply = yield from self.writer.write(parent, build, ctx)
-        return appended(reply)
+        written = appended(reply)
+        note_spent(messages, written)
+        return written
 
     def append_child_message(
         self,

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .. import codec, contracts
+from .._transport.telemetry import note_spent
 from ..crypto import Sealer
 from ..errors import ConcurrentChange, InvalidArgument
 from ..keys import KeySchema, check_key
@@ -416,7 +417,9 @@ class Sessions:
         reply = yield from self.writer.write(key, build, ctx)
         for body, twin in twins:
             self.reader.wrote(body, twin)
-        return appended(reply)
+        written = appended(reply)
+        note_spent(messages, written)
+        return written
 
     def append_message(
         self,
@@ -444,7 +447,10 @@ class Sessions:
         reply = yield from self.writer.write(key, build, ctx)
         if twin is not None:
             self.reader.wrote(body, twin)
-        return appended(reply) == 1
+        written = appended(reply)
+        if msg.usage is not None:
+            note_spent((msg,), written)
+        return written == 1
 
     def _ctx(
         self,

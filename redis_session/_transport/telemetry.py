@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import time
 import weakref
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -40,10 +40,12 @@ from ..errors import (
     SessionNotFound,
     StaleExpectation,
     TurnBusy,
+    UsageLimitExceeded,
 )
 
 if TYPE_CHECKING:
     from .._core.cache import ReadCache
+    from ..models import Message
 
 _trace: Any = None
 _metrics: Any = None
@@ -57,6 +59,7 @@ DOMAIN_OUTCOMES = (
     DuplicateSession,
     ChildAlreadyMerged,
     ItemNotFound,
+    UsageLimitExceeded,
 )
 """Exceptions that tell the caller how things stand rather than that something failed: a
 span's attribute (``redis_session.outcome``), not its error status."""
@@ -77,6 +80,7 @@ SPAN_NAMES = {
 """Span names of operations whose generator is named otherwise than the public method."""
 _read: ContextVar[tuple[bool, int] | None] = ContextVar("redis_session_read", default=None)
 _trimmed: ContextVar[int] = ContextVar("redis_session_trimmed", default=0)
+_spent: ContextVar[tuple[int, int]] = ContextVar("redis_session_spent", default=(0, 0))
 _caches: weakref.WeakSet[ReadCache] = weakref.WeakSet()
 RECHECK = 1.0
 """Seconds between two looks at whether an SDK was configured (see :meth:`Telemetry.active`)."""
@@ -112,6 +116,23 @@ def note_trimmed(count: int) -> None:
         _trimmed.set(count)
 
 
+def note_spent(messages: Sequence[Message], written: int) -> None:
+    """The usage of the messages the append in progress stored: all of theirs when it stored
+    them all (a batch stored in part, a retry of a batch partly new, notes none: which of them
+    the script skipped is not known here).
+    """
+    if _trace is None or written == 0 or written != len(messages):
+        return
+    read = wrote = 0
+    for msg in messages:
+        usage = msg.usage
+        if usage is not None:
+            read += usage.input_tokens
+            wrote += usage.output_tokens
+    if read or wrote:
+        _spent.set((read, wrote))
+
+
 def key_label(key: str, policy: str) -> str | None:
     """How a session key goes on a span under ``policy`` (None: not at all)."""
     if policy == "plain":
@@ -142,6 +163,12 @@ class Instruments:
         )
         self.read = meter.create_counter(
             "redis_session.messages.read", unit="{message}", description="Messages returned"
+        )
+        self.usage = meter.create_counter(
+            "redis_session.usage.tokens",
+            unit="{token}",
+            description="Tokens the appended messages' usage says were spent, by gen_ai.token.type "
+            "(input, output)",
         )
         self.trimmed = meter.create_counter(
             "redis_session.messages.trimmed",
@@ -262,8 +289,11 @@ class Call:
         self.events: list[str] = []
         if name in READS:
             _read.set(None)  # what the reader notes of this read, not of an earlier one
-        elif name in WRITES and _trimmed.get():
-            _trimmed.set(0)
+        elif name in WRITES:
+            if _trimmed.get():
+                _trimmed.set(0)
+            if _spent.get() != (0, 0):
+                _spent.set((0, 0))
         tracer = telemetry.tracer
         span = tracer.start_span(name, kind=_trace.SpanKind.CLIENT)
         self.span = span
@@ -312,6 +342,13 @@ class Call:
                 _trimmed.set(0)
                 metrics.trimmed.add(trimmed, labels)
                 found["redis_session.messages_trimmed"] = trimmed
+            read, wrote = _spent.get()
+            if read or wrote:
+                _spent.set((0, 0))
+                metrics.usage.add(read, {**labels, "gen_ai.token.type": "input"})
+                metrics.usage.add(wrote, {**labels, "gen_ai.token.type": "output"})
+                found["redis_session.usage.input_tokens"] = read
+                found["redis_session.usage.output_tokens"] = wrote
         elif name in READS:
             history = result if isinstance(result, list) else getattr(result, "history", ())
             metrics.read.add(len(history), labels)

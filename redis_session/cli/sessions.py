@@ -16,7 +16,7 @@ from .. import codec
 from .._core.conversation import open_tool_calls
 from ..errors import CorruptData, ForeignKey, SessionNotFound
 from ..keys import KeySchema, parent_of
-from ..models import ChildSession, Message, Session
+from ..models import ChildSession, Message, Session, Usage
 from ..store import RedisStore
 from ._common import (
     PIPELINE_BATCH,
@@ -56,6 +56,37 @@ def _message_counts(store: RedisStore, keys: Sequence[str], where: str) -> list[
         for key, n in zip(batch, pipe.execute(raise_on_error=False), strict=True):
             counts.append(None if _foreign(client, schema, key, n, where) else int(n))
     return counts
+
+
+def _usages(store: RedisStore, keys: Sequence[str]) -> list[Usage | None]:
+    """Each session's usage (its meta hash's fields; None where they are not whole numbers,
+    reported as :func:`_message_counts` reports a foreign list).
+    """
+    schema = KeySchema(store.prefix)
+    client: Any = store.client
+    out: list[Usage | None] = []
+    for i in range(0, len(keys), PIPELINE_BATCH):
+        pipe = client.pipeline(transaction=False)
+        batch = keys[i : i + PIPELINE_BATCH]
+        for key in batch:
+            pipe.hmget(schema.session(key).meta, "ui", "uo", "ur")
+        for key, reply in zip(batch, pipe.execute(raise_on_error=False), strict=True):
+            try:
+                if isinstance(reply, Exception):
+                    raise CorruptData(key, f"its meta hash cannot be read: {reply}")
+                fields = dict(zip((b"ui", b"uo", b"ur"), reply, strict=True))
+                out.append(codec.decode_usage(key, fields.get))
+            except CorruptData as exc:
+                codec.log_bad_record("usage", exc)
+                out.append(None)
+    return out
+
+
+def _spent(usage: Usage | None) -> str:
+    """A usage in one cell: ``input / output`` tokens (``-``: unknown)."""
+    if usage is None:
+        return "-"
+    return f"{usage.input_tokens:,} / {usage.output_tokens:,}"
 
 
 def _foreign(client: Any, schema: KeySchema, key: str, reply: object, where: str) -> bool:
@@ -99,20 +130,28 @@ def ls_(ctx: click.Context, target: Target, limit: int, page: int, as_json: bool
         rows = store.list_sessions(limit=limit + 1, offset=(page - 1) * limit)
         more, rows = len(rows) > limit, rows[:limit]
         counts = _message_counts(store, [r.key for r in rows], "ls")
-    listed = [(r, n) for r, n in zip(rows, counts, strict=True) if n is not None]
+        usages = _usages(store, [r.key for r in rows])
+    listed = [(r, n, u) for r, n, u in zip(rows, counts, usages, strict=True) if n is not None]
     if as_json:
         echo_json(
             {
                 "page": page,
                 "limit": limit,
                 "more": more,
-                "sessions": [{**r.model_dump(mode="json"), "messages": n} for r, n in listed],
+                "sessions": [
+                    {
+                        **r.model_dump(mode="json"),
+                        "messages": n,
+                        "usage": None if u is None else u.model_dump(),
+                    }
+                    for r, n, u in listed
+                ],
                 "skipped": _skipped_json(skipped),
             }
         )
         return
     _report_skipped(skipped)
-    rows = [r for r, _ in listed]
+    rows = [r for r, _, _ in listed]
     console = make_console()
     if not rows:
         console.print(text(f"no sessions under prefix {target.prefix!r} (page {page})"))
@@ -124,11 +163,19 @@ def ls_(ctx: click.Context, target: Target, limit: int, page: int, as_json: bool
     table.add_column("#", justify="right", style="dim")
     table.add_column("key", overflow="fold")
     table.add_column("messages", justify="right")
+    table.add_column("usage in / out", justify="right")
     table.add_column("updated (UTC)")
     table.add_column("created (UTC)")
     first = (page - 1) * limit
-    for n, (row, count) in enumerate(listed, start=first + 1):
-        table.add_row(str(n), text(row.key), str(count), when(row.updated_at), when(row.created_at))
+    for n, (row, count, usage) in enumerate(listed, start=first + 1):
+        table.add_row(
+            str(n),
+            text(row.key),
+            str(count),
+            _spent(usage),
+            when(row.updated_at),
+            when(row.created_at),
+        )
     console.print(table)
     if more:
         console.print(text(f"more: {repeat_command(ctx, page=page + 1)}", "dim"))
@@ -144,6 +191,7 @@ def _message_table(messages: Sequence[Message], first: int) -> Table:
     table.add_column("time (UTC)", no_wrap=True)
     table.add_column("role", style="bold")
     table.add_column("author")
+    table.add_column("tokens", justify="right")
     table.add_column("content", overflow="fold")
     for n, msg in enumerate(messages, start=first):
         content = text(msg.content, multiline=True)
@@ -153,8 +201,12 @@ def _message_table(messages: Sequence[Message], first: int) -> Table:
                 content.append_text(text(f" = {call.output}", "yellow", multiline=True))
             elif id(call) in dangling:
                 content.append_text(text("  [no answer]", "bold red"))
+        if msg.usage is not None:
+            spent = f"\n[usage {_spent(msg.usage)} tokens, {msg.usage.requests} requests]"
+            content.append_text(text(spent, "dim"))
         role = text(msg.role.value)
-        table.add_row(str(n), when(msg.timestamp), role, text(msg.author), content)
+        tokens = "" if msg.tokens is None else f"{msg.tokens:,}"
+        table.add_row(str(n), when(msg.timestamp), role, text(msg.author), tokens, content)
     return table
 
 
@@ -187,6 +239,13 @@ def _show_session(
     for name, value in sorted(session.metadata.items()):
         head.add_row(text(f"metadata {name}"), text(value, multiline=True))
     head.add_row("messages", f"{total}" + (f" (showing the last {len(shown)})" if last else ""))
+    spent = session.usage
+    head.add_row(
+        "usage",
+        f"{spent.input_tokens:,} in, {spent.output_tokens:,} out, {spent.requests:,} requests",
+    )
+    if session.max_usage_tokens is not None:
+        head.add_row("usage budget", f"{session.max_usage_tokens:,} tokens (0: none)")
     if children:
         merged = sum(1 for c in children if c.is_merged())
         head.add_row(
@@ -446,6 +505,7 @@ def stats(target: Target, top: int, limit: int | None, as_json: bool) -> None:
     """
     with target.open() as store, codec.skipped_records() as skipped:
         rows = _collect_stats(store, limit)
+        spent = store.usage()
     memories = [r.memory for r in rows if r.memory is not None]
     known = len(memories) == len(rows) and bool(rows)
     messages = sum(r.messages for r in rows)
@@ -462,6 +522,7 @@ def stats(target: Target, top: int, limit: int | None, as_json: bool) -> None:
         "memory_per_session_median": statistics.median(memories) if known else None,
         "memory_per_session_max": max(memories) if known else None,
         "memory_per_message": total_memory / messages if total_memory and messages else None,
+        "usage": spent.model_dump(),
         "largest": [
             {"key": r.key, "messages": r.messages, "memory_bytes": r.memory} for r in largest
         ],
@@ -486,6 +547,9 @@ def stats(target: Target, top: int, limit: int | None, as_json: bool) -> None:
     table.add_row("memory per session (median)", human_bytes(summary["memory_per_session_median"]))
     table.add_row("memory per session (max)", human_bytes(summary["memory_per_session_max"]))
     table.add_row("memory per message", human_bytes(summary["memory_per_message"]))
+    table.add_row("usage: input tokens", f"{spent.input_tokens:,}")
+    table.add_row("usage: output tokens", f"{spent.output_tokens:,}")
+    table.add_row("usage: requests", f"{spent.requests:,}")
     console.print(table)
     if largest:
         big = Table(title=f"largest {len(largest)}", title_justify="left")

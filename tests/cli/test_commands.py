@@ -13,7 +13,14 @@ import click
 import pytest
 from click.testing import Result
 
-from redis_session import ChildSessionConfig, Message, Session, SessionNotFound, ToolCall
+from redis_session import (
+    ChildSessionConfig,
+    Message,
+    Session,
+    SessionNotFound,
+    ToolCall,
+    Usage,
+)
 from redis_session.cli._common import passphrase_option
 
 from .conftest import Place, invoke, keys_under, seed
@@ -463,3 +470,33 @@ def test_passphrase_option_reads_the_environment_and_never_prompts() -> None:
     assert result.exit_code == 0
     assert seen == {"passphrase": None}  # resolved later, only when content needs it
     assert result.output == ""
+
+
+# -- usage ------------------------------------------------------------------------------------
+
+
+def test_ls_show_and_stats_print_usage_and_tokens(place: Place) -> None:
+    store = place.store()
+    try:
+        store.create(Session(key="u", max_usage_tokens=5_000))
+        store.append_message("u", Message(role="user", content="q", tokens=3))
+        spent = Usage(input_tokens=1_200, output_tokens=345, requests=1)
+        store.append_message("u", Message(role="assistant", content="a", tokens=7, usage=spent))
+        store.create(Session(key="idle"))
+    finally:
+        store.close()
+    rows = json.loads(invoke("ls", *place.args(), "--json").stdout)["sessions"]
+    by_key = {row["key"]: row["usage"] for row in rows}
+    assert by_key["u"] == spent.model_dump() and by_key["idle"] == Usage().model_dump()
+    assert "1,200 / 345" in invoke("ls", *place.args()).stdout
+
+    data = json.loads(invoke("show", "u", *place.args(), "--json").stdout)
+    assert data["usage"] == spent.model_dump() and data["max_usage_tokens"] == 5_000
+    assert [m["tokens"] for m in data["history"]] == [3, 7]
+    human = invoke("show", "u", *place.args()).stdout
+    assert "1,200 in, 345 out, 1 requests" in human and "5,000 tokens" in human
+    assert "[usage 1,200 / 345 tokens, 1 requests]" in human
+
+    stats = json.loads(invoke("stats", *place.args(), "--json").stdout)
+    assert stats["usage"] == spent.model_dump()
+    assert "usage: input tokens" in invoke("stats", *place.args()).stdout

@@ -25,6 +25,8 @@ from redis_session import (
     Session,
     StaleExpectation,
     StoreOptions,
+    Usage,
+    UsageLimitExceeded,
     with_turn_id,
 )
 from tests.conftest import Backend, StoreFactory
@@ -218,6 +220,38 @@ async def test_an_append_that_trims_says_how_many(
     assert len(await store.get_history("t")) == 2
     unit, points = _points(reader)["redis_session.messages.trimmed"]
     assert unit == "{message}" and sum(p.value for p in points) >= 4
+
+
+async def test_appends_count_the_usage_they_store_by_direction(
+    make_store: StoreFactory, reader: InMemoryMetricReader, spans: list[ReadableSpan]
+) -> None:
+    store = make_store(max_usage_tokens=100)
+    await store.create(Session(key="u"))
+    before = _tokens_by_type(reader)
+    answer = Message(role="assistant", usage=Usage(input_tokens=40, output_tokens=20, requests=1))
+    await store.append_message("u", answer)
+    await store.append_message("u", answer)  # stored before: counts nothing
+    await store.append_messages("u", [Message(role="tool"), answer.model_copy(update={"id": "b"})])
+    with pytest.raises(UsageLimitExceeded):
+        await store.append_message("u", Message(role="user", content="more"))
+    writes = [s.attributes or {} for s in ours(spans) if s.name.startswith("append_message")]
+    assert [a.get("redis_session.usage.input_tokens") for a in writes] == [40, None, 40, None]
+    assert [a.get("redis_session.usage.output_tokens") for a in writes] == [20, None, 20, None]
+    assert writes[-1].get("redis_session.outcome") == "UsageLimitExceeded"  # not an error
+    unit, _ = _points(reader)["redis_session.usage.tokens"]
+    after = _tokens_by_type(reader)
+    spent = {kind: after[kind] - before.get(kind, 0) for kind in after}
+    assert unit == "{token}" and spent == {"input": 80, "output": 40}
+
+
+def _tokens_by_type(reader: InMemoryMetricReader) -> dict[str, int]:
+    """The usage counter's totals by token type (cumulative over the process's tests)."""
+    points = _points(reader).get("redis_session.usage.tokens", ("", []))[1]
+    out: dict[str, int] = {}
+    for p in points:  # a point per operation (append_message, append_messages) and type
+        kind = str(p.attributes["gen_ai.token.type"])
+        out[kind] = out.get(kind, 0) + int(p.value)
+    return out
 
 
 async def test_reads_say_whether_the_read_cache_served_them(
