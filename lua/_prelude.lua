@@ -277,12 +277,23 @@ local function budget_refused(ui, uo, ub, default)
   return nil
 end
 
--- The usage totals of a prefix (KEYS[t]: a hash of ui, uo, ur beside the index shard, without
--- a TTL, as the event log): {WRONG_TYPE, t, type} when it holds another type, else nil.
-local function totals_refused(t)
-  local kind = redis.call('TYPE', KEYS[t])['ok']
-  if kind ~= 'none' and kind ~= 'hash' then return {WRONG_TYPE, t, kind} end
+-- {DAMAGED, m, 'usage'} when one of values (usage fields as HMGET read them from KEYS[m]; false:
+-- missing) is not a whole number a store writes (another writer's), else nil: checked before a
+-- script's first write, as HINCRBY would fail on it after.
+local function usage_damaged(m, values)
+  for _, v in ipairs(values) do
+    if v and not whole(v) then return {DAMAGED, m, 'usage'} end
+  end
   return nil
+end
+
+-- The usage totals of a prefix (KEYS[t]: a hash of ui, uo, ur beside the index shard, without
+-- a TTL, as the event log): {WRONG_TYPE, t, type} when it holds another type, {DAMAGED, t,
+-- 'usage'} when its figures are not whole numbers, else nil.
+local function totals_refused(t)
+  local got = redis.pcall('HMGET', KEYS[t], 'ui', 'uo', 'ur')
+  if failed(got) then return refusal(got, t) end
+  return usage_damaged(t, got)
 end
 
 -- Add usage u (a table {input, output, requests}) to hash KEYS[m]'s fields ui, uo, ur.

@@ -12,8 +12,7 @@
 -- ARGV[8] the parent's turn value the write is made through ('' = none)
 -- ARGV[9] the child's newest message expected ('' = none, '.' = empty, else its prefix)
 -- ARGV[10] the store's usage budget in tokens (0 = none), which the child's own usage (meta
---   fields ui, uo, ur: its messages' usage, added to the parent's when it is merged or
---   discarded) is held to
+--   fields ui, uo, ur: its messages' usage, added to the parent's when it is merged) is held to
 -- ARGV[11 ..] message pairs: tag (8-byte id digest, then the message's usage
 --   'input:output:requests' or nothing), stored element (digest .. JSON or sealed)
 -- Reply: {OK, number appended, number trimmed from the head} | {NOT_FOUND} | {PRUNED, merged_at} | {MERGED}
@@ -26,7 +25,7 @@ local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset'
   'hash'})
 if bad then return bad end
 local c = redis.call('HMGET', KEYS[8], 'parent', 'merged_at', 'max', 'g', 'h', 'n', 'mt', 'mx',
-  'ui', 'uo')
+  'ui', 'uo', 'ur')
 local st = child_state(c, ARGV[5], ARGV[6])
 if st == MERGED then return {MERGED} end
 if st ~= OK then return st end
@@ -56,7 +55,8 @@ for i = 11, #ARGV, 2 do
 end
 if #digests == 0 then return {OK, 0, 0} end
 local refused = fence_refused(11, ARGV[8]) or expect_refused(9, n, h, 8, ARGV[9])
-  or budget_refused(c[9], c[10], nil, ARGV[10]) or #spent > 0 and totals_refused(12)
+  or usage_damaged(8, {c[9], c[10], c[11]}) or budget_refused(c[9], c[10], nil, ARGV[10])
+  or #spent > 0 and totals_refused(12)
 if refused then return refused end
 local new_keys = {}  -- keys this call creates join the tree's deadline
 if n == h then new_keys[#new_keys + 1] = 9 end

@@ -34,7 +34,7 @@
 -- inside a script each Redis call and each Lua table or string built costs server time, so
 -- fields are read only where needed (tg only when the deadline moves). The usage of the new
 -- messages is added to the session's (meta fields ui, uo, ur), which the budget is held to.
-local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n', 'ui', 'uo', 'ub')
+local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n', 'ui', 'uo', 'ub', 'ur')
 if failed(f) then return refusal(f, 1) end
 if not f[1] then return gone(1, 2, 3, 5) end
 if f[1] ~= SCHEMA then return {DAMAGED, 1, 'version', f[1]} end
@@ -91,7 +91,8 @@ if not quick then
   end
 end
 local refused = fence_refused(8, ARGV[9]) or expect_refused(2, n, h, 0, ARGV[10])
-  or budget_refused(f[6], f[7], f[8], ARGV[11]) or spent and totals_refused(9)
+  or usage_damaged(1, {f[6], f[7], f[9], f[8]}) or budget_refused(f[6], f[7], f[8], ARGV[11])
+  or spent and totals_refused(9)
 if refused then return refused end
 
 local z = redis.pcall('ZADD', KEYS[4], now, ARGV[6])

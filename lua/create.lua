@@ -37,7 +37,6 @@
 -- eviction) are removed first: the new session is fresh. The fields every write reads come
 -- first in the meta hash (Redis finds a field of a small hash by a linear scan).
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset'}) or log_refused(9)
-  or totals_refused(10)
 if bad then return bad end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local f = redis.call('HMGET', KEYS[1], 'ct', 'v', 'created_at', 'token')
@@ -62,6 +61,11 @@ for i = 16, 15 + 2 * n, 2 do
   if p == 'm:' or p == 'e:' then mb = mb + #ARGV[i] + #ARGV[i + 1] end
   local at = spend[ARGV[i]]
   if at then u[at] = tonumber(ARGV[i + 1]) or 0 end
+end
+local counted = ARGV[12] == 'create' and u[1] + u[2] + u[3] > 0
+if counted then
+  local refused = totals_refused(10)
+  if refused then return refused end
 end
 local ttl = tonumber(ARGV[1])
 local head = {'v', ARGV[13]}
@@ -92,7 +96,7 @@ else
 end
 add(win, digests, tonumber(ARGV[4]))
 save_window(win)
-if ARGV[12] == 'create' then add_totals(10, u) end
+if counted then add_totals(10, u) end
 if x then expire_tree(#KEYS + 1, x, tonumber(ARGV[2])) end
 local fresh_index = 1 - redis.call('EXISTS', KEYS[4])
 local expired = false

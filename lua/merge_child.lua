@@ -33,13 +33,14 @@
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
   'hash', 'list', 'stream'})
 if bad then return bad end
-local f = redis.call('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'g', 'h', 'n')
+local f = redis.call('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'g', 'h', 'n', 'ui', 'uo', 'ur')
 local mode = ARGV[10]
 local extra = {ARGV[9]}
 if mode == 'summary' then extra[2] = ARGV[11] end
 local win, stop = open_window(3, f[7], 1, 0, 1, extra)
 if not win then return stop end
-local c = redis.call('HMGET', KEYS[8], 'parent', 'merged_at', 'g', 'h', 'n', 'mt', 'mx', 'ma')
+local c = redis.call('HMGET', KEYS[8], 'parent', 'merged_at', 'g', 'h', 'n', 'mt', 'mx', 'ma',
+  'ui', 'uo', 'ur')
 if has(win, ARGV[9]) then  -- this very call merged already: answer as it did
   local at = c[2] or redis.call('ZSCORE', KEYS[7], 'm' .. ARGV[7])
   if at then
@@ -72,6 +73,8 @@ if not g then return h end
 local cg, ch, cn = positions(c[3], c[4], c[5], 9)
 if not cg then return ch end
 if mode == 'history' and cn - ch > tonumber(ARGV[22]) then return {STAGE, cn - ch} end
+local bad = usage_damaged(1, {f[8], f[9], f[10]}) or usage_damaged(8, {c[9], c[10], c[11]})
+if bad then return bad end
 
 -- The digests of a child's stored elements, the window's buckets of those read (one HMGET).
 local function digests_of(items)
@@ -102,8 +105,8 @@ end
 
 local added = #elements
 redis.call('HSET', KEYS[8], 'merged_at', us)
-local cu = redis.call('HMGET', KEYS[8], 'ui', 'uo', 'ur')  -- the sub-agent's spend is its parent's
-add_usage(1, nil, {tonumber(cu[1] or '0'), tonumber(cu[2] or '0'), tonumber(cu[3] or '0')})
+-- the sub-agent's spend is its parent's (its figures checked above, before the first write)
+add_usage(1, nil, {tonumber(c[9] or '0'), tonumber(c[10] or '0'), tonumber(c[11] or '0')})
 if mode == 'staged' then
   push_all(KEYS[11], redis.call('LRANGE', KEYS[2], math.max(tonumber(ARGV[21]), h) - h, -1))
   redis.call('RENAME', KEYS[11], KEYS[2])

@@ -44,6 +44,7 @@ from .errors import (
     TamperDetected,
 )
 from .models import (
+    MAX_TOKENS,
     MESSAGE_ID_PATTERN,
     STORED_CONTEXT,
     ChildSession,
@@ -207,8 +208,18 @@ def _stored_as_is(msg: Message) -> bool:
         or tuple(fields) != _MESSAGE_FIELDS
         or fields["timestamp"].utcoffset() != _ZERO  # naive, or not UTC: normalise
         or not _ID.fullmatch(fields["id"])
+        or not _counted(fields["tokens"], fields["usage"])
         or (fields["tool_calls"] and not all(map(_plain_tool_call, fields["tool_calls"])))
     )
+
+
+def _counted(tokens: int | None, usage: Usage | None) -> bool:
+    """Whether a message's token count and usage are within their bounds (a message changed
+    past its frozen guard is validated again: :func:`_revalidated` refuses them).
+    """
+    if tokens is not None and not 0 <= tokens <= MAX_TOKENS:
+        return False
+    return usage is None or all(0 <= n <= MAX_TOKENS for n in usage.__dict__.values())
 
 
 def twin_ready(msg: Message) -> bool:

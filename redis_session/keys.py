@@ -226,6 +226,7 @@ class KeySchema:
         """
         return self.beside(self.index_of(key), "usage")
 
+    @lru_cache(maxsize=4096)  # noqa: B019
     def shard_channel_of(self, key: str) -> str:
         """The shard channel (``SPUBLISH``) of session ``key``'s events with sharded events:
         ``<prefix>events`` on a single server, ``<prefix>events:{tag}`` on a cluster (the tag

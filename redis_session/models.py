@@ -202,6 +202,13 @@ class Usage(_Model):
         )
 
 
+def _one_call(usage: Usage | None) -> Usage | None:
+    """A message's usage, held to one call's bound (a ``Usage`` built as a sum is not)."""
+    if usage is not None and not all(0 <= n <= MAX_TOKENS for n in usage.__dict__.values()):
+        raise ValueError("a message's usage figures must be from 0 to 2**40")
+    return usage
+
+
 class Message(_Model):
     """One message of a conversation.
 
@@ -230,9 +237,10 @@ class Message(_Model):
     """Tool invocations carried by this message (a list is accepted and stored as a tuple)."""
     author: str = ""
     """The agent that wrote it, in multi-agent routing."""
-    usage: Usage | None = None
+    usage: Annotated[Usage | None, AfterValidator(_one_call)] = None
     """What the model call that produced this message cost (None: nothing, or not known).
-    Added to the session's :attr:`Session.usage` when the message is appended."""
+    Added to the session's :attr:`Session.usage` when the message is appended. Each figure at
+    most 2^40 (a sum such as ``a + b`` past it is refused here)."""
 
 
 class Session(_Model):

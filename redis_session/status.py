@@ -177,6 +177,11 @@ def damage(where: str, damaged: Damaged) -> str:
             f"every data key of the session was removed before its deadline (evicted under "
             f"memory pressure, or by hand); {where!r} is missing"
         )
+    if what == "usage":
+        return (
+            f"Redis key {where!r} holds usage figures (ui, uo, ur) that are not whole numbers "
+            "this store writes (changed by another writer): nothing was written"
+        )
     if what == "positions":
         return (
             f"Redis key {where!r} records list positions that are not whole numbers this store "

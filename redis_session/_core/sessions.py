@@ -12,7 +12,7 @@ from .._transport.telemetry import note_spent
 from ..crypto import Sealer
 from ..errors import ConcurrentChange, InvalidArgument
 from ..keys import KeySchema, check_key
-from ..models import LifecycleEventType, Message, MessageRole, Session
+from ..models import LifecycleEventType, Message, MessageRole, Session, Usage
 from ..options import StoreOptions
 from ..status import Ctx, Status, check
 from .args import call_token, non_negative_int, optional_str, text, token
@@ -211,7 +211,9 @@ class Sessions:
         if created.due:  # trees of this index shard expired unseen
             yield from self.events.reap_due(keys[3])
         now = codec.to_datetime(created.created_at)
-        return session.model_copy(update={"created_at": now, "updated_at": now}), created.again
+        spent = sum((m.usage for m in session.history if m.usage is not None), Usage())
+        made = session.model_copy(update={"created_at": now, "updated_at": now, "usage": spent})
+        return made, created.again
 
     def get(self, key: str, last: int | None = None) -> Op[Session]:
         key = check_key(key)

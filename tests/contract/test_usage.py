@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from redis_session import (
+    CorruptData,
     InvalidArgument,
     Message,
     RedisStore,
@@ -214,3 +215,48 @@ async def test_a_sealed_sessions_usage_and_budget(make_store: StoreFactory) -> N
         Usage(input_tokens=20, output_tokens=5, requests=1),
         Usage(input_tokens=10, output_tokens=5, requests=1),
     ]
+
+
+async def test_create_answers_with_the_usage_of_its_history(store: Any) -> None:
+    made = await store.create(Session(key="c", history=[spent(7, 1), spent(3, 0, 2)]))
+    assert made.usage == Usage(input_tokens=10, output_tokens=1, requests=3)
+
+
+def test_a_message_holds_one_calls_figures() -> None:
+    big = Usage(input_tokens=2**40) + Usage(input_tokens=1)  # a sum may pass the bound
+    assert big.input_tokens == 2**40 + 1
+    with pytest.raises(InvalidArgument, match="usage"):
+        Message(role="assistant", usage=big)
+
+
+async def test_a_changed_message_with_figures_out_of_range_is_refused(store: Any) -> None:
+    await store.create(Session(key="r"))
+    for bad in (
+        {"tokens": -1},
+        {"tokens": 2**41},
+        {"usage": Usage.total(10**20, 0, 1)},
+    ):
+        changed = Message(role="user", content="x").model_copy(update=bad)  # past validation
+        with pytest.raises(InvalidArgument):
+            await store.append_message("r", changed)
+    assert await store.get_history("r") == []
+
+
+def test_usage_figures_another_writer_broke_stop_the_write_before_it_writes(
+    server_backend: Backend,
+) -> None:
+    store = server_backend.sync_store()
+    raw = server_backend.sync_client()
+    store.create(Session(key="s"))
+    meta = server_backend.schema.session("s").meta
+    raw.hset(meta, "uo", "zz")
+    with pytest.raises(CorruptData, match="usage figures"):
+        store.append_message("s", spent(1, 1))
+    assert raw.llen(server_backend.schema.session("s").msgs) == 0  # nothing written
+    raw.hdel(meta, "uo")
+    raw.hset(server_backend.schema.usage_of("s"), "ui", "not a number")
+    with pytest.raises(CorruptData, match="usage figures"):
+        store.append_message("s", spent(1, 1))
+    assert raw.llen(server_backend.schema.session("s").msgs) == 0
+    store.append_message("s", Message(role="user", content="no usage: the totals untouched"))
+    assert len(store.get_history("s")) == 1

@@ -28,6 +28,7 @@ from redis_session import (
     SessionNotFound,
     ToolCall,
     TurnBusy,
+    Usage,
 )
 from redis_session.acl import CLIENT_COMMANDS, acl_rules, commands, setuser_line
 from redis_session.extension import ScriptCall
@@ -129,6 +130,9 @@ async def exercise(
     await store.create(session)
     await store.append_message("a", Message(role="assistant", content="hello"))
     await store.append_messages("a", [Message(role="user", content=f"m{n}") for n in range(3)])
+    paid = Usage(input_tokens=3, output_tokens=2, requests=1)  # HINCRBY, the totals' key
+    await store.append_message("a", Message(role="assistant", content="paid", usage=paid))
+    assert (await store.usage()).total_tokens == 5
     await store.annotate_timeout("a", "partial")
     await store.update(Session(key="a", agent_id="agent2", model="m", metadata={"x": "1"}))
     await store.update_metadata("a", set={"k": "v"}, delete=["x"])
@@ -151,7 +155,9 @@ async def exercise(
 
     config = ChildSessionConfig(inherit_history=1, max_messages=5)
     first = await store.fork_child("a", "helper", config)
-    await store.append_child_message(first.key, Message(role="assistant", content="work"))
+    await store.append_child_message(
+        first.key, Message(role="assistant", content="work", usage=paid)
+    )
     await store.append_child_messages(first.key, [Message(role="tool", content="out")])
     assert (await store.get_child(first.key)).agent_name == "helper"
     await store.merge_child(first.key, "")

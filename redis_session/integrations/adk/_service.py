@@ -481,6 +481,8 @@ class RedisSessionService(BaseSessionService):
                 not the caller's newest); nothing was stored.
             SessionNotFoundError: the session does not exist (deleted, expired, never made).
             TurnLost: made through a turn that is not the caller's any more.
+            UsageLimitExceeded: the session's usage (its events' ``usage_metadata``) has
+                reached its budget (``max_usage_tokens``); nothing was stored.
         """
         if event.partial:
             return event

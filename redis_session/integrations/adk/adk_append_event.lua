@@ -43,7 +43,7 @@
 -- KEY_CHANGED (the Python side uses the store's own path for encrypted stores). Every check
 -- (types, staleness, sizes) is made before the first write (ZADD, which Redis refuses when it
 -- is out of memory).
-local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n', 'tg', 'mb', 'ui', 'uo', 'ub')
+local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n', 'tg', 'mb', 'ui', 'uo', 'ub', 'ur')
 if failed(f) then return refusal(f, 1) end
 if not f[1] then return gone(1, 2, 3, 5) end
 if f[1] ~= SCHEMA then return {DAMAGED, 1, 'version', f[1]} end
@@ -61,7 +61,6 @@ local win, stop = open_window(3, f[5], 16, 16, 2)
 if not win then return stop end
 if has(win, digest) then return {OK, 0, ''} end
 local fenced = fence_refused(8, ARGV[18]) or log_refused(9)  -- a lost turn first: it says why
-  or budget_refused(f[8], f[9], f[10], ARGV[19]) or spent and totals_refused(10)
 if fenced then return fenced end
 
 local stored = tonumber(redis.call('HGET', KEYS[1], ARGV[9]) or '')
@@ -70,6 +69,9 @@ if stored and stored > tonumber(ARGV[10]) then
   local id = last and string.match(last, '^{"id":"([^"]*)"')
   if ARGV[11] == '' or id ~= ARGV[11] then return {STALE} end
 end
+local spend = usage_damaged(1, {f[8], f[9], f[11], f[10]}) or budget_refused(f[8], f[9], f[10], ARGV[19])
+  or spent and totals_refused(10)  -- after the stale check: a stale caller is told so first
+if spend then return spend end
 
 local m = tonumber(ARGV[20])
 local limit = tonumber(ARGV[7])
