@@ -69,7 +69,7 @@ INHERITED = b"\0" * 8
 
 
 # Once per process: which pieces of the fast path this process runs.
-_fast.probe(Message, ToolCall, MessageRole)
+_fast.probe(Message, ToolCall, MessageRole, Usage)
 
 READ_TZ: tzinfo = _fast.read_tzinfo()
 """The tzinfo of every timestamp a read decodes (pydantic-core's UTC where the fast path

@@ -34,22 +34,27 @@
 static PyObject *roles;      /* {value: MessageRole member} */
 static PyObject *msg_cls;    /* Message */
 static PyObject *call_cls;   /* ToolCall */
+static PyObject *usage_cls;  /* Usage */
 static PyObject *tz;         /* the tzinfo of a decoded timestamp */
 static PyObject *set_cls;    /* the class of the shared fields sets (see fields_set) */
 static PyObject *msg_dict;   /* Message.__dict__ template: the fields in order */
 static PyObject *call_dict;  /* ToolCall.__dict__ template */
+static PyObject *usage_dict; /* Usage.__dict__ template */
 static PyObject *s_id, *s_role, *s_content, *s_timestamp, *s_tool_calls, *s_author, *s_tokens,
     *s_usage;
 static PyObject *s_name, *s_input, *s_output, *s_thought;
+static PyObject *s_input_tokens, *s_output_tokens, *s_requests;
 static PyObject *s_fields_set, *s_extra, *s_private;
 /* The offsets of BaseModel's slots __pydantic_fields_set__, __pydantic_extra__ and
  * __pydantic_private__ in a Message and in a ToolCall (configure() refuses classes where
  * they are not such slots: redis_session._transport.fast then leaves decoding to pydantic). */
-static Py_ssize_t msg_slots[3] = {-1, -1, -1}, call_slots[3] = {-1, -1, -1};
+static Py_ssize_t msg_slots[3] = {-1, -1, -1}, call_slots[3] = {-1, -1, -1},
+                  usage_slots[3] = {-1, -1, -1};
 /* The fields sets a Message and a ToolCall may have, by the bit mask of their fields, shared
  * (see fields_set): made when first needed, dropped by configure(). */
-#define FIELD_BITS 7
-static PyObject *msg_sets[1 << FIELD_BITS], *call_sets[1 << FIELD_BITS];
+#define FIELD_BITS 8
+static PyObject *msg_sets[1 << FIELD_BITS], *call_sets[1 << FIELD_BITS],
+    *usage_sets[1 << FIELD_BITS];
 
 #define OK 1
 #define OTHER 0 /* not the encoder's form: the caller validates it */
@@ -248,7 +253,7 @@ static PyObject *instance(PyObject *cls, PyObject *dict, PyObject *fields) {
     PyTypeObject *type = (PyTypeObject *)cls;
     PyObject *obj = type->tp_alloc(type, 0);
     if (obj == NULL) return NULL;
-    const Py_ssize_t *slots = cls == msg_cls ? msg_slots : call_slots;
+    const Py_ssize_t *slots = cls == msg_cls ? msg_slots : cls == call_cls ? call_slots : usage_slots;
     if (PyObject_GenericSetDict(obj, dict, NULL) < 0) {
         Py_DECREF(obj);
         return NULL;
@@ -399,6 +404,38 @@ static int count(Cursor *c, PyObject **out) {
     return OK;
 }
 
+/* A message's usage after its '{': {["input_tokens":N][,"output_tokens":N][,"requests":N]} (the
+ * figures not 0, in field order, as the encoder writes them) as a new Usage. */
+static int usage(Cursor *c, PyObject **out) {
+    int status = OTHER;
+    unsigned mask = 0;
+    PyObject *dict = PyDict_Copy(usage_dict), *fields = NULL, *value;
+    if (dict == NULL) return ERROR;
+    PyObject *const names[FIELD_BITS] = {s_input_tokens, s_output_tokens, s_requests};
+    /* Each name as the first (no comma before it) and as a later one. */
+    static const char *const keys[2][3] = {
+        {"\"input_tokens\":", "\"output_tokens\":", "\"requests\":"},
+        {",\"input_tokens\":", ",\"output_tokens\":", ",\"requests\":"}};
+    for (int i = 0; i < 3; i++) {
+        const char *key = keys[mask ? 1 : 0][i];
+        if (!literal(c, key, (Py_ssize_t)strlen(key))) continue; /* 0: not written */
+        STEP(count(c, &value));
+        STEP(field(dict, &mask, 1u << i, names[i], value));
+    }
+    EXPECT(c, "}"); /* anything else (names out of order, unknown ones): validation's */
+    fields = fields_set(usage_sets, names, mask);
+    if (fields == NULL) {
+        status = ERROR;
+        goto done;
+    }
+    *out = instance(usage_cls, dict, fields);
+    status = *out == NULL ? ERROR : OK;
+done:
+    Py_XDECREF(dict);
+    Py_XDECREF(fields);
+    return status;
+}
+
 /* One stored element (the n bytes at p) as a new Message (OK), OTHER, or ERROR with an
  * exception set. */
 static int message_at(const char *p, Py_ssize_t n, PyObject **out) {
@@ -431,10 +468,14 @@ static int message_at(const char *p, Py_ssize_t n, PyObject **out) {
         STEP(field(dict, &mask, 16, s_tool_calls, value));
     }
     if (LIT(c, ",\"author\":")) STRING_FIELD(dict, &mask, 32, s_author);
-    EXPECT(c, "}"); /* a message with usage (",\"usage\":{...}") is left to validation */
+    if (LIT(c, ",\"usage\":{")) {
+        STEP(usage(c, &value));
+        STEP(field(dict, &mask, 128, s_usage, value));
+    }
+    EXPECT(c, "}");
     if (c->p != c->end) OTHERWISE;
     PyObject *const names[FIELD_BITS] = {s_id, s_role, s_content, s_timestamp, s_tool_calls,
-                                         s_author, s_tokens};
+                                         s_author, s_tokens, s_usage};
     fields = fields_set(msg_sets, names, mask);
     if (fields == NULL) {
         status = ERROR;
@@ -533,10 +574,10 @@ static int slot_offsets(PyObject *cls, PyObject *const *names, Py_ssize_t *out) 
 }
 
 static PyObject *configure(PyObject *self, PyObject *args) {
-    PyObject *r, *m, *t, *z, *md, *cd, *fs;
-    if (!PyArg_ParseTuple(args, "O!O!O!OO!O!O!:configure", &PyDict_Type, &r, &PyType_Type, &m,
-                          &PyType_Type, &t, &z, &PyDict_Type, &md, &PyDict_Type, &cd,
-                          &PyType_Type, &fs))
+    PyObject *r, *m, *t, *z, *md, *cd, *fs, *u, *ud;
+    if (!PyArg_ParseTuple(args, "O!O!O!OO!O!O!O!O!:configure", &PyDict_Type, &r, &PyType_Type,
+                          &m, &PyType_Type, &t, &z, &PyDict_Type, &md, &PyDict_Type, &cd,
+                          &PyType_Type, &fs, &PyType_Type, &u, &PyDict_Type, &ud))
         return NULL;
     if (!PyType_IsSubtype((PyTypeObject *)fs, &PySet_Type)) {
         PyErr_SetString(PyExc_TypeError, "configure(): the fields set class must be a set");
@@ -544,24 +585,34 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     }
     /* Checked before anything changes: a refused configure() leaves the module as it was. */
     PyObject *const slot_names[] = {s_fields_set, s_extra, s_private};
-    Py_ssize_t new_msg_slots[3], new_call_slots[3];
+    Py_ssize_t new_msg_slots[3], new_call_slots[3], new_usage_slots[3];
     if (slot_offsets(m, slot_names, new_msg_slots) < 0 ||
-        slot_offsets(t, slot_names, new_call_slots) < 0)
+        slot_offsets(t, slot_names, new_call_slots) < 0 ||
+        slot_offsets(u, slot_names, new_usage_slots) < 0)
         return NULL;
+    if (u == m || u == t) {
+        PyErr_SetString(PyExc_TypeError, "configure(): the usage class is another model's");
+        return NULL;
+    }
     PyObject *const message_names[] = {s_id,           s_tokens, s_role,  s_content,
                                        s_timestamp,    s_tool_calls, s_author, s_usage};
     PyObject *const call_names[] = {s_id, s_name, s_input, s_output, s_thought,
                                     PyUnicode_InternFromString("thought_signature")};
     if (call_names[5] == NULL) return NULL;
+    PyObject *const usage_names[] = {s_input_tokens, s_output_tokens, s_requests};
     PyObject *new_msg = template(message_names, 8, md), *new_call = template(call_names, 6, cd);
+    PyObject *new_usage = template(usage_names, 3, ud);
     Py_DECREF(call_names[5]);
-    if (new_msg == NULL || new_call == NULL) {
+    if (new_msg == NULL || new_call == NULL || new_usage == NULL) {
         Py_XDECREF(new_msg);
         Py_XDECREF(new_call);
+        Py_XDECREF(new_usage);
         return NULL;
     }
     Py_XSETREF(msg_dict, new_msg);
     Py_XSETREF(call_dict, new_call);
+    Py_XSETREF(usage_dict, new_usage);
+    Py_XSETREF(usage_cls, Py_NewRef(u));
     Py_XSETREF(roles, Py_NewRef(r));
     Py_XSETREF(msg_cls, Py_NewRef(m));
     Py_XSETREF(call_cls, Py_NewRef(t));
@@ -570,9 +621,11 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     for (int i = 0; i < (1 << FIELD_BITS); i++) {
         Py_CLEAR(msg_sets[i]);
         Py_CLEAR(call_sets[i]);
+        Py_CLEAR(usage_sets[i]);
     }
     memcpy(msg_slots, new_msg_slots, sizeof(msg_slots));
     memcpy(call_slots, new_call_slots, sizeof(call_slots));
+    memcpy(usage_slots, new_usage_slots, sizeof(usage_slots));
     Py_RETURN_NONE;
 }
 
@@ -583,7 +636,7 @@ static PyMethodDef methods[] = {
      "the elements that are bytes."},
     {"configure", configure, METH_VARARGS,
      "configure(roles, message_cls, tool_call_cls, tzinfo, message_defaults, call_defaults, "
-     "fields_set_cls)"},
+     "fields_set_cls, usage_cls, usage_defaults)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {
@@ -606,6 +659,9 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(s_input, "input");
     INTERN(s_output, "output");
     INTERN(s_thought, "thought");
+    INTERN(s_input_tokens, "input_tokens");
+    INTERN(s_output_tokens, "output_tokens");
+    INTERN(s_requests, "requests");
     INTERN(s_fields_set, "__pydantic_fields_set__");
     INTERN(s_extra, "__pydantic_extra__");
     INTERN(s_private, "__pydantic_private__");

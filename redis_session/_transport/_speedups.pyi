@@ -14,5 +14,7 @@ def configure(
     message_defaults: dict[str, Any],
     call_defaults: dict[str, Any],
     fields_set_cls: type[set[str]],
+    usage_cls: type[BaseModel],
+    usage_defaults: dict[str, Any],
 ) -> None: ...
 def decode(items: Sequence[bytes]) -> tuple[list[Any], list[int], int]: ...

@@ -158,7 +158,12 @@ def _turn_off(name: str, why: str, level: int = logging.WARNING) -> None:
     )
 
 
-def probe(message: type[BaseModel], tool_call: type[BaseModel], roles: type[Enum]) -> Status:
+def probe(
+    message: type[BaseModel],
+    tool_call: type[BaseModel],
+    roles: type[Enum],
+    usage: type[BaseModel],
+) -> Status:
     """Check every piece once per process (later calls return the same :data:`STATUS`), the
     two that build models against pydantic's validation of ``message`` and ``tool_call`` (the
     package's ``Message``, ``ToolCall`` and ``MessageRole``, given by :mod:`redis_session.codec`:
@@ -173,7 +178,7 @@ def probe(message: type[BaseModel], tool_call: type[BaseModel], roles: type[Enum
                 STATUS.pieces[name] = Piece(name, False, f"{PURE_ENV} is set")
             return STATUS
         checks: dict[str, Callable[[], Any]] = {
-            "decoder": lambda: _check_decoder(message, tool_call, roles),
+            "decoder": lambda: _check_decoder(message, tool_call, roles, usage),
             "reclass": lambda: _check_reclass(message, tool_call),
             "idle-order": _check_idle_order,
             "loop-close": _check_loop_close,
@@ -223,11 +228,17 @@ SAMPLES: tuple[bytes, ...] = (
     b'{"id":"c3","tokens":7,"role":"tool","content":"\xc3\xa9\xe2\x82\xac",'
     b'"timestamp":"1999-12-31T23:59:59.000001Z"}',
     b'{"id":"e5","tokens":0,"role":"user","timestamp":"2026-01-02T03:04:05Z"}',
+    b'{"id":"f6","tokens":12,"role":"assistant","content":"x","timestamp":"2026-01-02T03:04:05Z",'
+    b'"usage":{"input_tokens":1099511627776,"output_tokens":5,"requests":1}}',
+    b'{"id":"g7","role":"assistant","timestamp":"2026-01-02T03:04:05Z","author":"a",'
+    b'"usage":{"requests":2}}',
+    b'{"id":"h8","role":"assistant","timestamp":"2026-01-02T03:04:05Z","usage":{}}',
+    b'{"id":"i9","role":"assistant","timestamp":"2026-01-02T03:04:05Z",'
+    b'"usage":{"input_tokens":3,"requests":1}}',
     b'{"id":"d4","role":"model","timestamp":"2026-01-02T03:04:05.500000Z","tool_calls":'
     b'[{"id":"c1","name":"f","input":""}]}',
 )
-"""Stored messages in the encoder's own form (``codec.encode_message``), every shape of it the
-C decoder builds (a message with ``usage`` it leaves to validation)."""
+"""Stored messages in the encoder's own form (``codec.encode_message``), every shape of it."""
 FOREIGN = b'{"role":"user","id":"x","timestamp":"2026-01-02T03:04:05Z"}'
 """A message in another writer's form: the C decoder leaves it to validation."""
 
@@ -251,16 +262,18 @@ def _same(built: Any, reference: Any, what: str, tool_call: type[BaseModel]) -> 
     back = pickle.loads(pickle.dumps(built))
     _expect(back == built and type(back.model_fields_set) is set, f"{what}: pickling")
     _expect(copy.copy(built) == built, f"{what}: copy")
-    if not isinstance(built, tool_call):
+    if "timestamp" in vars(built):  # a message (not a tool call, not a usage)
         offset = built.timestamp.utcoffset()
         _expect(offset is not None and not offset, f"{what}: timestamp not UTC")
         _expect(built.model_copy(update={"content": "z"}).content == "z", f"{what}: model_copy")
         for call, ref in zip(built.tool_calls, reference.tool_calls, strict=True):
             _same(call, ref, f"{what}'s tool call", tool_call)
+        if built.usage is not None or reference.usage is not None:
+            _same(built.usage, reference.usage, f"{what}'s usage", tool_call)
 
 
 def _check_decoder(
-    message: type[BaseModel], tool_call: type[BaseModel], roles: type[Enum]
+    message: type[BaseModel], tool_call: type[BaseModel], roles: type[Enum], usage: type[BaseModel]
 ) -> Callable[[Sequence[bytes]], tuple[list[Any], list[int], int]]:
     try:
         from . import _speedups
@@ -269,7 +282,7 @@ def _check_decoder(
     for name in SLOTS:
         descriptor = _static(BaseModel, name)
         _expect(type(descriptor).__name__ == "member_descriptor", f"BaseModel.{name} is no slot")
-    for cls in (message, tool_call):
+    for cls in (message, tool_call, usage):
         _expect(not vars(cls).get("__slots__"), f"{cls.__name__} slots")
         _expect(cls.__dictoffset__ != 0, f"{cls.__name__} has no __dict__")
     _speedups.configure(
@@ -280,6 +293,8 @@ def _check_decoder(
         _defaults(message),
         _defaults(tool_call),
         SharedFieldsSet,
+        usage,
+        _defaults(usage),
     )
     built, left, size = _speedups.decode([*SAMPLES, FOREIGN])
     _expect(left == [len(SAMPLES)], f"left {left} for {len(SAMPLES)} samples and one foreign")
