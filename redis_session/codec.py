@@ -935,6 +935,7 @@ def decode_child(
         created_at=to_datetime(_micros(key, fields.get("created_at"), "created_at")),
         merged_at=None if merged is None else to_datetime(_micros(key, merged, "merged_at")),
         forked_after=fork_point(key, fields.get("fp", b"")),
+        usage=decode_usage(key, lambda name: fields.get(name.decode())),
     )
 
 

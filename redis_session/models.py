@@ -320,6 +320,9 @@ class ChildSession(_Model):
     """The id of the parent's newest message when the child was forked (``""``: the parent
     had none, or the child was forked by a version that did not record it). A rewind of the
     parent to before that message discards the child."""
+    usage: Usage = Field(default_factory=Usage)
+    """The sum of the usage of the messages the child was given (added to its parent's when it
+    is merged); held to the store's ``max_usage_tokens``."""
 
     @classmethod
     def new(

@@ -273,6 +273,10 @@ def _show_child(child: ChildSession, last: int | None, as_json: bool) -> None:
     console.print(text(f"child session {child.key}", "bold"))
     console.print(text(f"parent {child.parent_key}, agent {child.agent_name}, {state}"))
     console.print(f"messages {total}" + (f" (showing the last {len(shown)})" if last else ""))
+    spent = child.usage
+    console.print(
+        f"usage {spent.input_tokens:,} in, {spent.output_tokens:,} out, {spent.requests:,} requests"
+    )
     if shown:
         console.print(_message_table(shown, total - len(shown)))
 

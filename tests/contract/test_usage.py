@@ -76,6 +76,9 @@ async def test_a_merge_adds_the_childs_usage_to_its_parent(store: Any) -> None:
     child = await store.fork_child("p", "researcher")
     await store.append_child_messages(child.key, [spent(100, 20), spent(50, 10)])
     assert (await store.get("p")).usage.total_tokens == 10  # not its parent's until merged
+    assert (await store.get_child(child.key)).usage == Usage(
+        input_tokens=150, output_tokens=30, requests=2
+    )
     await store.merge_child(child.key, "found it")
     assert (await store.get("p")).usage == Usage(input_tokens=155, output_tokens=35, requests=3)
     other = await store.fork_child("p", "idle")
