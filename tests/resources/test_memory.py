@@ -19,6 +19,7 @@ from redis_session import (
     RedisStore,
     Session,
     SessionError,
+    Usage,
 )
 from tests.resources.conftest import PrivateServer
 from tests.support.figures import Recorder
@@ -63,11 +64,19 @@ def test_at_maxmemory_writes_are_refused_as_oom_and_reads_work(
     child = store.fork_child("s", "sub", ChildSessionConfig(inherit_history=5))
     store.append_child_message(child.key, msg("work", "assistant"))
     sealed.create(Session(key="secret", history=history[:3]))
+    paid = Message(role="assistant", usage=Usage(input_tokens=9, output_tokens=1, requests=1))
+    store.create(Session(key="u", history=[paid]))
+    spent = (store.get("u").usage, store.usage())
     fillers = fill(raw, "m:")
 
     refused: dict[str, str] = {}
     calls: list[tuple[str, Callable[[], Any]]] = [
         ("append_message", lambda: store.append_message("s", msg("late"))),
+        (
+            "append_message with usage",
+            lambda: store.append_message("u", paid.model_copy(update={"id": "p2"})),
+        ),
+        ("append_child_message with usage", lambda: store.append_child_message(child.key, paid)),
         ("append_messages", lambda: store.append_messages("s", [msg("a"), msg("b")])),
         ("create", lambda: store.create(Session(key="new", history=history))),
         (
@@ -131,6 +140,7 @@ def test_at_maxmemory_writes_are_refused_as_oom_and_reads_work(
     assert child.key in [c.key for c in store.children_of("s")]
     fresh_sealed = RedisStore.from_url(server.url, prefix="e:", passphrase="pw", kdf_work=10)
     assert len(fresh_sealed.get("secret").history) == 3
+    assert (store.get("u").usage, store.usage()) == spent  # nothing counted by a refused write
     assert store.delete("s") is True  # deleting frees memory: allowed
 
     raw.config_set("maxmemory", LIMIT)
