@@ -1,0 +1,625 @@
+"""``RedisSaver`` (over a ``RedisStore``) and ``AsyncRedisSaver`` (over an
+``AsyncRedisStore``): thin shells over the operations of ``_thread``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any, TypedDict
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ...aio import AsyncRedisStore
+from ...errors import DuplicateSession, InvalidArgument, SessionNotFound
+from ...models import Session
+from ...store import RedisStore
+from ._thread import (
+    SCRIPTS,
+    SOURCES,
+    THREAD_PREFIX,
+    Listing,
+    Put,
+    Scripts,
+    delete_key,
+    next_version,
+    one,
+    plan_put,
+    plan_writes,
+    point,
+    run_registry,
+    runs_in,
+    smembers,
+    thread_key,
+    thread_of,
+    to_prune,
+)
+
+REGISTERED = 4096
+"""(run, thread) pairs a saver remembers having registered (then it forgets them all)."""
+
+
+class TTLConfig(TypedDict, total=False):
+    """``langgraph-checkpoint-redis``'s ``ttl_config``: ``default_ttl`` in minutes (the
+    store's ``ttl``), ``refresh_on_read`` (reads refresh the thread's TTL too).
+    """
+
+    default_ttl: float
+    refresh_on_read: bool
+
+
+def _store_ttl(ttl_config: TTLConfig | None, options: dict[str, Any]) -> None:
+    if ttl_config and ttl_config.get("default_ttl") is not None:
+        if "ttl" in options:
+            raise InvalidArgument("ttl_config", "give the TTL once: ttl or default_ttl")
+        options["ttl"] = float(ttl_config["default_ttl"]) * 60
+
+
+def _check_ttl(ttl_config: TTLConfig | None, store_ttl: Any) -> bool:
+    if not ttl_config:
+        return False
+    minutes = ttl_config.get("default_ttl")
+    if minutes is not None:
+        have = None if store_ttl is None else store_ttl.total_seconds()
+        if have != float(minutes) * 60:
+            raise InvalidArgument(
+                "ttl_config", "default_ttl must be the store's ttl (a thread is a session tree)"
+            )
+    return bool(ttl_config.get("refresh_on_read", False))
+
+
+class _Base(BaseCheckpointSaver[str]):
+    def __init__(
+        self,
+        store: RedisStore | AsyncRedisStore,
+        *,
+        serde: SerializerProtocol | None,
+        ttl_config: TTLConfig | None,
+        exclusive_steps: bool,
+    ) -> None:
+        super().__init__(serde=serde)
+        for name in SCRIPTS:
+            store.register_script(name, SOURCES[name])
+        self.exclusive_steps = exclusive_steps
+        self.ttl_config = ttl_config
+        refresh = _check_ttl(ttl_config, store.ttl)
+        self._scripts = Scripts(store.extension, refresh)
+        self._registered: set[tuple[str, str]] = set()
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """LangGraph's string versions (a counter, then a random fraction)."""
+        return next_version(current)
+
+    def _plan(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> tuple[Put, bool]:
+        plan = plan_put(
+            self.serde, config, checkpoint, metadata, new_versions, self.exclusive_steps
+        )
+        pair = (plan.run_id, plan.thread_id)
+        register = bool(plan.run_id) and pair not in self._registered
+        if register:
+            if len(self._registered) >= REGISTERED:
+                self._registered.clear()
+            self._registered.add(pair)
+        return plan, register
+
+
+class RedisSaver(_Base):
+    """A LangGraph checkpointer over a :class:`~redis_session.RedisStore` (see the package).
+
+    The async methods run the blocking ones in a worker thread (``asyncio.to_thread``); an
+    asyncio application takes :class:`AsyncRedisSaver`.
+    """
+
+    def __init__(
+        self,
+        store: RedisStore,
+        *,
+        serde: SerializerProtocol | None = None,
+        ttl_config: TTLConfig | None = None,
+        exclusive_steps: bool = False,
+    ) -> None:
+        super().__init__(store, serde=serde, ttl_config=ttl_config, exclusive_steps=exclusive_steps)
+        self.store = store
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        serde: SerializerProtocol | None = None,
+        ttl_config: TTLConfig | None = None,
+        exclusive_steps: bool = False,
+        **store_options: Any,
+    ) -> RedisSaver:
+        """A saver over ``RedisStore.from_url(url, **store_options)`` (``ttl_config``'s
+        ``default_ttl`` becomes the store's ``ttl``).
+        """
+        _store_ttl(ttl_config, store_options)
+        store = RedisStore.from_url(url, **store_options)
+        return cls(store, serde=serde, ttl_config=ttl_config, exclusive_steps=exclusive_steps)
+
+    def _made(self, thread_id: str) -> None:
+        with contextlib.suppress(DuplicateSession):
+            self.store.create(Session(key=thread_key(thread_id)))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint and the channel values of its new versions in one script
+        (making the thread's session first when there is none). With ``exclusive_steps``,
+        ``StepTaken`` when another worker already wrote the step that follows its parent.
+        """
+        plan, register = self._plan(config, checkpoint, metadata, new_versions)
+        if register:
+            self.store.run(self._scripts.register_run(plan))
+        try:
+            self.store.run(self._scripts.put(plan))
+        except SessionNotFound:
+            self._made(plan.thread_id)
+            self.store.run(self._scripts.put(plan))
+        return plan.config
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's pending writes on a checkpoint in one script (a regular write
+        already stored under its task and index is kept, a special one replaced).
+        """
+        thread_id, cp, triples = plan_writes(self.serde, config, writes, task_id, task_path)
+        try:
+            self.store.run(self._scripts.put_writes(thread_id, cp, triples))
+        except SessionNotFound:
+            self._made(thread_id)
+            self.store.run(self._scripts.put_writes(thread_id, cp, triples))
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (its thread's newest in its namespace without a
+        ``checkpoint_id``), with its channel values and pending writes: one script.
+        """
+        listing = point(self.serde, config)
+        page = self.store.run(
+            self._scripts.read(listing.thread_id, listing.high, listing.low, 1, listing.exact)
+        )
+        got = listing.take(page)
+        return got[0] if got else None
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints, newest first in each namespace: of ``config``'s thread (and
+        namespace, when it names one), else of every thread (the store's index of sessions,
+        ``langgraph/`` keys only). Reads one page of 100 at a time in one script, never the
+        keyspace.
+        """
+        if config is None:
+            threads = [thread_of(s.key) for s in self.store.list_sessions(prefix=THREAD_PREFIX)]
+            left = limit
+            for thread_id in threads:
+                if left is not None and left <= 0:
+                    return
+                for tup in self.list(
+                    {"configurable": {"thread_id": thread_id}},
+                    filter=filter, before=before, limit=left,
+                ):  # fmt: skip
+                    if left is not None:
+                        left -= 1
+                    yield tup
+            return
+        listing = Listing(
+            self.serde, str(config["configurable"]["thread_id"]), config, filter, before, limit
+        )
+        while True:
+            page = self.store.run(
+                self._scripts.read(
+                    listing.thread_id, listing.high, listing.low, listing.count, listing.exact
+                )
+            )
+            yield from listing.take(page)
+            if listing.last(page):
+                return
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Remove thread ``thread_id``: its checkpoints, writes, values and session (which
+        logs its ``delete`` event).
+        """
+        ops = self._scripts
+        runs = runs_in(self.store.run(ops.members(str(thread_id), b"u\0", b"u\1")))
+        self.store.run(ops.drop_data(str(thread_id), runs))
+        self.store.delete(thread_key(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Remove every checkpoint (and its writes) of runs ``run_ids``, in every thread the
+        runs' registries name (no scan).
+        """
+        ops = self._scripts
+        for run_id in run_ids:
+            registry = run_registry(self.store.extension, str(run_id))
+            (threads,) = self.store.run(one(smembers(registry)))
+            for raw in threads:
+                thread_id = bytes(raw).decode()
+                head = b"u\0" + str(run_id).encode() + b"\0"
+                members = self.store.run(ops.members(thread_id, head, head[:-1] + b"\1"))
+                self.store.run(ops.remove(thread_id, [m[len(head) :] for m in members]))
+            self.store.run(one(delete_key(registry)))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy thread ``source_thread_id`` (its checkpoints, writes, values) to
+        ``target_thread_id``: the store's ``branch`` makes the target's session (a
+        ``branch`` event), then one script writes what one snapshot of the source held.
+        """
+        source, target = str(source_thread_id), str(target_thread_id)
+        fields, members = self.store.run(self._scripts.dump(source))
+        if not members:
+            return
+        try:
+            self.store.branch(thread_key(source), thread_key(target))
+        except DuplicateSession:
+            pass
+        except SessionNotFound:
+            self._made(target)
+        self.store.run(self._scripts.load(target, fields, members))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: remove every checkpoint but the newest of each namespace (with
+        their writes, and the values no kept checkpoint holds), 100 per script; ``delete``:
+        remove the threads.
+        """
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                self.delete_thread(thread_id)
+                continue
+            if strategy != "keep_latest":
+                raise InvalidArgument("strategy", f"{strategy!r}: keep_latest or delete")
+            members = self.store.run(self._scripts.members(str(thread_id), b"c\0", b"c\1"))
+            self.store.run(self._scripts.remove(str(thread_id), to_prune(members)))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """:meth:`get_tuple` in a worker thread."""
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """:meth:`list` in a worker thread."""
+        found = await asyncio.to_thread(
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
+        )
+        for tup in found:
+            yield tup
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """:meth:`put` in a worker thread."""
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """:meth:`put_writes` in a worker thread."""
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """:meth:`delete_thread` in a worker thread."""
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """:meth:`delete_for_runs` in a worker thread."""
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """:meth:`copy_thread` in a worker thread."""
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """:meth:`prune` in a worker thread."""
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+
+class AsyncRedisSaver(_Base):
+    """A LangGraph checkpointer over an :class:`~redis_session.AsyncRedisStore` (see the
+    package).
+
+    The blocking methods may be called from another thread than the event loop's (LangGraph's
+    sync APIs in a worker thread): they run the async ones on the loop the saver last ran on
+    (or in a new loop when it never ran); from the loop's own thread they raise
+    ``asyncio.InvalidStateError`` (they would block it).
+    """
+
+    def __init__(
+        self,
+        store: AsyncRedisStore,
+        *,
+        serde: SerializerProtocol | None = None,
+        ttl_config: TTLConfig | None = None,
+        exclusive_steps: bool = False,
+    ) -> None:
+        super().__init__(store, serde=serde, ttl_config=ttl_config, exclusive_steps=exclusive_steps)
+        self.store = store
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        serde: SerializerProtocol | None = None,
+        ttl_config: TTLConfig | None = None,
+        exclusive_steps: bool = False,
+        **store_options: Any,
+    ) -> AsyncRedisSaver:
+        """A saver over ``AsyncRedisStore.from_url(url, **store_options)`` (``ttl_config``'s
+        ``default_ttl`` becomes the store's ``ttl``).
+        """
+        _store_ttl(ttl_config, store_options)
+        store = AsyncRedisStore.from_url(url, **store_options)
+        return cls(store, serde=serde, ttl_config=ttl_config, exclusive_steps=exclusive_steps)
+
+    async def _run(self, op: Any) -> Any:
+        self._loop = asyncio.get_running_loop()
+        return await self.store.run(op)
+
+    def _block(self, coro: Any) -> Any:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        loop = self._loop
+        if running is not None and (loop is None or running is loop):
+            coro.close()
+            raise asyncio.InvalidStateError(
+                "AsyncRedisSaver's blocking methods run from another thread than the event "
+                "loop's; in the loop, await its async methods (aget_tuple, aput, ...)"
+            )
+        if loop is not None and loop.is_running() and threading.current_thread() is not None:
+            return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        return asyncio.run(coro)
+
+    async def _made(self, thread_id: str) -> None:
+        with contextlib.suppress(DuplicateSession):
+            await self.store.create(Session(key=thread_key(thread_id)))
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint and the channel values of its new versions in one script
+        (making the thread's session first when there is none). With ``exclusive_steps``,
+        ``StepTaken`` when another worker already wrote the step that follows its parent.
+        """
+        plan, register = self._plan(config, checkpoint, metadata, new_versions)
+        if register:
+            await self._run(self._scripts.register_run(plan))
+        try:
+            await self._run(self._scripts.put(plan))
+        except SessionNotFound:
+            await self._made(plan.thread_id)
+            await self._run(self._scripts.put(plan))
+        return plan.config
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's pending writes on a checkpoint in one script (a regular write
+        already stored under its task and index is kept, a special one replaced).
+        """
+        thread_id, cp, triples = plan_writes(self.serde, config, writes, task_id, task_path)
+        try:
+            await self._run(self._scripts.put_writes(thread_id, cp, triples))
+        except SessionNotFound:
+            await self._made(thread_id)
+            await self._run(self._scripts.put_writes(thread_id, cp, triples))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (its thread's newest in its namespace without a
+        ``checkpoint_id``), with its channel values and pending writes: one script.
+        """
+        listing = point(self.serde, config)
+        page = await self._run(
+            self._scripts.read(listing.thread_id, listing.high, listing.low, 1, listing.exact)
+        )
+        got = listing.take(page)
+        return got[0] if got else None
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Checkpoints, newest first in each namespace: of ``config``'s thread (and
+        namespace, when it names one), else of every thread (the store's index of sessions,
+        ``langgraph/`` keys only). Reads one page of 100 at a time in one script, never the
+        keyspace.
+        """
+        if config is None:
+            sessions = await self.store.list_sessions(prefix=THREAD_PREFIX)
+            left = limit
+            for s in sessions:
+                if left is not None and left <= 0:
+                    return
+                async for tup in self.alist(
+                    {"configurable": {"thread_id": thread_of(s.key)}},
+                    filter=filter, before=before, limit=left,
+                ):  # fmt: skip
+                    if left is not None:
+                        left -= 1
+                    yield tup
+            return
+        listing = Listing(
+            self.serde, str(config["configurable"]["thread_id"]), config, filter, before, limit
+        )
+        while True:
+            page = await self._run(
+                self._scripts.read(
+                    listing.thread_id, listing.high, listing.low, listing.count, listing.exact
+                )
+            )
+            for tup in listing.take(page):
+                yield tup
+            if listing.last(page):
+                return
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Remove thread ``thread_id``: its checkpoints, writes, values and session (which
+        logs its ``delete`` event).
+        """
+        ops = self._scripts
+        runs = runs_in(await self._run(ops.members(str(thread_id), b"u\0", b"u\1")))
+        await self._run(ops.drop_data(str(thread_id), runs))
+        await self.store.delete(thread_key(thread_id))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Remove every checkpoint (and its writes) of runs ``run_ids``, in every thread the
+        runs' registries name (no scan).
+        """
+        ops = self._scripts
+        for run_id in run_ids:
+            registry = run_registry(self.store.extension, str(run_id))
+            (threads,) = await self._run(one(smembers(registry)))
+            for raw in threads:
+                thread_id = bytes(raw).decode()
+                head = b"u\0" + str(run_id).encode() + b"\0"
+                members = await self._run(ops.members(thread_id, head, head[:-1] + b"\1"))
+                await self._run(ops.remove(thread_id, [m[len(head) :] for m in members]))
+            await self._run(one(delete_key(registry)))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy thread ``source_thread_id`` (its checkpoints, writes, values) to
+        ``target_thread_id``: the store's ``branch`` makes the target's session (a
+        ``branch`` event), then one script writes what one snapshot of the source held.
+        """
+        source, target = str(source_thread_id), str(target_thread_id)
+        fields, members = await self._run(self._scripts.dump(source))
+        if not members:
+            return
+        try:
+            await self.store.branch(thread_key(source), thread_key(target))
+        except DuplicateSession:
+            pass
+        except SessionNotFound:
+            await self._made(target)
+        await self._run(self._scripts.load(target, fields, members))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: remove every checkpoint but the newest of each namespace (with
+        their writes, and the values no kept checkpoint holds), 100 per script; ``delete``:
+        remove the threads.
+        """
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                await self.adelete_thread(thread_id)
+                continue
+            if strategy != "keep_latest":
+                raise InvalidArgument("strategy", f"{strategy!r}: keep_latest or delete")
+            members = await self._run(self._scripts.members(str(thread_id), b"c\0", b"c\1"))
+            await self._run(self._scripts.remove(str(thread_id), to_prune(members)))
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """:meth:`aget_tuple`, from another thread than the loop's."""
+        result: CheckpointTuple | None = self._block(self.aget_tuple(config))
+        return result
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """:meth:`alist`, from another thread than the loop's."""
+
+        async def collect() -> list[CheckpointTuple]:
+            return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
+
+        found: list[CheckpointTuple] = self._block(collect())
+        yield from found
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """:meth:`aput`, from another thread than the loop's."""
+        result: RunnableConfig = self._block(self.aput(config, checkpoint, metadata, new_versions))
+        return result
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """:meth:`aput_writes`, from another thread than the loop's."""
+        self._block(self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """:meth:`adelete_thread`, from another thread than the loop's."""
+        self._block(self.adelete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """:meth:`adelete_for_runs`, from another thread than the loop's."""
+        self._block(self.adelete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """:meth:`acopy_thread`, from another thread than the loop's."""
+        self._block(self.acopy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """:meth:`aprune`, from another thread than the loop's."""
+        self._block(self.aprune(thread_ids, strategy=strategy))
