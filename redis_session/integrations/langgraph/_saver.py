@@ -252,7 +252,7 @@ class RedisSaver(_Base):
         logs its ``delete`` event).
         """
         ops = self._scripts
-        runs = runs_in(self.store.run(ops.members(str(thread_id), b"u\0", b"u\1")))
+        runs = runs_in(self.store.run(ops.members(str(thread_id), b"g\0", b"g\1")))
         self.store.run(ops.drop_data(str(thread_id), runs))
         self.store.delete(thread_key(thread_id))
 
@@ -269,6 +269,7 @@ class RedisSaver(_Base):
                 head = b"u\0" + str(run_id).encode() + b"\0"
                 members = self.store.run(ops.members(thread_id, head, head[:-1] + b"\1"))
                 self.store.run(ops.remove(thread_id, [m[len(head) :] for m in members]))
+                self.store.run(ops.forget_run(thread_id, str(run_id)))
             self.store.run(one(delete_key(registry)))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
@@ -516,7 +517,7 @@ class AsyncRedisSaver(_Base):
         logs its ``delete`` event).
         """
         ops = self._scripts
-        runs = runs_in(await self._run(ops.members(str(thread_id), b"u\0", b"u\1")))
+        runs = runs_in(await self._run(ops.members(str(thread_id), b"g\0", b"g\1")))
         await self._run(ops.drop_data(str(thread_id), runs))
         await self.store.delete(thread_key(thread_id))
 
@@ -533,6 +534,7 @@ class AsyncRedisSaver(_Base):
                 head = b"u\0" + str(run_id).encode() + b"\0"
                 members = await self._run(ops.members(thread_id, head, head[:-1] + b"\1"))
                 await self._run(ops.remove(thread_id, [m[len(head) :] for m in members]))
+                await self._run(ops.forget_run(thread_id, str(run_id)))
             await self._run(one(delete_key(registry)))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:

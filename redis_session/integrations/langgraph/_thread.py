@@ -8,7 +8,7 @@ it holds), ``s\\0cp`` its guarded child (``exclusive_steps``); per channel value
 ``b\\0<ns>\\0<channel>\\0<version>`` the value and ``n\\0...`` how many checkpoints hold it; per
 pending write ``w\\0cp\\0<task id>\\0<index>``. The order zset (every member scored 0, read
 by lexical range) holds ``c\\0cp`` per checkpoint, ``w\\0...`` per write and
-``u\\0<run id>\\0cp`` per checkpoint of a run.
+``u\\0<run id>\\0cp`` per checkpoint of a run, ``g\\0<run id>`` per run it held.
 """
 
 from __future__ import annotations
@@ -383,6 +383,11 @@ class Scripts:
                 return out
             start = b"(" + bytes(page[-1])
 
+    def forget_run(self, thread_id: str, run_id: str) -> Op[None]:
+        """The thread holds no checkpoint of run ``run_id`` any more."""
+        keys = keys_of(self.ext, thread_id)
+        yield Commands([("ZREM", keys.order, b"g\0" + run_id.encode())])
+
     def dump(self, thread_id: str) -> Op[tuple[list[bytes], list[bytes]]]:
         keys = keys_of(self.ext, thread_id)
         reply = yield ScriptCall("langgraph_dump", [keys.data, keys.order], [], write=False)
@@ -413,8 +418,8 @@ def bounds(ns: str | None, before: str | None) -> tuple[bytes, bytes]:
 
 
 def runs_in(members: Iterable[bytes]) -> set[str]:
-    """The run ids of order members ``u\\0<run id>\\0...``."""
-    return {m.split(b"\0")[1].decode() for m in members}
+    """The run ids of order members ``g\\0<run id>``."""
+    return {m[2:].decode() for m in members}
 
 
 def to_prune(members: Sequence[bytes]) -> list[bytes]:

@@ -18,6 +18,8 @@
 --   value (opaque)
 -- Reply: {OK} | {STALE, child} | {NOT_FOUND} | {EXPIRED} | {WRONG_TYPE, i, type}
 --        | {TREE_CHANGED, ...} | {DAMAGED, ...}
+-- The order zset's 'g\0' .. run id member names each run the thread has held (kept until
+-- delete_for_runs removes the run: delete_thread unlists the thread from their registries).
 -- Events: none. Bounded by the checkpoint's channels (no walk of the thread's history). A
 -- record put again under its id (LangGraph does not, a retry may) drops its old references
 -- first. Every check is made before the first write.
@@ -63,7 +65,9 @@ for i = 3, #refs do redis.call('HINCRBY', KEYS[8], 'n' .. string.sub(refs[i], 2)
 redis.call('HSET', KEYS[8], 'c\0' .. cp, ARGV[7], 'r\0' .. cp, ARGV[8])
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[8], 's\0' .. ARGV[9], cp) end
 redis.call('ZADD', KEYS[9], 0, 'c\0' .. cp)
-if refs[1] ~= '' then redis.call('ZADD', KEYS[9], 0, 'u\0' .. refs[1] .. '\0' .. cp) end
+if refs[1] ~= '' then
+  redis.call('ZADD', KEYS[9], 0, 'u\0' .. refs[1] .. '\0' .. cp, 0, 'g\0' .. refs[1])
+end
 redis.call('HSET', KEYS[1], 'updated_at', us)
 redis.call('ZADD', KEYS[4], now, ARGV[5])
 if extend_now then

@@ -1,0 +1,238 @@
+"""RedisSaver and AsyncRedisSaver beyond the conformance suite: a real graph run by two
+processes (interrupt, resume, history, fork), two workers resuming one thread at once, the
+thread's TTL as one tree, nothing left behind by delete_thread and prune. Every backend
+(tests/conftest.py) unless a test names its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import Checkpoint, create_checkpoint, empty_checkpoint
+from langgraph.types import Command
+
+from redis_session.integrations.langgraph import AsyncRedisSaver, RedisSaver, StepTaken
+from redis_session.integrations.langgraph._thread import keys_of, run_registry
+from tests.conftest import Backend, _backend, _params
+from tests.support.servers import wait_until
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "langgraph_workers.py"
+
+
+def _example() -> Any:
+    spec = importlib.util.spec_from_file_location("langgraph_workers", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["langgraph_workers"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+workers = _example()
+
+
+@pytest.fixture(params=_params(("redis", "cluster")))
+def shared_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """A real Redis and the real cluster: servers two processes share."""
+    yield from _backend(request)
+
+
+@pytest.mark.timeout(180)
+def test_two_processes_interrupt_and_resume_then_fork(shared_backend: Backend) -> None:
+    failed = workers.demo(shared_backend.url, shared_backend.prefix)
+    assert failed == []
+    assert shared_backend.session_keys() == []  # the demo deletes its thread
+
+
+def _checkpoint(parent: Checkpoint | None, step: int, messages: list[str]) -> Checkpoint:
+    base = parent or empty_checkpoint()
+    made = create_checkpoint(base, None, step)
+    made["channel_values"] = {"messages": messages}
+    made["channel_versions"] = {"messages": f"{step + 2:032}.0"}
+    return made
+
+
+def _put(saver: RedisSaver, thread: str, parent: RunnableConfig | None, cp: Checkpoint,
+         step: int, ns: str = "", run: str = "run-1") -> RunnableConfig:  # fmt: skip
+    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
+    if parent is not None:
+        conf["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
+    versions = cp["channel_versions"]
+    metadata: Any = {"source": "loop", "step": step, "parents": {}, "run_id": run}
+    return saver.put({"configurable": conf}, cp, metadata, dict(versions))
+
+
+def test_delete_thread_leaves_no_key_and_prune_no_orphan_value(backend: Backend) -> None:
+    saver = RedisSaver(backend.sync_store())
+    thread = "t/1:child:x"  # a key the store would otherwise take for a child's
+    parent = None
+    cps = []
+    last: Checkpoint | None = None
+    for step in range(5):
+        for ns in ("", "sub:1"):
+            cp = _checkpoint(last, step, [f"m{i}" for i in range(step + 1)])
+            config = _put(saver, thread, parent if ns == "" else None, cp, step, ns, f"run-{step}")
+            saver.put_writes(config, [("messages", f"w{step}"), ("__error__", "e")], "task-1")
+            if ns == "":
+                parent, last = config, cp
+            cps.append(config)
+    keys = keys_of(saver.store.extension, thread)
+    raw = backend.sync_client()
+    assert raw.exists(keys.data, keys.order) == 2
+    saver.prune([thread], strategy="keep_latest")
+    listed = list(saver.list({"configurable": {"thread_id": thread}}))
+    assert len(listed) == 2 and {t.config["configurable"]["checkpoint_ns"] for t in listed} == {
+        "",
+        "sub:1",
+    }
+    # left: per kept checkpoint c, r, one value b and its count n, two writes; the kept root
+    # checkpoint's s (its parent's guard field is gone with the parent: none was written)
+    assert raw.hlen(keys.data) == 2 * (2 + 2 + 2)
+    # c, two writes, its run's u; and g per run the thread held (5)
+    assert raw.zcard(keys.order) == 2 * (1 + 2 + 1) + 5
+    assert listed[0].checkpoint["channel_values"] == {"messages": [f"m{i}" for i in range(5)]}
+    saver.delete_thread(thread)
+    assert backend.session_keys() == []
+    assert saver.get_tuple({"configurable": {"thread_id": thread}}) is None
+    saver.store.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_thread_expires_as_one_tree_refreshed_by_writes_and_reads(backend: Backend) -> None:
+    store = backend.sync_store(ttl=1.6, expired_grace=1)
+    saver = RedisSaver(store, ttl_config={"default_ttl": 1.6 / 60, "refresh_on_read": True})
+    config = _put(saver, "t1", None, _checkpoint(None, 0, ["hi"]), 0)
+    keys = keys_of(store.extension, "t1")
+    meta = store.extension.schema.session(keys.session).meta
+    raw = backend.sync_client()
+
+    def deadlines() -> set[int]:
+        return {int(raw.pexpiretime(k)) for k in (meta, keys.data, keys.order)}
+
+    first = deadlines()
+    assert len(first) == 1 and min(first) > 0  # one deadline for the whole tree
+    # a read refreshes it once a 16th of the TTL has passed (the store's own rule)
+    assert wait_until(
+        lambda: (
+            saver.get_tuple({"configurable": {"thread_id": "t1"}}) is not None
+            and deadlines() != first
+        ),
+        5,
+    )
+    assert len(deadlines()) == 1
+    saver.put_writes(config, [("messages", "w")], "task")
+    assert len(deadlines()) == 1
+    # then the whole tree goes at its deadline: what is left under the prefix is the expiry
+    # marker (it outlives the tree by a grace period, so that "expired" is told from "none")
+    # and the run's registry (twice the TTL): each going by its own TTL
+    assert wait_until(lambda: raw.exists(meta, keys.data, keys.order) == 0, 10, interval=0.05)
+    assert saver.get_tuple({"configurable": {"thread_id": "t1"}}) is None
+    # (the index of sessions, store-wide, names it until the reaper or a listing drops it)
+    index = store.extension.schema.index_of(keys.session)
+
+    def left() -> set[str]:
+        return {bytes(k).decode() for k in backend.session_keys()} - {index}
+
+    mark = store.extension.schema.session(keys.session).mark
+    assert left() <= {mark, run_registry(store.extension, "run-1")}, left()
+    assert all(raw.pttl(k) > 0 for k in left())
+    assert wait_until(lambda: left() == set(), 15, interval=0.1)
+    store.close()
+
+
+@pytest.mark.timeout(60)
+def test_two_workers_resuming_one_thread_at_once_cannot_both_write_the_step(
+    backend: Backend,
+) -> None:
+    """LangGraph leaves a thread's runs to the application (its server queues them per
+    thread); with ``exclusive_steps`` the saver holds it: the second worker's checkpoint that
+    continues from the same parent is refused (StepTaken) and stores nothing."""
+    thread = f"race-{uuid.uuid4().hex[:6]}"
+    config: RunnableConfig = {"configurable": {"thread_id": thread}}
+    start = RedisSaver(backend.sync_store(), exclusive_steps=True)
+    graph = workers.build(start, [workers.asks_for("Paris", "call-1")])
+    graph.invoke({"messages": [HumanMessage("Weather in Paris?")]}, config)
+    interrupted = start.get_tuple(config)
+    assert interrupted is not None
+
+    barrier = threading.Barrier(2, timeout=20)
+    outcomes: list[Any] = [None, None]
+
+    def resume(i: int) -> None:
+        saver = RedisSaver(backend.sync_store(), exclusive_steps=True)  # a store each
+        g = workers.build(saver, [AIMessage(f"worker {i}: sunny")])
+        original = g.nodes["approve"].bound.func
+
+        def approve(state: Any) -> Any:  # both pass the interrupt, then write together
+            out = original(state)
+            barrier.wait()
+            return out
+
+        g.nodes["approve"].bound.func = approve
+        try:
+            outcomes[i] = g.invoke(Command(resume="yes"), interrupted.config)
+        except StepTaken as exc:
+            outcomes[i] = exc
+
+    runners = [threading.Thread(target=resume, args=(i,)) for i in range(2)]
+    for r in runners:
+        r.start()
+    for r in runners:
+        r.join(30)
+    refused = [o for o in outcomes if isinstance(o, StepTaken)]
+    finished = [o for o in outcomes if isinstance(o, dict)]
+    assert len(refused) == 1 and len(finished) == 1, outcomes
+    children = [
+        t
+        for t in start.list(config)
+        if t.parent_config
+        and t.parent_config["configurable"]["checkpoint_id"]
+        == interrupted.config["configurable"]["checkpoint_id"]
+    ]
+    assert len(children) == 1  # one step written after the interrupt, not two
+    assert (
+        finished[0]["messages"][-1].content
+        == start.get_tuple(config)
+        .checkpoint[  # type: ignore[union-attr]
+            "channel_values"
+        ]["messages"][-1]
+        .content
+    )
+    # a fork (update_state) from the same checkpoint is never refused
+    forked = graph.update_state(interrupted.config, {"messages": [HumanMessage("Rome?")]})
+    assert forked["configurable"]["checkpoint_id"]
+
+
+async def test_the_async_saver_runs_a_graph_and_its_blocking_methods_from_a_thread(
+    backend: Backend,
+) -> None:
+    store = backend.async_store()
+    saver = AsyncRedisSaver(store)
+    graph = workers.build(saver, [workers.asks_for("Paris", "c1"), AIMessage("Sunny.")])
+    config: RunnableConfig = {"configurable": {"thread_id": "a1"}}
+    out = await graph.ainvoke({"messages": [HumanMessage("Weather?")]}, config)
+    assert out["__interrupt__"]
+    out = await graph.ainvoke(Command(resume="yes"), config)
+    assert out["messages"][-1].content == "Sunny."
+    history = [s async for s in graph.aget_state_history(config)]
+    assert len(history) == 6
+    got = await asyncio.to_thread(saver.get_tuple, config)  # blocking, off the loop's thread
+    assert got is not None and got.config == history[0].config
+    with pytest.raises(asyncio.InvalidStateError):
+        saver.get_tuple(config)
+    await saver.adelete_thread("a1")
+    started = time.monotonic()
+    assert [s async for s in graph.aget_state_history(config)] == []
+    assert time.monotonic() - started < 5
+    await store.close()
