@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, NamedTuple, cast
@@ -37,9 +37,11 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ... import contracts
+from ...contracts import Head, Key
 from ...errors import ConcurrentChange, InvalidArgument
 from ...extension import Commands, Extension, Op, Request, ScriptCall
 from ...status import Ctx, Status, check
+from . import _contracts as C
 
 SCRIPTS = (
     "langgraph_put",
@@ -61,6 +63,9 @@ BATCH = 100
 """Checkpoints one ``langgraph_remove`` call takes."""
 PAGE = 100
 """Checkpoints one ``langgraph_read`` call returns at most while listing."""
+MAX_COPY_FIELDS = 1_000_000
+"""The largest thread ``copy_thread`` copies (data hash fields: about 2 per checkpoint, 2 per
+channel version, 1 per pending write); a larger one raises ``TooLarge``."""
 
 
 class StepTaken(ConcurrentChange):
@@ -276,32 +281,34 @@ class Scripts:
         self.ext = ext
         self.refresh_on_read = refresh_on_read
 
-    def _tree_call(self, name: str, keys: ThreadKeys, args: Sequence[bytes | str | int]) -> Op[Any]:
+    def _tree_write(
+        self, keys: ThreadKeys, build: Callable[[Sequence[Key], Head], ScriptCall], *passed: int
+    ) -> Op[Any]:
+        """The store's loop for a script that writes the thread's tree (``build`` is given
+        the tree's members and head as they are known at each send).
+        """
         ext = self.ext
         root = ext.root_keys(keys.session)
 
-        def build(_: Any) -> ScriptCall:
-            return ScriptCall(
-                name,
-                [*root, keys.data, keys.order, *ext.members(keys.session)],
-                [*ext.head(keys.session), keys.session, *args],
-            )
+        def send(_: Any) -> ScriptCall:
+            return build(ext.members(keys.session), ext.head(keys.session))
 
         ctx = Ctx(keys.session, [*root, keys.data, keys.order])
-        return ext.write(keys.session, build, ctx, (Status.STALE,))
+        return ext.write(keys.session, send, ctx, passed)
 
     def put(self, plan: Put) -> Op[None]:
         """Store a planned checkpoint; ``StepTaken`` when its guard refuses it."""
         keys = keys_of(self.ext, plan.thread_id)
-        args: list[bytes | str | int] = [
-            plan.cp,
-            plan.record,
-            plan.refs,
-            plan.guard,
-            len(plan.blobs) // 2,
-            *plan.blobs,
-        ]
-        reply = yield from self._tree_call("langgraph_put", keys, args)
+        root = self.ext.root_keys(keys.session)
+
+        def build(members: Sequence[Key], head: Head) -> ScriptCall:
+            return C.langgraph_put(
+                root=root, data=keys.data, order=keys.order, members=members, head=head,
+                session_key=keys.session, checkpoint=plan.cp, record=plan.record,
+                refs=plan.refs, guard=plan.guard, blobs=plan.blobs,
+            )  # fmt: skip
+
+        reply = yield from self._tree_write(keys, build, Status.STALE)
         if contracts.status(reply) == Status.STALE:
             parent = plan.guard.partition(b"\0")[2].decode()
             child = bytes(reply[1]).partition(b"\0")[2].decode()
@@ -318,9 +325,19 @@ class Scripts:
             commands.append(("PEXPIRE", key, 2 * ttl))
         yield Commands(commands)
 
-    def put_writes(self, thread_id: str, cp: bytes, triples: list[bytes]) -> Op[None]:
+    def put_writes(self, thread_id: str, cp: bytes, triples: list[bytes]) -> Op[int]:
+        """Store a task's writes (``plan_writes``' triples); how many were stored."""
         keys = keys_of(self.ext, thread_id)
-        yield from self._tree_call("langgraph_put_writes", keys, [cp, len(triples) // 3, *triples])
+        root = self.ext.root_keys(keys.session)
+
+        def build(members: Sequence[Key], head: Head) -> ScriptCall:
+            return C.langgraph_put_writes(
+                root=root, data=keys.data, order=keys.order, members=members, head=head,
+                session_key=keys.session, checkpoint=cp, writes=triples,
+            )  # fmt: skip
+
+        reply = yield from self._tree_write(keys, build)
+        return contracts.parsed(C.Stored, reply).stored
 
     def read(
         self, thread_id: str, high: bytes, low: bytes, count: int, exact: bytes = b""
@@ -329,43 +346,31 @@ class Scripts:
         ext = self.ext
         keys = keys_of(ext, thread_id)
         root = ext.root_keys(keys.session)
-        args: list[bytes | str | int] = [high, low, count, exact]
+
+        def build(members: Sequence[Key], head: Head) -> ScriptCall:
+            return C.langgraph_read(
+                root=root, data=keys.data, order=keys.order, members=members, head=head,
+                high=high, low=low, count=count, exact=exact,
+            )  # fmt: skip
+
         if self.refresh_on_read and ext.options.ttl_ms:
-
-            def build(_: Any) -> ScriptCall:
-                return ScriptCall(
-                    "langgraph_read",
-                    [*root, keys.data, keys.order, *ext.members(keys.session)],
-                    [*ext.head(keys.session), *args],
-                )
-
-            ctx = Ctx(keys.session, [*root, keys.data, keys.order])
-            passthrough = (Status.NOT_FOUND, Status.EXPIRED)
-            reply = yield from ext.write(keys.session, build, ctx, passthrough)
+            reply = yield from self._tree_write(keys, build, Status.NOT_FOUND, Status.EXPIRED)
         else:
-            head = ext.head(keys.session)
-            call = ScriptCall(
-                "langgraph_read",
-                [*root, keys.data, keys.order],
-                [0, head.grace_ms, head.tree_generation, head.id_window, *args],
-                write=False,
-            )
-            reply = yield call
-        code = contracts.status(reply)
-        if code in (Status.NOT_FOUND, Status.EXPIRED):
+            reply = yield build((), ext.head(keys.session)._replace(ttl_ms=0))
+        if contracts.status(reply) in (Status.NOT_FOUND, Status.EXPIRED):
             return []
-        check(reply, Ctx(keys.session))
-        return list(reply[1:])
+        return contracts.parsed(C.Read, check(reply, Ctx(keys.session))).checkpoints
 
     def remove(self, thread_id: str, cps: Sequence[bytes]) -> Op[int]:
         """Remove checkpoints ``cps`` of the thread, ``BATCH`` per script."""
         keys = keys_of(self.ext, thread_id)
+        ctx = Ctx(keys.session, [keys.data, keys.order])
         removed = 0
         for i in range(0, len(cps), BATCH):
-            reply = yield ScriptCall(
-                "langgraph_remove", [keys.data, keys.order], list(cps[i : i + BATCH])
+            call = C.langgraph_remove(
+                data=keys.data, order=keys.order, checkpoints=cps[i : i + BATCH]
             )
-            removed += int(check(reply, Ctx(keys.session, [keys.data, keys.order]))[1])
+            removed += contracts.parsed(C.Removed, check((yield call), ctx)).removed
         return removed
 
     def members(self, thread_id: str, low: bytes, high: bytes) -> Op[list[bytes]]:
@@ -389,14 +394,27 @@ class Scripts:
         yield Commands([("ZREM", keys.order, b"g\0" + run_id.encode())])
 
     def dump(self, thread_id: str) -> Op[tuple[list[bytes], list[bytes]]]:
+        """One snapshot of the thread's data hash (pairs) and order (members)."""
         keys = keys_of(self.ext, thread_id)
-        reply = yield ScriptCall("langgraph_dump", [keys.data, keys.order], [], write=False)
-        check(reply, Ctx(keys.session, [keys.data, keys.order]))
-        return [bytes(v) for v in reply[1]], [bytes(m) for m in reply[2]]
+        call = C.langgraph_dump(data=keys.data, order=keys.order, max_fields=MAX_COPY_FIELDS)
+        reply = yield call
+        dumped = contracts.parsed(
+            C.Dumped, check(reply, Ctx(keys.session, [keys.data, keys.order]))
+        )
+        return [bytes(v) for v in dumped.fields], [bytes(m) for m in dumped.entries]
 
-    def load(self, thread_id: str, fields: list[bytes], members: list[bytes]) -> Op[None]:
+    def load(self, thread_id: str, fields: list[bytes], entries: list[bytes]) -> Op[None]:
+        """Write a dump into the thread (``langgraph_copy``)."""
         keys = keys_of(self.ext, thread_id)
-        yield from self._tree_call("langgraph_copy", keys, [len(fields), *fields, *members])
+        root = self.ext.root_keys(keys.session)
+
+        def build(members: Sequence[Key], head: Head) -> ScriptCall:
+            return C.langgraph_copy(
+                root=root, data=keys.data, order=keys.order, members=members, head=head,
+                session_key=keys.session, fields=fields, entries=entries,
+            )  # fmt: skip
+
+        yield from self._tree_write(keys, build)
 
     def drop_data(self, thread_id: str, runs: Iterable[str]) -> Op[None]:
         """Unlist the thread from its runs' registries, then delete its data and order."""

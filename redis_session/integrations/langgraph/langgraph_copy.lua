@@ -2,7 +2,7 @@
 -- them, into this thread (RedisSaver.copy_thread, after the store's branch made its session):
 -- records, references, channel values and pending writes are set, reference counts added.
 -- KEYS: root data order *members
--- ARGV: head session_key #fields
+-- ARGV: head session_key #fields *entries
 -- OK: -
 -- KEYS[1..7] the thread session's tree root keys (see the prelude)
 -- KEYS[8] the thread's data hash   KEYS[9] the thread's order zset   KEYS[10 ..] the tree's members

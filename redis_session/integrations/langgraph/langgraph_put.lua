@@ -2,7 +2,7 @@
 -- the versions it makes (each version stored once, shared by every checkpoint that holds it),
 -- a reference from it to every value it holds, and its place in the thread's order.
 -- KEYS: root data order *members
--- ARGV: head session_key checkpoint refs guard #blobs
+-- ARGV: head session_key checkpoint record refs guard #blobs
 -- OK: -
 -- KEYS[1..7] the thread session's tree root keys (see the prelude)
 -- KEYS[8] the thread's data hash   KEYS[9] the thread's order zset   KEYS[10 ..] the tree's members
