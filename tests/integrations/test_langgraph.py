@@ -90,6 +90,11 @@ def test_delete_thread_leaves_no_key_and_prune_no_orphan_value(backend: Backend)
     keys = keys_of(saver.store.extension, thread)
     raw = backend.sync_client()
     assert raw.exists(keys.data, keys.order) == 2
+    schema = saver.store.extension.schema  # the doctor knows them for the store's
+    assert schema.expected_type(keys.data) == "hash" == raw.type(keys.data).decode()
+    assert schema.expected_type(keys.order) == "zset" == raw.type(keys.order).decode()
+    registry = run_registry(saver.store.extension, "run-0")
+    assert schema.expected_type(registry) == "set" == raw.type(registry).decode()
     saver.prune([thread], strategy="keep_latest")
     listed = list(saver.list({"configurable": {"thread_id": thread}}))
     assert len(listed) == 2 and {t.config["configurable"]["checkpoint_ns"] for t in listed} == {
