@@ -36,6 +36,16 @@ set written before the run's first checkpoint in a thread); ``copy_thread`` is t
 
 from __future__ import annotations
 
+from ..._dist import install_hint
+
+try:
+    import langgraph.checkpoint.base  # noqa: F401
+    import ormsgpack  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised without the extra installed
+    raise ImportError(
+        f"redis_session.integrations.langgraph needs LangGraph: {install_hint('langgraph')}"
+    ) from exc
+
 from ._saver import AsyncRedisSaver, RedisSaver, TTLConfig
 from ._thread import StepTaken
 
