@@ -1,21 +1,25 @@
 """LangGraph's own conformance suite for checkpointers (``langgraph-checkpoint-conformance``)
 on RedisSaver and AsyncRedisSaver, every backend (tests/conftest.py): each base capability
 and each extended one the savers implement (all of them) must pass; the report is asserted,
-never skipped.
+never skipped. Again with LangGraph's ``EncryptedSerializer``, which must leave no plaintext.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 from redis_session.integrations.langgraph import AsyncRedisSaver, RedisSaver
+from redis_session.integrations.langgraph._thread import keys_of
 from tests.conftest import FLAVOURS, Backend
 
 COUNTER = itertools.count()
@@ -54,3 +58,55 @@ async def test_the_conformance_suite_passes_every_capability(
         assert result["tests_failed"] == 0 and result["tests_passed"] > 0, summary
     assert report.conformance_level() == "FULL"
     report.print_report()  # shown with -s: the report the issue asks for
+
+
+class AesGcm:
+    """A LangGraph ``CipherProtocol`` over ``cryptography``'s AES-GCM (a dependency already)."""
+
+    def __init__(self) -> None:
+        self.aead = AESGCM(AESGCM.generate_key(bit_length=256))
+
+    def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
+        nonce = os.urandom(12)
+        return "aesgcm", nonce + self.aead.encrypt(nonce, plaintext, None)
+
+    def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
+        assert ciphername == "aesgcm"
+        return self.aead.decrypt(ciphertext[:12], ciphertext[12:], None)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.fake
+async def test_langgraph_s_encrypted_serializer_passes_too_and_seals_what_it_stores() -> None:
+    backend = Backend("fake", None)
+    serde = EncryptedSerializer(AesGcm())
+
+    @checkpointer_test(name="RedisSaver[fake, EncryptedSerializer]")
+    async def saver() -> AsyncIterator[BaseCheckpointSaver[str]]:
+        yield AsyncRedisSaver(
+            backend.async_store(prefix=f"{backend.prefix}{next(COUNTER)}:"), serde=serde
+        )
+
+    report = await validate(saver)
+    assert report.conformance_level() == "FULL", report.to_dict()
+
+    store = backend.async_store()
+    sealed = AsyncRedisSaver(store, serde=serde)
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"notes": "plaintext-that-must-not-be-stored"}
+    checkpoint["channel_versions"] = {"notes": "1"}
+    config = await sealed.aput(
+        {"configurable": {"thread_id": "s1", "checkpoint_ns": ""}},
+        checkpoint,
+        {"source": "input", "step": -1, "parents": {}},
+        {"notes": "1"},
+    )
+    await sealed.aput_writes(config, [("notes", "a-pending-plaintext")], "task")
+    got = await sealed.aget_tuple(config)
+    assert got is not None and got.checkpoint["channel_values"] == checkpoint["channel_values"]
+    assert got.pending_writes == [("task", "notes", "a-pending-plaintext")]
+    raw = backend.sync_client()
+    values = b"".join(raw.hvals(keys_of(store.extension, "s1").data))
+    assert b"plaintext" not in values and b"aesgcm" in values
+    await store.close()
+    backend.close()
