@@ -278,7 +278,7 @@ class RedisSaver(_Base):
         ``branch`` event), then one script writes what one snapshot of the source held.
         """
         source, target = str(source_thread_id), str(target_thread_id)
-        fields, members = self.store.run(self._scripts.dump(source))
+        fields, members = self.store.run(self._scripts.snapshot(source))
         if not members:
             return
         try:
@@ -543,7 +543,7 @@ class AsyncRedisSaver(_Base):
         ``branch`` event), then one script writes what one snapshot of the source held.
         """
         source, target = str(source_thread_id), str(target_thread_id)
-        fields, members = await self._run(self._scripts.dump(source))
+        fields, members = await self._run(self._scripts.snapshot(source))
         if not members:
             return
         try:

@@ -393,7 +393,7 @@ class Scripts:
         keys = keys_of(self.ext, thread_id)
         yield Commands([("ZREM", keys.order, b"g\0" + run_id.encode())])
 
-    def dump(self, thread_id: str) -> Op[tuple[list[bytes], list[bytes]]]:
+    def snapshot(self, thread_id: str) -> Op[tuple[list[bytes], list[bytes]]]:
         """One snapshot of the thread's data hash (pairs) and order (members)."""
         keys = keys_of(self.ext, thread_id)
         call = C.langgraph_dump(data=keys.data, order=keys.order, max_fields=MAX_COPY_FIELDS)
