@@ -22,6 +22,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, create_checkpoint, empty_checkpoint
 from langgraph.types import Command
 
+from redis_session.errors import InvalidArgument
 from redis_session.integrations.langgraph import AsyncRedisSaver, RedisSaver, StepTaken
 from redis_session.integrations.langgraph._thread import keys_of, run_registry
 from tests.conftest import Backend, _backend, _params
@@ -241,3 +242,13 @@ async def test_the_async_saver_runs_a_graph_and_its_blocking_methods_from_a_thre
     assert [s async for s in graph.aget_state_history(config)] == []
     assert time.monotonic() - started < 5
     await store.close()
+
+
+def test_ttl_config_is_the_store_s_ttl() -> None:
+    saver = RedisSaver.from_url(f"memory://{uuid.uuid4().hex}", ttl_config={"default_ttl": 2})
+    assert saver.store.ttl is not None and saver.store.ttl.total_seconds() == 120
+    with pytest.raises(InvalidArgument):
+        RedisSaver(saver.store, ttl_config={"default_ttl": 5})  # not the store's
+    with pytest.raises(InvalidArgument):
+        RedisSaver.from_url("memory://", ttl=60, ttl_config={"default_ttl": 1})  # given twice
+    saver.store.close()

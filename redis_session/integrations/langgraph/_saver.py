@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, TypedDict
 
@@ -71,7 +70,7 @@ def _check_ttl(ttl_config: TTLConfig | None, store_ttl: Any) -> bool:
     minutes = ttl_config.get("default_ttl")
     if minutes is not None:
         have = None if store_ttl is None else store_ttl.total_seconds()
-        if have != float(minutes) * 60:
+        if have is None or abs(have - float(minutes) * 60) > 0.001:
             raise InvalidArgument(
                 "ttl_config", "default_ttl must be the store's ttl (a thread is a session tree)"
             )
@@ -414,7 +413,7 @@ class AsyncRedisSaver(_Base):
                 "AsyncRedisSaver's blocking methods run from another thread than the event "
                 "loop's; in the loop, await its async methods (aget_tuple, aput, ...)"
             )
-        if loop is not None and loop.is_running() and threading.current_thread() is not None:
+        if loop is not None and loop.is_running():
             return asyncio.run_coroutine_threadsafe(coro, loop).result()
         return asyncio.run(coro)
 
