@@ -26,6 +26,7 @@ from redis_session.errors import InvalidArgument
 from redis_session.integrations.langgraph import AsyncRedisSaver, RedisSaver, StepTaken
 from redis_session.integrations.langgraph._thread import keys_of, run_registry
 from tests.conftest import Backend, _backend, _params
+from tests.integrations.conftest import RoundTrips
 from tests.support.servers import wait_until
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "langgraph_workers.py"
@@ -252,3 +253,38 @@ def test_ttl_config_is_the_store_s_ttl() -> None:
     with pytest.raises(InvalidArgument):
         RedisSaver.from_url("memory://", ttl=60, ttl_config={"default_ttl": 1})  # given twice
     saver.store.close()
+
+
+@pytest.fixture(params=_params(("fake", "redis")))
+def counted_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """fakeredis and one real Redis (a cluster and Sentinel route the same calls)."""
+    yield from _backend(request)
+
+
+async def test_a_put_a_put_writes_and_a_get_tuple_are_one_round_trip_each(
+    counted_backend: Backend, round_trips: RoundTrips
+) -> None:
+    store = counted_backend.async_store()
+    saver = AsyncRedisSaver(store)
+    first = _checkpoint(None, 0, ["hi"])
+    metadata: Any = {"source": "loop", "step": 0, "parents": {}, "run_id": "r"}
+    base: RunnableConfig = {"configurable": {"thread_id": "rt", "checkpoint_ns": ""}}
+    config = await saver.aput(base, first, metadata, dict(first["channel_versions"]))
+    await saver.aput_writes(config, [("messages", "w0")], "task-0")
+    await saver.aget_tuple(config)  # the scripts loaded, the run registered
+    nxt = _checkpoint(first, 1, ["hi", "there"])
+    round_trips.reset()
+    config = await saver.aput(config, nxt, metadata, dict(nxt["channel_versions"]))
+    assert round_trips.count == 1
+    round_trips.reset()
+    await saver.aput_writes(config, [("messages", "w"), ("__interrupt__", "i")], "task")
+    assert round_trips.count == 1
+    round_trips.reset()
+    got = await saver.aget_tuple({"configurable": {"thread_id": "rt"}})
+    assert round_trips.count == 1
+    assert got is not None and got.checkpoint["channel_values"] == {"messages": ["hi", "there"]}
+    # in LangGraph's order (writes_sort_key: a special write's negative index first)
+    writes = [w[1:] for w in got.pending_writes or []]
+    assert writes == [("__interrupt__", "i"), ("messages", "w")]
+    await saver.adelete_thread("rt")
+    await store.close()
