@@ -12,14 +12,22 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import Checkpoint, create_checkpoint, empty_checkpoint
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    Checkpoint,
+    create_checkpoint,
+    empty_checkpoint,
+)
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
 from redis_session.errors import InvalidArgument
@@ -288,3 +296,52 @@ async def test_a_put_a_put_writes_and_a_get_tuple_are_one_round_trip_each(
     assert writes == [("__interrupt__", "i"), ("messages", "w")]
     await saver.adelete_thread("rt")
     await store.close()
+
+
+def _append(state: list[Any] | None, writes: Sequence[list[Any]]) -> list[Any]:
+    out = list(state or [])
+    for w in writes:
+        out.extend(w)
+    return out
+
+
+class DeltaState(TypedDict):
+    items: Annotated[list[str], DeltaChannel(_append, snapshot_frequency=3)]
+    odd: Annotated[list[int], DeltaChannel(_append, snapshot_frequency=4)]
+    n: int
+
+
+def _delta_graph(saver: Any) -> Any:
+    def step(state: DeltaState) -> dict[str, Any]:
+        n = state["n"]
+        return {"items": [f"i{n}"], "odd": [n] if n % 2 else [], "n": n + 1}
+
+    graph = StateGraph(DeltaState)
+    graph.add_node("step", step)
+    graph.add_edge(START, "step")
+    graph.add_conditional_edges("step", lambda s: END if s["n"] >= 120 else "step")
+    return graph.compile(checkpointer=saver)
+
+
+@pytest.mark.timeout(60)
+def test_delta_channels_rebuild_as_in_memory_and_the_walk_is_langgraph_s(
+    backend: Backend,
+) -> None:
+    """LangGraph's DeltaChannel (values stored every few steps, writes replayed between): the
+    whole history reads back as on InMemorySaver, and the override of
+    get_delta_channel_history (100 ancestors a script) answers what LangGraph's default walk
+    (one get_tuple an ancestor) does, a channel never seeded included (a walk to the root over
+    two pages)."""
+    memory, saver = InMemorySaver(), RedisSaver(backend.sync_store())
+    config: RunnableConfig = {"configurable": {"thread_id": "delta"}, "recursion_limit": 500}
+    for s in (memory, saver):
+        _delta_graph(s).invoke({"items": [], "odd": [], "n": 0}, config)
+    expected = [h.values for h in _delta_graph(memory).get_state_history(config)]
+    history = list(_delta_graph(saver).get_state_history(config))
+    assert [h.values for h in history] == expected and len(expected) == 122
+    channels = ["items", "odd", "never"]
+    for cfg in [config, *(h.config for h in history[::25])]:
+        got = saver.get_delta_channel_history(config=cfg, channels=channels)
+        walked = BaseCheckpointSaver.get_delta_channel_history(saver, config=cfg, channels=channels)
+        assert got == walked
+    saver.store.close()

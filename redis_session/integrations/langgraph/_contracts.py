@@ -121,6 +121,25 @@ def langgraph_copy(
     return ScriptCall("langgraph_copy", [*root, data, order, *members], args)
 
 
+class Walked(NamedTuple):
+    """``langgraph_walk``: the start, then per ancestor ``[checkpoint, [channel, value...],
+    [write...]]``; the last ancestor returned when the walk goes on (``b''``: it ended).
+    """
+
+    walked: list[Any]
+    last: bytes
+
+
+def langgraph_walk(
+    *, data: Key, order: Key, start: bytes, high: bytes, low: bytes, steps: int,
+    channels: Sequence[str],
+) -> ScriptCall:  # fmt: skip
+    """Walk ``start``'s ancestors (``b''``: the newest of the range's), ``steps`` at most."""
+    return ScriptCall(
+        "langgraph_walk", [data, order], [start, high, low, steps, *channels], write=False
+    )
+
+
 def _contract(build: Any, keys: str, argv: str, *ok: type[tuple[Any, ...]]) -> Contract:
     return Contract(build.__name__, tuple(keys.split()), tuple(argv.split()), build, ok)
 
@@ -137,6 +156,7 @@ CONTRACTS = {
         _contract(langgraph_remove, "data order", "*checkpoints", Removed),
         _contract(langgraph_dump, "data order", "max_fields", Dumped),
         _contract(langgraph_copy, TREE, "head session_key #fields *entries", Nothing),
+        _contract(langgraph_walk, "data order", "start high low steps *channels", Walked),
     )
 }
 """Each script's contract, by name."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
@@ -16,6 +16,7 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -27,6 +28,7 @@ from ._thread import (
     SCRIPTS,
     SOURCES,
     THREAD_PREFIX,
+    DeltaWalk,
     Listing,
     Put,
     Scripts,
@@ -302,6 +304,36 @@ class RedisSaver(_Base):
             members = self.store.run(self._scripts.members(str(thread_id), b"c\0", b"c\1"))
             self.store.run(self._scripts.remove(str(thread_id), to_prune(members)))
 
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """For LangGraph's ``DeltaChannel``: per channel, the writes of ``config``'s
+        ancestors back to the nearest one holding a value of it (its seed), walked by
+        ``langgraph_walk.lua`` 100 ancestors a script (LangGraph's default: one ``get_tuple``
+        an ancestor).
+        """
+        if not channels:
+            return {}
+        walk = DeltaWalk(self.serde, config, channels)
+        thread_id = walk.listing.thread_id
+        while True:
+            walked, last = self.store.run(
+                self._scripts.walk(
+                    thread_id, walk.start, walk.listing.high, walk.listing.low,
+                    sorted(walk.remaining),
+                )
+            )  # fmt: skip
+            if not walk.take(walked, last):
+                return walk.result()
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """:meth:`get_delta_channel_history` in a worker thread."""
+        return await asyncio.to_thread(
+            lambda: self.get_delta_channel_history(config=config, channels=channels)
+        )
+
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """:meth:`get_tuple` in a worker thread."""
         return await asyncio.to_thread(self.get_tuple, config)
@@ -566,6 +598,37 @@ class AsyncRedisSaver(_Base):
                 raise InvalidArgument("strategy", f"{strategy!r}: keep_latest or delete")
             members = await self._run(self._scripts.members(str(thread_id), b"c\0", b"c\1"))
             await self._run(self._scripts.remove(str(thread_id), to_prune(members)))
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """For LangGraph's ``DeltaChannel``: per channel, the writes of ``config``'s
+        ancestors back to the nearest one holding a value of it (its seed), walked by
+        ``langgraph_walk.lua`` 100 ancestors a script (LangGraph's default: one ``get_tuple``
+        an ancestor).
+        """
+        if not channels:
+            return {}
+        walk = DeltaWalk(self.serde, config, channels)
+        thread_id = walk.listing.thread_id
+        while True:
+            walked, last = await self._run(
+                self._scripts.walk(
+                    thread_id, walk.start, walk.listing.high, walk.listing.low,
+                    sorted(walk.remaining),
+                )
+            )  # fmt: skip
+            if not walk.take(walked, last):
+                return walk.result()
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """:meth:`aget_delta_channel_history`, from another thread than the loop's."""
+        result: Mapping[str, DeltaChannelHistory] = self._block(
+            self.aget_delta_channel_history(config=config, channels=channels)
+        )
+        return result
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """:meth:`aget_tuple`, from another thread than the loop's."""

@@ -29,6 +29,7 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
     PendingWrite,
     get_checkpoint_id,
     get_checkpoint_metadata,
@@ -50,6 +51,7 @@ SCRIPTS = (
     "langgraph_remove",
     "langgraph_dump",
     "langgraph_copy",
+    "langgraph_walk",
 )
 """This package's scripts (``<name>.lua`` beside this module)."""
 SOURCES = {
@@ -63,6 +65,8 @@ BATCH = 100
 """Checkpoints one ``langgraph_remove`` call takes."""
 PAGE = 100
 """Checkpoints one ``langgraph_read`` call returns at most while listing."""
+WALK = 100
+"""Ancestors one ``langgraph_walk`` call visits at most."""
 MAX_COPY_FIELDS = 1_000_000
 """The largest thread ``copy_thread`` copies (data hash fields: about 2 per checkpoint, 2 per
 channel version, 1 per pending write); a larger one raises ``TooLarge``."""
@@ -388,6 +392,19 @@ class Scripts:
                 return out
             start = b"(" + bytes(page[-1])
 
+    def walk(
+        self, thread_id: str, start: bytes, high: bytes, low: bytes, channels: Sequence[str]
+    ) -> Op[tuple[list[Any], bytes]]:
+        """``WALK`` ancestors of ``start`` at most (see ``langgraph_walk.lua``)."""
+        keys = keys_of(self.ext, thread_id)
+        call = C.langgraph_walk(
+            data=keys.data, order=keys.order, start=start, high=high, low=low, steps=WALK,
+            channels=channels,
+        )  # fmt: skip
+        reply = check((yield call), Ctx(keys.session, [keys.data, keys.order]))
+        walked = contracts.parsed(C.Walked, reply)
+        return list(walked.walked), bytes(walked.last)
+
     def forget_run(self, thread_id: str, run_id: str) -> Op[None]:
         """The thread holds no checkpoint of run ``run_id`` any more."""
         keys = keys_of(self.ext, thread_id)
@@ -522,3 +539,47 @@ def smembers(key: str) -> Commands:
 def delete_key(key: str) -> Commands:
     """Delete a run registry."""
     return Commands([("DEL", key)])
+
+
+class DeltaWalk:
+    """LangGraph's ``get_delta_channel_history`` over the pages of ``langgraph_walk``: per
+    channel, the writes of the ancestors back to the nearest one holding a value of it (the
+    seed), as ``InMemorySaver`` gives them.
+    """
+
+    def __init__(self, serde: SerializerProtocol, config: RunnableConfig, channels: Sequence[str]):
+        self.serde = serde
+        self.channels = list(channels)
+        self.listing = point(serde, config)
+        self.start = self.listing.exact
+        self.remaining = set(channels)
+        self.collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
+        self.seeds: dict[str, Any] = {}
+
+    def take(self, walked: Sequence[Any], last: bytes) -> bool:
+        """Fold one page in; whether the walk goes on (from ``last``)."""
+        for _cp, found, writes in walked[1:]:
+            stored = sorted(
+                (ormsgpack.unpackb(w) for w in writes if w is not None),
+                key=lambda w: writes_sort_key(w[5], w[0], w[1]),
+            )
+            for w in reversed(stored):
+                if w[2] in self.remaining:
+                    value = self.serde.loads_typed((w[3], w[4]))
+                    self.collected[w[2]].append((w[0], w[2], value))
+            for i in range(0, len(found), 2):
+                channel = bytes(found[i]).decode()
+                self.seeds[channel] = _loads(self.serde, bytes(found[i + 1]))
+                self.remaining.discard(channel)
+        self.start = last
+        return bool(last) and bool(self.remaining)
+
+    def result(self) -> dict[str, DeltaChannelHistory]:
+        """The history of each channel asked for."""
+        out: dict[str, DeltaChannelHistory] = {}
+        for channel in self.channels:
+            entry: DeltaChannelHistory = {"writes": list(reversed(self.collected[channel]))}
+            if channel in self.seeds:
+                entry["seed"] = self.seeds[channel]
+            out[channel] = entry
+        return out
