@@ -16,7 +16,8 @@ every checkpoint that holds it (LangGraph's incremental channel updates).
 
 Atomicity. ``put`` and ``put_writes`` are one script each (``langgraph_put.lua``,
 ``langgraph_put_writes.lua``, run through :mod:`redis_session.extension`); ``get_tuple`` and
-each page of ``list`` one read script (one snapshot). ``put`` makes the thread's session the
+each page of ``list`` one read script (one snapshot); ``get_delta_channel_history`` (LangGraph's
+``DeltaChannel``) one read script per 100 ancestors walked. ``put`` makes the thread's session the
 first time (``store.create``: a ``create`` event). ``exclusive_steps=True``: a ``put`` that
 continues from a parent (``source == "loop"``) is refused with :class:`StepTaken` when the
 parent already has such a child, so two workers resuming the same thread cannot both write
