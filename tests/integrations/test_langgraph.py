@@ -117,7 +117,15 @@ def test_delete_thread_leaves_no_key_and_prune_no_orphan_value(backend: Backend)
     # c, two writes, its run's u; and g per run the thread held (5)
     assert raw.zcard(keys.order) == 2 * (1 + 2 + 1) + 5
     assert listed[0].checkpoint["channel_values"] == {"messages": [f"m{i}" for i in range(5)]}
+    # a copy's checkpoints belong to their runs too: delete_for_runs finds them in both threads
+    saver.copy_thread(thread, "copy")
+    copied = list(saver.list({"configurable": {"thread_id": "copy"}}))
+    assert [t.checkpoint["id"] for t in copied] == [t.checkpoint["id"] for t in listed]
+    saver.delete_for_runs(["run-4"])
+    assert list(saver.list({"configurable": {"thread_id": "copy"}})) == []
+    assert list(saver.list({"configurable": {"thread_id": thread}})) == []
     saver.delete_thread(thread)
+    saver.delete_thread("copy")
     assert backend.session_keys() == []
     assert saver.get_tuple({"configurable": {"thread_id": thread}}) is None
     saver.store.close()

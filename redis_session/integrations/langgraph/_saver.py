@@ -288,6 +288,9 @@ class RedisSaver(_Base):
             pass
         except SessionNotFound:
             self._made(target)
+        self.store.run(
+            self._scripts.register(target, runs_in(m for m in members if m[:2] == b"g\0"))
+        )
         self.store.run(self._scripts.load(target, fields, members))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -583,6 +586,8 @@ class AsyncRedisSaver(_Base):
             pass
         except SessionNotFound:
             await self._made(target)
+        runs = runs_in(m for m in members if m[:2] == b"g\0")
+        await self._run(self._scripts.register(target, runs))
         await self._run(self._scripts.load(target, fields, members))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:

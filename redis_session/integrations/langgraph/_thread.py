@@ -322,12 +322,19 @@ class Scripts:
         """Name the thread in its run's registry (before its checkpoint is stored: the
         registry may name a thread that holds none of the run's, never miss one).
         """
-        key = run_registry(self.ext, plan.run_id)
-        commands: list[tuple[Any, ...]] = [("SADD", key, plan.thread_id)]
+        yield from self.register(plan.thread_id, [plan.run_id])
+
+    def register(self, thread_id: str, runs: Iterable[str]) -> Op[None]:
+        """Name the thread in the registries of ``runs`` (each expiring at twice the TTL)."""
+        commands: list[tuple[Any, ...]] = []
         ttl = self.ext.options.ttl_ms
-        if ttl:
-            commands.append(("PEXPIRE", key, 2 * ttl))
-        yield Commands(commands)
+        for run_id in runs:
+            key = run_registry(self.ext, run_id)
+            commands.append(("SADD", key, thread_id))
+            if ttl:
+                commands.append(("PEXPIRE", key, 2 * ttl))
+        if commands:
+            yield Commands(commands)
 
     def put_writes(self, thread_id: str, cp: bytes, triples: list[bytes]) -> Op[int]:
         """Store a task's writes (``plan_writes``' triples); how many were stored."""
