@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, TypedDict
 
@@ -47,7 +48,9 @@ from ._thread import (
 )
 
 REGISTERED = 4096
-"""(run, thread) pairs a saver remembers having registered (then it forgets them all)."""
+"""(run, thread) pairs a saver remembers having registered (then it forgets them all); it
+registers a pair again once half the store's TTL has passed (the registry expires at twice
+the TTL after its last registration)."""
 
 
 class TTLConfig(TypedDict, total=False):
@@ -95,7 +98,9 @@ class _Base(BaseCheckpointSaver[str]):
         self.ttl_config = ttl_config
         refresh = _check_ttl(ttl_config, store.ttl)
         self._scripts = Scripts(store.extension, refresh)
-        self._registered: set[tuple[str, str]] = set()
+        self._registered: dict[tuple[str, str], float] = {}
+        ttl = store.ttl
+        self._register_every = None if ttl is None else ttl.total_seconds() / 2
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """LangGraph's string versions (a counter, then a random fraction)."""
@@ -111,13 +116,16 @@ class _Base(BaseCheckpointSaver[str]):
         plan = plan_put(
             self.serde, config, checkpoint, metadata, new_versions, self.exclusive_steps
         )
-        pair = (plan.run_id, plan.thread_id)
-        register = bool(plan.run_id) and pair not in self._registered
-        if register:
-            if len(self._registered) >= REGISTERED:
-                self._registered.clear()
-            self._registered.add(pair)
-        return plan, register
+        if not plan.run_id:
+            return plan, False
+        at = self._registered.get((plan.run_id, plan.thread_id))
+        every = self._register_every
+        return plan, at is None or (every is not None and time.monotonic() - at > every)
+
+    def _registered_now(self, plan: Put) -> None:
+        if len(self._registered) >= REGISTERED:
+            self._registered.clear()
+        self._registered[(plan.run_id, plan.thread_id)] = time.monotonic()
 
 
 class RedisSaver(_Base):
@@ -173,6 +181,7 @@ class RedisSaver(_Base):
         plan, register = self._plan(config, checkpoint, metadata, new_versions)
         if register:
             self.store.run(self._scripts.register_run(plan))
+            self._registered_now(plan)
         try:
             self.store.run(self._scripts.put(plan))
         except SessionNotFound:
@@ -470,6 +479,7 @@ class AsyncRedisSaver(_Base):
         plan, register = self._plan(config, checkpoint, metadata, new_versions)
         if register:
             await self._run(self._scripts.register_run(plan))
+            self._registered_now(plan)
         try:
             await self._run(self._scripts.put(plan))
         except SessionNotFound:
