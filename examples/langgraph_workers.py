@@ -89,7 +89,7 @@ def config_of(thread: str) -> RunnableConfig:
 
 def worker(role: str, url: str, prefix: str, thread: str) -> dict[str, Any]:
     """Worker A (``start``: to the interrupt) or B (``resume``: approve and finish)."""
-    saver = RedisSaver.from_url(url, prefix=prefix)
+    saver = RedisSaver.from_url(url, prefix=prefix, exclusive_steps=True)
     try:
         if role == "start":
             graph = build(saver, [asks_for("Paris", "call-1")])
@@ -131,7 +131,7 @@ def demo(url: str, prefix: str) -> list[str]:
     if resumed["messages"][-2:] != ["It is sunny in Paris.", "Sunny in Paris, go out."]:
         failed.append("worker B did not resume the run")
 
-    saver = RedisSaver.from_url(url, prefix=prefix)
+    saver = RedisSaver.from_url(url, prefix=prefix, exclusive_steps=True)
     try:
         graph = build(saver, [asks_for("Rome", "call-2"), AIMessage("Rome: sunny too.")])
         history = list(graph.get_state_history(config_of(thread)))

@@ -19,9 +19,10 @@ Atomicity. ``put`` and ``put_writes`` are one script each (``langgraph_put.lua``
 each page of ``list`` one read script (one snapshot); ``get_delta_channel_history`` (LangGraph's
 ``DeltaChannel``) one read script per 100 ancestors walked. ``put`` makes the thread's session the
 first time (``store.create``: a ``create`` event). ``exclusive_steps=True``: a ``put`` that
-continues from a parent (``source == "loop"``) is refused with :class:`StepTaken` when the
-parent already has such a child, so two workers resuming the same thread cannot both write
-the same step (a fork by ``update_state`` is an ``update``: never refused).
+continues from a parent (``source`` ``loop`` or ``input``) is refused with :class:`StepTaken`
+when the parent already has such a child, so two workers resuming (or starting a run on) the
+same thread cannot both write the same step (a fork by ``update_state`` is an ``update``:
+never refused).
 
 TTL. The store's ``ttl``: a thread expires as one tree (its session and both keys), each
 ``put`` / ``put_writes`` moves its deadline, reads too with ``ttl_config={"refresh_on_read":

@@ -65,6 +65,9 @@ BATCH = 100
 """Checkpoints one ``langgraph_remove`` call takes."""
 PAGE = 100
 """Checkpoints one ``langgraph_read`` call returns at most while listing."""
+GUARDED = frozenset({"loop", "input"})
+"""The sources of the checkpoints ``exclusive_steps`` allows one of per parent: a step of a run
+and a run's input (a fork by ``update_state`` is an ``update``, or a ``fork``)."""
 WALK = 100
 """Ancestors one ``langgraph_walk`` call visits at most."""
 MAX_COPY_FIELDS = 1_000_000
@@ -213,7 +216,8 @@ def plan_put(
                 b"b\0" + nsb + b"\0" + _text(ch) + b"\0" + _text(v),
                 t.encode() + b"\0" + data,
             ]
-    guard = parent_cp if exclusive and parent and md.get("source") == "loop" else b""
+    guarded = exclusive and parent and md.get("source") in GUARDED
+    guard = parent_cp if guarded else b""
     out: RunnableConfig = {
         "configurable": {
             "thread_id": thread_id,
