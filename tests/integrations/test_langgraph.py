@@ -6,9 +6,13 @@ thread's TTL as one tree, nothing left behind by delete_thread and prune. Every 
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import importlib.util
+import inspect
+import re
 import sys
+import textwrap
 import threading
 import time
 import uuid
@@ -371,3 +375,42 @@ def test_delta_channels_rebuild_as_in_memory_and_the_walk_is_langgraph_s(
         walked = BaseCheckpointSaver.get_delta_channel_history(saver, config=cfg, channels=channels)
         assert got == walked
     saver.store.close()
+
+
+TWINS = [
+    "get_tuple", "list", "put", "put_writes", "delete_thread", "delete_for_runs", "copy_thread",
+    "prune", "get_delta_channel_history",
+]  # fmt: skip
+
+
+BLOCKING = [
+    ("async def a", "def "), ("async for ", "for "), ("await ", ""),
+    ("self._run(", "self.store.run("), ("AsyncIterator[", "Iterator["),
+]  # fmt: skip
+
+
+def _as_blocking(method: Any) -> str:
+    """An async method's source as its blocking twin would read (``await``, ``async`` and
+    the ``a`` of the names gone, the store's driver called as the blocking saver calls it)."""
+    source = textwrap.dedent(inspect.getsource(method))
+    for old, new in BLOCKING:
+        source = source.replace(old, new)
+    source = re.sub(r"self\.a(" + "|".join(TWINS) + r")\(", r"self.\1(", source)
+    return ast.dump(ast.parse(source))
+
+
+@pytest.mark.parametrize("name", TWINS)
+def test_the_two_savers_are_twins(name: str) -> None:
+    """Hand-written twins that cannot drift: RedisSaver's blocking method and
+    AsyncRedisSaver's async one are the same code but for ``await`` (and the same docstring,
+    signature); each saver's other flavour of it has the same signature too."""
+    blocking, asynchronous = getattr(RedisSaver, name), getattr(AsyncRedisSaver, "a" + name)
+    assert name in vars(RedisSaver) and "a" + name in vars(AsyncRedisSaver)
+    assert "a" + name in vars(RedisSaver) and name in vars(AsyncRedisSaver)
+    assert _as_blocking(asynchronous) == ast.dump(
+        ast.parse(textwrap.dedent(inspect.getsource(blocking)))
+    )
+    for flavour in (name, "a" + name):
+        assert inspect.signature(getattr(RedisSaver, flavour)) == inspect.signature(
+            getattr(AsyncRedisSaver, flavour)
+        )

@@ -48,7 +48,9 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
         f"redis_session.integrations.langgraph needs LangGraph: {install_hint('langgraph')}"
     ) from exc
 
-from ._saver import AsyncRedisSaver, RedisSaver, TTLConfig
+from ._async_saver import AsyncRedisSaver
+from ._base import TTLConfig
+from ._saver import RedisSaver
 from ._thread import StepTaken
 
 __all__ = ["AsyncRedisSaver", "RedisSaver", "StepTaken", "TTLConfig"]
