@@ -110,3 +110,26 @@ async def test_langgraph_s_encrypted_serializer_passes_too_and_seals_what_it_sto
     assert b"plaintext" not in values and b"aesgcm" in values
     await store.close()
     backend.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.fake
+async def test_a_store_with_a_passphrase_passes_too() -> None:
+    """The thread's session is sealed as any (its data key made at create); the checkpoints
+    go through the saver's serde (LangGraph's EncryptedSerializer seals them, above)."""
+    backend = Backend("fake", None)
+    stores = []
+
+    @checkpointer_test(name="AsyncRedisSaver[fake, passphrase]")
+    async def saver() -> AsyncIterator[BaseCheckpointSaver[str]]:
+        prefix = f"{backend.prefix}{next(COUNTER)}:"
+        store = backend.async_store(prefix=prefix, passphrase="correct horse", kdf_work=10)
+        stores.append(store)
+        yield AsyncRedisSaver(store)
+
+    report = await validate(saver)
+    assert report.conformance_level() == "FULL", report.to_dict()
+    assert all(store.encrypted for store in stores)
+    for store in stores:
+        await store.close()
+    backend.close()
