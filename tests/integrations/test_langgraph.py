@@ -414,3 +414,23 @@ def test_the_two_savers_are_twins(name: str) -> None:
         assert inspect.signature(getattr(RedisSaver, flavour)) == inspect.signature(
             getattr(AsyncRedisSaver, flavour)
         )
+
+
+def test_a_thread_s_lifecycle_events_are_the_store_s(backend: Backend) -> None:
+    """A thread's first put logs its session's ``create``, a copy a ``branch``, a delete a
+    ``delete``; puts and writes log nothing (as the store's metadata updates)."""
+    events: list[Any] = []
+    saver = RedisSaver(backend.sync_store(lifecycle_hook=events.append))
+    config = _put(saver, "ev", None, _checkpoint(None, 0, ["a"]), 0)
+    saver.put_writes(config, [("messages", "w")], "task")
+    _put(saver, "ev", config, _checkpoint(None, 1, ["a", "b"]), 1)
+    saver.copy_thread("ev", "ev2")
+    saver.delete_thread("ev")
+    saver.delete_thread("ev2")
+    assert [(e.type, e.key, e.branch_of) for e in events] == [
+        ("create", "langgraph/ev", ""),
+        ("branch", "langgraph/ev2", "langgraph/ev"),
+        ("delete", "langgraph/ev", ""),
+        ("delete", "langgraph/ev2", ""),
+    ]
+    saver.store.close()
