@@ -434,3 +434,18 @@ def test_a_thread_s_lifecycle_events_are_the_store_s(backend: Backend) -> None:
         ("delete", "langgraph/ev2", ""),
     ]
     saver.store.close()
+
+
+async def test_langgraph_checkpoint_redis_s_way_in_works_as_written() -> None:
+    """What a user of ``langgraph-checkpoint-redis`` wrote, the import changed."""
+    url = f"memory://{uuid.uuid4().hex}"
+    ttl_config: Any = {"default_ttl": 60, "refresh_on_read": True}
+    with RedisSaver.from_conn_string(url, ttl=ttl_config) as checkpointer:
+        checkpointer.setup()
+        assert checkpointer.store.ttl is not None and checkpointer.store.ttl.total_seconds() == 3600
+        config = _put(checkpointer, "m", None, _checkpoint(None, 0, ["a"]), 0)
+        assert checkpointer.get_tuple(config) is not None
+        checkpointer.delete_thread("m")
+    async with AsyncRedisSaver.from_conn_string(url, ttl=ttl_config) as acheckpointer:
+        await acheckpointer.asetup()
+        assert await acheckpointer.aget_tuple({"configurable": {"thread_id": "m"}}) is None

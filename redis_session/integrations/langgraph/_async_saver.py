@@ -76,6 +76,36 @@ class AsyncRedisSaver(SaverBase):
         store = AsyncRedisStore.from_url(url, **store_options)
         return cls(store, serde=serde, ttl_config=ttl_config, exclusive_steps=exclusive_steps)
 
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def from_conn_string(
+        cls,
+        redis_url: str,
+        *,
+        ttl: TTLConfig | None = None,
+        serde: SerializerProtocol | None = None,
+        exclusive_steps: bool = False,
+        **store_options: Any,
+    ) -> AsyncIterator[AsyncRedisSaver]:
+        """``langgraph-checkpoint-redis``'s way in (``ttl`` is its ``ttl_config``): a saver
+        over ``AsyncRedisStore.from_url(redis_url, **store_options)`` whose store is closed at
+        the block's end.
+        """
+        saver = cls.from_url(
+            redis_url, serde=serde, ttl_config=ttl, exclusive_steps=exclusive_steps,
+            **store_options,
+        )  # fmt: skip
+        try:
+            yield saver
+        finally:
+            await saver.store.close()
+
+    def setup(self) -> None:
+        """Nothing to set up (no search index: ``langgraph-checkpoint-redis`` code calls it)."""
+
+    async def asetup(self) -> None:
+        """Nothing to set up (see :meth:`setup`)."""
+
     async def _run(self, op: Any) -> Any:
         self._loop = asyncio.get_running_loop()
         return await self.store.run(op)

@@ -73,6 +73,36 @@ class RedisSaver(SaverBase):
         store = RedisStore.from_url(url, **store_options)
         return cls(store, serde=serde, ttl_config=ttl_config, exclusive_steps=exclusive_steps)
 
+    @classmethod
+    @contextlib.contextmanager
+    def from_conn_string(
+        cls,
+        redis_url: str,
+        *,
+        ttl: TTLConfig | None = None,
+        serde: SerializerProtocol | None = None,
+        exclusive_steps: bool = False,
+        **store_options: Any,
+    ) -> Iterator[RedisSaver]:
+        """``langgraph-checkpoint-redis``'s way in (``ttl`` is its ``ttl_config``): a saver
+        over ``RedisStore.from_url(redis_url, **store_options)`` whose store is closed at the
+        block's end.
+        """
+        saver = cls.from_url(
+            redis_url, serde=serde, ttl_config=ttl, exclusive_steps=exclusive_steps,
+            **store_options,
+        )  # fmt: skip
+        try:
+            yield saver
+        finally:
+            saver.store.close()
+
+    def setup(self) -> None:
+        """Nothing to set up (no search index: ``langgraph-checkpoint-redis`` code calls it)."""
+
+    async def asetup(self) -> None:
+        """Nothing to set up (see :meth:`setup`)."""
+
     def _made(self, thread_id: str) -> None:
         with contextlib.suppress(DuplicateSession):
             self.store.create(Session(key=thread_key(thread_id)))
