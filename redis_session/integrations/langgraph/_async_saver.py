@@ -227,8 +227,8 @@ class AsyncRedisSaver(SaverBase):
         """
         ops = self._scripts
         runs = runs_in(await self._run(ops.members(str(thread_id), b"g\0", b"g\1")))
-        await self._run(ops.drop_data(str(thread_id), runs))
         await self.store.delete(thread_key(thread_id))
+        await self._run(ops.drop_data(str(thread_id), runs))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Remove every checkpoint (and its writes) of runs ``run_ids``, in every thread the

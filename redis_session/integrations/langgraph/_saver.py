@@ -204,8 +204,8 @@ class RedisSaver(SaverBase):
         """
         ops = self._scripts
         runs = runs_in(self.store.run(ops.members(str(thread_id), b"g\0", b"g\1")))
-        self.store.run(ops.drop_data(str(thread_id), runs))
         self.store.delete(thread_key(thread_id))
+        self.store.run(ops.drop_data(str(thread_id), runs))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Remove every checkpoint (and its writes) of runs ``run_ids``, in every thread the

@@ -248,7 +248,9 @@ class Scripts:
         yield from self._tree_write(keys, build)
 
     def drop_data(self, thread_id: str, runs: Iterable[str]) -> Op[None]:
-        """Unlist the thread from its runs' registries, then delete its data and order."""
+        """Unlist the thread from its runs' registries and delete its data and order (after
+        the store deleted its session: a put racing the delete leaves no key unheld).
+        """
         keys = keys_of(self.ext, thread_id)
         commands: list[tuple[Any, ...]] = [
             ("SREM", run_registry(self.ext, r), str(thread_id)) for r in runs
