@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from importlib import resources
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -71,6 +72,8 @@ CLIENT_COMMANDS: Mapping[str, Sent] = MappingProxyType(
         "zadd": Sent("the ADK adapter's session index: create_session, list_sessions"),
         "zrem": Sent("the ADK adapter's session index: delete_session, list_sessions, its prune"),
         "zrandmember": Sent("the ADK adapter's session index: create_session samples it"),
+        "zrangebylex": Sent("the LangGraph savers: a thread's checkpoints, runs, writes"),
+        "srem": Sent("the LangGraph savers' delete_thread: unlisting a thread from its runs"),
         "wait": Sent("writes with wait_replicas"),
         "blpop": Sent("turn(..., wait=...): waiting for a session's turn to be released"),
         "ping": Sent("the OpenAI Agents session's ping()"),
@@ -259,13 +262,29 @@ def script_commands(name: str) -> frozenset[str]:
     return commands_in(scripts.script_source(name), f"lua/{name}.lua")
 
 
+def integration_scripts() -> dict[str, str]:
+    """The integrations' own scripts (``integrations/<name>/*.lua``, shipped in the package;
+    read without importing their frameworks): name → source as sent.
+    """
+    found = {}
+    for folder in sorted(resources.files("redis_session.integrations").iterdir(), key=str):
+        if folder.is_dir():
+            for lua in sorted(folder.iterdir(), key=str):
+                if lua.name.endswith(".lua"):
+                    text = scripts.with_prelude(lua.read_text(encoding="utf-8"))
+                    found[f"{folder.name}/{lua.name}"] = text
+    return found
+
+
 def commands() -> tuple[str, ...]:
-    """Every command the store, its listener and the CLI send: those of every script and
-    :data:`CLIENT_COMMANDS`, sorted.
+    """Every command the store, its listener, the CLI and the integrations send: those of every
+    script and :data:`CLIENT_COMMANDS`, sorted.
     """
     found = set(CLIENT_COMMANDS)
     for name in scripts.SCRIPT_NAMES:  # read when called: scripts added later count too
         found |= script_commands(name)
+    for where, source in integration_scripts().items():
+        found |= commands_in(source, where)
     return tuple(sorted(found))
 
 

@@ -56,6 +56,7 @@ _SESSION_TYPES = {
     "gone": "string",
     "child": "hash", "cmsgs": "list",
     "cids": "hash", "index": "zset", "log": "stream", "index-shards": "set", "usage": "hash",
+    "lgdata": "hash", "lgorder": "zset", "lgrun": "set",  # integrations.langgraph's
 }  # fmt: skip
 """The type of each kind of key named ``<prefix><kind>:{<tag>}...`` (see the module docstring)."""
 _GLOBAL_TYPES = {

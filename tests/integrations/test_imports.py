@@ -30,8 +30,8 @@ def run(code: str) -> subprocess.CompletedProcess[str]:
 def test_importing_the_package_loads_no_framework() -> None:
     code = (
         "import sys, redis_session, redis_session.integrations\n"
-        "loaded = sorted(m for m in sys.modules if m == 'agents' or m.startswith("
-        "('google.adk', 'agents.')))\n"
+        "loaded = sorted(m for m in sys.modules if m in ('agents', 'langgraph') or m.startswith("
+        "('google.adk', 'agents.', 'langgraph.')))\n"
         "print(loaded)"
     )
     done = run(code)
@@ -48,6 +48,7 @@ def test_importing_the_package_loads_no_framework() -> None:
             "agents",
             "redis-agent-sessions[openai-agents]",
         ),
+        ("redis_session.integrations.langgraph", "langgraph", "redis-agent-sessions[langgraph]"),
     ],
 )
 def test_a_missing_extra_is_named(module: str, top: str, extra: str) -> None:

@@ -16,7 +16,7 @@ import pytest
 from tests.support.extras import hiding, page_requirements
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
-FRAMEWORKS = ["adk", "openai-agents"]
+FRAMEWORKS = ["adk", "openai-agents", "langgraph"]
 
 LEFT_BEHIND = """\
 import redis_session.aio as _aio
@@ -59,14 +59,15 @@ def _run(code: str, requirements: list[str]) -> subprocess.CompletedProcess[str]
 def test_the_page_has_one_example_per_framework() -> None:
     text = PAGE.read_text(encoding="utf-8")
     found = examples(text)
-    assert len(found) == 2
+    assert len(found) == 3
     assert "redis_session.integrations.adk" in found[0][1]
     assert "redis_session.integrations.openai_agents" in found[1][1]
+    assert "redis_session.integrations.langgraph" in found[2][1]
     for (offset, _), extra in zip(found, FRAMEWORKS, strict=True):  # each names its own
         assert page_requirements(text, offset)[1:] == [f"redis-agent-sessions[{extra},memory]"]
 
 
-@pytest.mark.parametrize("index", [0, 1], ids=FRAMEWORKS)
+@pytest.mark.parametrize("index", [0, 1, 2], ids=FRAMEWORKS)
 def test_integration_example_runs(index: int) -> None:
     text = PAGE.read_text(encoding="utf-8")
     offset, code = examples(text)[index]
@@ -75,7 +76,7 @@ def test_integration_example_runs(index: int) -> None:
     assert done.stdout.strip()
 
 
-@pytest.mark.parametrize("index", [0, 1], ids=FRAMEWORKS)
+@pytest.mark.parametrize("index", [0, 1, 2], ids=FRAMEWORKS)
 def test_without_the_memory_extra_the_example_says_what_to_install(index: int) -> None:
     # what the page told its reader before this change: the framework's extra alone
     _, code = examples(PAGE.read_text(encoding="utf-8"))[index]

@@ -47,16 +47,27 @@ def test_header_declares_keys_argv_and_reply(name: str) -> None:
         assert "ARGV[" in header
 
 
+INTEGRATIONS = Path(__file__).resolve().parents[2] / "redis_session/integrations"
+LANGGRAPH_SCRIPTS = sorted(p.stem for p in (INTEGRATIONS / "langgraph").glob("*.lua"))
+
+
 def _script_path(name: str) -> Path:
     if name == "adk_append_event":
-        return (
-            Path(__file__).resolve().parents[2] / "redis_session/integrations/adk" / f"{name}.lua"
-        )
+        return INTEGRATIONS / "adk" / f"{name}.lua"
+    if name in LANGGRAPH_SCRIPTS:
+        return INTEGRATIONS / "langgraph" / f"{name}.lua"
     return lua_dir() / f"{name}.lua"
 
 
 def _contracts() -> dict[str, Contract]:
     found = dict(CONTRACTS)
+    try:
+        from redis_session.integrations.langgraph._contracts import CONTRACTS as LANGGRAPH
+    except ImportError:  # without the langgraph extra: its scripts are not checked
+        pass
+    else:
+        assert sorted(LANGGRAPH) == LANGGRAPH_SCRIPTS  # a contract per script shipped
+        found.update(LANGGRAPH)
     try:
         from redis_session.integrations.adk._append import CONTRACT
     except ImportError:  # without the adk extra: its script is not checked
@@ -149,7 +160,7 @@ def test_every_script_has_a_contract() -> None:
     assert set(CONTRACTS) == set(SCRIPT_NAMES)
 
 
-@pytest.mark.parametrize("name", [*SCRIPT_NAMES, PRELUDE, "adk_append_event"])
+@pytest.mark.parametrize("name", [*SCRIPT_NAMES, PRELUDE, "adk_append_event", *LANGGRAPH_SCRIPTS])
 def test_portable_lua(name: str) -> None:
     code = "\n".join(line.split("--")[0] for line in _script_path(name).read_text().splitlines())
     for word in FORBIDDEN:

@@ -157,6 +157,7 @@ def test_wheel_holds_the_library_the_cli_and_the_scripts_only(wheel: Path) -> No
     scripts = {f"redis_session/lua/{p.name}" for p in (ROOT / "lua").glob("*.lua")}
     scripts |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "redis_session").rglob("*.lua")}
     assert "redis_session/integrations/adk/adk_append_event.lua" in scripts  # the ADK's own
+    assert "redis_session/integrations/langgraph/langgraph_put.lua" in scripts  # LangGraph's
     assert "redis_session/cli/__init__.py" in modules
     package = {n for n in names if n.startswith("redis_session/")}
     # the C decoder: its stub always, the module built by hatch_build.py for this interpreter

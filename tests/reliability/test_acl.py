@@ -436,6 +436,7 @@ def test_the_client_commands_are_the_ones_sent(
     elsewhere = asyncio.run(_db1(_single(acl_server, user, "async", db=1)))
     assert elsewhere is True
     assert asyncio.run(_adk(_single(acl_server, user, "async"))) == ["s2"]
+    assert asyncio.run(_langgraph(_single(acl_server, user, "async"))) == (2, 1, 0)
     url = f"redis://{user.name}:{user.password}@127.0.0.1:{acl_server.port}/0"
     with RedisStore.from_url(url, prefix=user.prefix) as store:
         history = [Message(role="user", content=f"x{n}") for n in range(3)]
@@ -481,6 +482,42 @@ async def _adk(make: Callable[..., Any]) -> list[str]:
         await service.delete_session(app_name="acl-app", user_id="u", session_id="s1")
         listed = await service.list_sessions(app_name="acl-app")
         return [s.id for s in listed.sessions]
+    finally:
+        await store.close()
+
+
+async def _langgraph(make: Callable[..., Any]) -> tuple[int, int, int]:
+    """The LangGraph saver as the recipe user: puts, writes, a listing, a prune, a copy, a
+    delete of a run and of the threads; the checkpoints listed after the puts, the prune and
+    the deletes.
+    """
+    pytest.importorskip("langgraph")
+    from langgraph.checkpoint.base import empty_checkpoint
+    from langgraph.checkpoint.base.id import uuid6
+
+    from redis_session.integrations.langgraph import AsyncRedisSaver
+
+    store = make(ttl=60)
+    try:
+        saver = AsyncRedisSaver(store)
+        config: Any = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+        for n in range(2):
+            checkpoint = empty_checkpoint()
+            checkpoint["id"] = str(uuid6(clock_seq=n))
+            checkpoint["channel_values"] = {"c": n}
+            checkpoint["channel_versions"] = {"c": str(n + 1)}
+            metadata: Any = {"source": "loop", "step": n, "run_id": f"r{n}"}
+            config = await saver.aput(config, checkpoint, metadata, {"c": str(n + 1)})
+            await saver.aput_writes(config, [("c", n)], "task")
+        listed = [t async for t in saver.alist({"configurable": {"thread_id": "t1"}})]
+        await saver.aprune(["t1"])
+        kept = [t async for t in saver.alist({"configurable": {"thread_id": "t1"}})]
+        await saver.acopy_thread("t1", "t2")
+        await saver.adelete_for_runs(["r1"])
+        await saver.adelete_thread("t1")
+        await saver.adelete_thread("t2")
+        left = [t async for t in saver.alist(None)]
+        return len(listed), len(kept), len(left)
     finally:
         await store.close()
 
