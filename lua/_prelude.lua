@@ -303,19 +303,30 @@ local function add_totals(m, u)
   if u[3] > 0 then redis.call('HINCRBY', KEYS[m], 'ur', u[3]) end
 end
 
--- Add to the usage of meta hash KEYS[m] the tags in spent (a list of 'input:output:requests'),
--- or the usage u (a table {input, output, requests}) when spent is nil; and to the prefix's
--- totals KEYS[t] too where t is given.
-local function add_usage(m, spent, u, t)
-  if spent then
-    u = {0, 0, 0}
-    for _, tag in ipairs(spent) do
-      local a, b, c = string.match(tag, '^(%d+):(%d+):(%d+)$')
-      if a then u[1], u[2], u[3] = u[1] + tonumber(a), u[2] + tonumber(b), u[3] + tonumber(c) end
-    end
+-- The usage of the tags in spent (a list of 'input:output:requests') as {input, output, requests}.
+local function spent_usage(spent)
+  local u = {0, 0, 0}
+  for _, tag in ipairs(spent) do
+    local a, b, c = string.match(tag, '^(%d+):(%d+):(%d+)$')
+    if a then u[1], u[2], u[3] = u[1] + tonumber(a), u[2] + tonumber(b), u[3] + tonumber(c) end
   end
+  return u
+end
+
+-- Add to the usage of meta hash KEYS[m] the tags in spent, or the usage u (a table {input,
+-- output, requests}) when spent is nil; and to the prefix's totals KEYS[t] too where t is given.
+local function add_usage(m, spent, u, t)
+  if spent then u = spent_usage(spent) end
   add_totals(m, u)
   if t then add_totals(t, u) end
+end
+
+-- Set hash KEYS[m]'s usage figures to cur (as HMGET read them: ui, uo, ur; checked by
+-- usage_damaged) plus u, in one HSET (the hot append's three HINCRBY in one command).
+local function set_figures(m, cur, u)
+  redis.call('HSET', KEYS[m], 'ui', string.format('%.0f', tonumber(cur[1] or '0') + u[1]),
+    'uo', string.format('%.0f', tonumber(cur[2] or '0') + u[2]),
+    'ur', string.format('%.0f', tonumber(cur[3] or '0') + u[3]))
 end
 
 -- Lifecycle events. A script that makes a change logs its event in the same step: the tree's

@@ -34,7 +34,7 @@
 -- inside a script each Redis call and each Lua table or string built costs server time, so
 -- fields are read only where needed (tg only when the deadline moves). The usage of the new
 -- messages is added to the session's (meta fields ui, uo, ur), which the budget is held to.
-local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n', 'ui', 'uo', 'ub', 'ur')
+local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n', 'ub')
 if failed(f) then return refusal(f, 1) end
 if not f[1] then return gone(1, 2, 3, 5) end
 if f[1] ~= SCHEMA then return {DAMAGED, 1, 'version', f[1]} end
@@ -91,9 +91,20 @@ if not quick then
   end
 end
 local refused = fence_refused(8, ARGV[9]) or expect_refused(2, n, h, 0, ARGV[10])
-  or usage_damaged(1, {f[6], f[7], f[9], f[8]}) or budget_refused(f[6], f[7], f[8], ARGV[11])
-  or spent and totals_refused(9)
 if refused then return refused end
+local paid = spent and #spent > 0
+local u, totals  -- the session's and the prefix's usage figures, read where they are used
+if paid or (f[6] or ARGV[11]) ~= '0' then
+  u = redis.call('HMGET', KEYS[1], 'ui', 'uo', 'ur')
+  refused = usage_damaged(1, {u[1], u[2], u[3], f[6]}) or budget_refused(u[1], u[2], f[6], ARGV[11])
+  if refused then return refused end
+  if paid then
+    totals = redis.pcall('HMGET', KEYS[9], 'ui', 'uo', 'ur')
+    if failed(totals) then return refusal(totals, 9) end
+    refused = usage_damaged(9, totals)
+    if refused then return refused end
+  end
+end
 
 local z = redis.pcall('ZADD', KEYS[4], now, ARGV[6])
 if failed(z) then return refusal(z, 4) end
@@ -131,7 +142,11 @@ if mb then
   redis.call('HSET', KEYS[1], 'mb', mb)
   hcall_from('HSET', KEYS[1], 13, 12 + m)
 end
-if spent and #spent > 0 then add_usage(1, spent, nil, 9) end
+if paid then
+  local add = spent_usage(spent)
+  set_figures(1, u, add)
+  set_figures(9, totals, add)
+end
 if extend_now then
   extend(10, ttl, tonumber(ARGV[2]), now)
 elseif created then
