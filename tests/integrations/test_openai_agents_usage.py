@@ -235,3 +235,39 @@ async def test_usage_store_errors_are_logged_not_raised(
     assert "Failed to store session usage" in caplog.text
     await session.store_run_usage(SimpleNamespace(context_wrapper=SimpleNamespace(usage=None)))
     assert await session.get_session_usage() is None
+
+
+@pytest.mark.parametrize("between", ["a new turn", "the turn popped"])
+async def test_usage_goes_to_the_turn_it_read_or_nowhere(
+    make_astore: MakeStore, monkeypatch: pytest.MonkeyPatch, between: str
+) -> None:
+    """Another worker writes between ``store_run_usage``'s read and its append: the guarded
+    append is refused, read again, and the usage goes to the turn first read, or, when that
+    turn is gone, nowhere (as ``AdvancedSQLiteSession`` skips a write for a removed turn)."""
+    mine, other = (RedisAgentSession("conv", make_astore()) for _ in range(2))
+    await mine.add_items(turn(1))
+    read = mine._current_session
+    reads = 0
+
+    async def read_then_the_other_writes() -> Any:
+        nonlocal reads
+        found = await read()
+        reads += 1
+        if reads == 1:
+            if between == "a new turn":
+                await other.add_items(turn(2))
+            else:
+                assert await other.pop_item() is not None
+                assert await other.pop_item() is not None
+        return found
+
+    monkeypatch.setattr(mine, "_current_session", read_then_the_other_writes)
+    await mine.store_run_usage(run_result(5, 5))
+    assert reads == 2
+    rows = await other.get_turn_usage()
+    spent = (await other.store.get(other.key)).usage.total_tokens
+    if between == "a new turn":
+        assert isinstance(rows, list) and [r["user_turn_number"] for r in rows] == [1]
+        assert spent == 10
+    else:
+        assert rows == [] and spent == 0
