@@ -8,9 +8,9 @@ is obtained here at test time (``pip download``, bounded), kept in pytest's cach
 repository. ``tools/run_framework_suites.py`` patches its
 ``tests/extensions/memory/test_advanced_sqlite_session.py`` in one place only (where the file
 builds an ``AdvancedSQLiteSession``, ``tools/framework_shims.py`` builds ours) and runs it in a
-pytest of its own; the tests that do not apply (SQLite's own rows and files, the usage methods
-the session's worker threads, a case that fails on the SDK's own session with the installed
-openai) are skipped there, each with its reason.
+pytest of its own; the tests that do not apply (SQLite's own rows, files and locks, the
+session's worker threads, a case that fails on the SDK's own session with the installed openai)
+are skipped there, each with its reason.
 
 Without the package index the tests are skipped with the reason, except under ``CI=true``, where
 that is a failure.
