@@ -28,6 +28,7 @@ from ..aio import AsyncRedisStore
 from ..errors import DuplicateSession, SessionNotFound
 from ..models import MessageRole, Session
 from ._openai_items import sql_time
+from ._openai_usage import visible
 
 MAIN_BRANCH = "main"
 """The id of the branch a session starts on, stored under its main key."""
@@ -132,21 +133,34 @@ class Branches:
         session = await self.session(self.key(branch_id), 1)
         return session is not None and bool(session.history) and is_branch(branch_id, session)
 
-    async def rows(self, current: str) -> list[dict[str, Any]]:
-        """``list_branches``' rows: the registry read, then every branch whole, together."""
+    async def sessions(self) -> list[tuple[str, Session]]:
+        """``(branch id, session read whole)`` of every branch that exists (empty ones too):
+        the registry read, then every branch, together.
+        """
         ids = [MAIN_BRANCH, *await self.used()]
         found = await asyncio.gather(*(self.session(self.key(b)) for b in ids))
-        rows = [
-            {
-                "branch_id": branch_id,
-                "message_count": len(session.history),
-                "user_turns": sum(m.role.normalize() == MessageRole.USER for m in session.history),
-                "is_current": branch_id == current,
-                "created_at": sql_time(session.created_at),
-            }
+        return [
+            (branch_id, session)
             for branch_id, session in zip(ids, found, strict=True)
-            if session is not None and session.history and is_branch(branch_id, session)
+            if session is not None and is_branch(branch_id, session)
         ]
+
+    async def rows(self, current: str) -> list[dict[str, Any]]:
+        """``list_branches``' rows (see :meth:`sessions`); usage records are not items."""
+        rows = []
+        for branch_id, session in await self.sessions():
+            history = visible(session.history)
+            if not history:
+                continue
+            rows.append(
+                {
+                    "branch_id": branch_id,
+                    "message_count": len(history),
+                    "user_turns": sum(m.role.normalize() == MessageRole.USER for m in history),
+                    "is_current": branch_id == current,
+                    "created_at": sql_time(session.created_at),
+                }
+            )
         return sorted(rows, key=lambda row: str(row["created_at"]))
 
     async def delete_all(self) -> None:

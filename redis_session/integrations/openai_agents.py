@@ -40,12 +40,19 @@ Mapping (one store session per agent session, key ``key_prefix + session_id``):
   ``_openai_branches``). Turns, tool names and open calls are read from the items themselves
   (``_openai_items``). ``cleanup_failed_turn()`` answers the function calls a failed turn left
   open with output items, in one append guarded by ``expect_last_id``.
+- Usage (``AdvancedSQLiteSession``'s ``store_run_usage``, ``get_session_usage``,
+  ``get_turn_usage``): a run's usage is a hidden *usage record* (a message of author
+  :data:`USAGE_AUTHOR`, its ``Message.usage`` what the run adds, so ``Session.usage``, the
+  store's usage budget and ``store.usage()`` count it) appended with the turn's row in the
+  branch's metadata (``openai-agents:usage:<turn>``) by one script (see ``_openai_usage``).
+  Records are not items: reads, pops and the turn queries pass over them.
 
 Costs: ``add_items`` is one round trip (``append_messages``: one atomic script, all items
 contiguous, idempotent by message id, cluster-safe because a session's keys share one slot);
 the first ``add_items`` of a session adds a ``create``. ``pop_item`` is one round trip (one
-script). ``get_items(limit=N)`` reads the newest N messages (``get_history(last=N)``);
-``get_items()`` reads the whole history. ``clear_session`` adds a read of the branch registry
+script; one more for each usage record above the newest item). ``get_items(limit=N)`` reads
+the newest N messages (``get_history(last=N)``; again, wider, when usage records were among
+them); ``get_items()`` reads the whole history. ``clear_session`` adds a read of the branch registry
 (the sessions of main and of every branch are then deleted together). The turn queries and
 ``create_branch_from_turn`` read a branch whole; ``list_branches`` reads every branch whole.
 
@@ -64,6 +71,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -90,19 +99,25 @@ from ..errors import (
     SessionNotFound,
     StaleExpectation,
     TurnLost,
+    UsageLimitExceeded,
 )
-from ..models import Message, Session
+from ..models import Message, MessageRole, Session
 from . import _openai_items as items_of
-from ._openai_branches import MAIN_BRANCH, Branches, used_error
+from . import _openai_usage as usage_of
+from ._openai_branches import MAIN_BRANCH, Branches, is_branch, used_error
 from ._openai_items import ITEM_AUTHOR
+from ._openai_usage import USAGE_AUTHOR
 
-__all__ = ["ITEM_AUTHOR", "MAIN_BRANCH", "MUTATION_SETTLE_TIMEOUT", "RedisAgentSession"]
+__all__ = [
+    "ITEM_AUTHOR", "MAIN_BRANCH", "MUTATION_SETTLE_TIMEOUT", "USAGE_AUTHOR", "RedisAgentSession",
+]  # fmt: skip
 
 MUTATION_SETTLE_TIMEOUT = 30.0
 """Seconds a cancelled mutation still waits for Redis's answer before giving up waiting."""
 ATTEMPTS = 5
 """Reads a branch creation or a repair makes again when another writer came first."""
 _T = TypeVar("_T")
+_log = logging.getLogger(__name__)
 
 
 def _settings(value: SessionSettings | Mapping[str, Any] | None) -> SessionSettings | None:
@@ -157,7 +172,8 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
 
 
 def _items(history: list[Message]) -> list[TResponseInputItem]:
-    return [cast("TResponseInputItem", items_of.item_of(m)) for m in history]
+    """The items ``history`` holds (its usage records are not items)."""
+    return [cast("TResponseInputItem", items_of.item_of(m)) for m in usage_of.visible(history)]
 
 
 def _messages(items: list[Any]) -> list[Message]:
@@ -266,8 +282,15 @@ class RedisAgentSession:
         resolved = limit if limit is not None or settings is None else settings.limit
         if resolved == 0:
             return []
-        last = None if resolved is None or resolved < 0 else resolved
-        return _items(await self._read(branch_id, last))
+        if resolved is None or resolved < 0:
+            return _items(await self._read(branch_id))
+        want = resolved
+        while True:  # read again when usage records took places among the newest
+            history = await self._read(branch_id, want)
+            shown = usage_of.visible(history)
+            if len(shown) >= resolved or len(history) < want:
+                return _items(shown[-resolved:])
+            want += resolved - len(shown)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` to the current branch in order, in one round trip: one atomic
@@ -349,14 +372,23 @@ class RedisAgentSession:
         current = self._current
         msg = None
         try:
-            msg = await _settled(self.store.pop_message(current[1]))
+            msg = await _settled(self._pop(current[1]))
         except SessionNotFound:  # never written, cleared or expired
             if current[0] == MAIN_BRANCH:
                 return None
             self._leave(current)
             with contextlib.suppress(SessionNotFound):
-                msg = await _settled(self.store.pop_message(self._key))
+                msg = await _settled(self._pop(self._key))
         return None if msg is None else _items([msg])[0]
+
+    async def _pop(self, key: str) -> Message | None:
+        """Pop the newest item's message of ``key``, and the usage records after it first
+        (each one pop; their usage stays counted, their turns' rows stay in the metadata).
+        """
+        while True:
+            msg = await self.store.pop_message(key)
+            if msg is None or not usage_of.is_record(msg):
+                return msg
 
     async def clear_session(self) -> None:
         """Remove every item of every branch (the store sessions of ``"main"`` and of each
@@ -408,7 +440,7 @@ class RedisAgentSession:
                 self._leave(current)
                 continue
             history = [] if source is None else source.history
-            start = items_of.turn_start(_items(history), turn_number)
+            start = usage_of.turn_start(history, turn_number)
             if source is None or start is None:
                 raise ValueError(
                     f"Turn {turn_number} does not contain a user message in branch '{current[0]}'"
@@ -499,7 +531,7 @@ class RedisAgentSession:
         ``timestamp`` (the message's, UTC, ``YYYY-MM-DD HH:MM:SS``), ``can_branch`` (True).
         """
         self._check_open()
-        return items_of.turn_rows(await self._read(branch_id), 100)
+        return items_of.turn_rows(usage_of.visible(await self._read(branch_id)), 100)
 
     async def find_turns_by_content(
         self, search_term: str, branch_id: str | None = None
@@ -509,7 +541,7 @@ class RedisAgentSession:
         :meth:`get_conversation_turns`', ``content`` uncut.
         """
         self._check_open()
-        rows = items_of.turn_rows(await self._read(branch_id), None)
+        rows = items_of.turn_rows(usage_of.visible(await self._read(branch_id)), None)
         return [row for row in rows if items_of.contains(row["full_content"], search_term)]
 
     async def get_conversation_by_turns(
@@ -527,6 +559,127 @@ class RedisAgentSession:
         """
         self._check_open()
         return items_of.tool_usage(_items(await self._read(branch_id)))
+
+    # -- usage (AdvancedSQLiteSession's names, arguments and return shapes) -------------------
+
+    async def store_run_usage(self, result: Any) -> None:
+        """Store the usage of a run (``result.context_wrapper.usage``, the SDK ``Usage`` of
+        a ``RunResult``) as the usage of the current branch's current turn (its last user
+        message), as ``AdvancedSQLiteSession`` does: call it after ``Runner.run``. Storing a
+        turn's usage again replaces its row (a resumed run reports its whole turn's usage
+        again). Nothing is stored when the result has no usage or the branch has no user
+        message.
+
+        One read of the current branch, then one append guarded by ``expect_last_id`` (read
+        again, a few times at most, when another writer came first; skipped, as the SDK skips
+        it, when the turn it read is gone meanwhile): a hidden usage record (a message of
+        author :data:`USAGE_AUTHOR`, not an item: ``get_items``, ``pop_item`` and the turn
+        queries pass over it) whose ``Message.usage`` is what the run adds, and in the same
+        script the turn's row in the branch's metadata (``openai-agents:usage:<turn>``, JSON:
+        the SDK's figures and token details, see ``_openai_usage``). So the store's
+        ``Session.usage`` of the branch, its usage budget and ``store.usage()`` count each
+        run's spend once, atomically, whichever worker stores it, and the row is read back by
+        :meth:`get_turn_usage` / :meth:`get_session_usage`. A row that replaces another adds
+        each figure's increase only, so ``Session.usage`` is the sum of the rows as long as no
+        turn was popped, rewound or trimmed away, nor stored lower than before (spend stays
+        spent in ``Session.usage``; the rows follow the turns).
+
+        Errors are logged and not raised, as the SDK's (``Failed to store session usage``),
+        except :class:`~redis_session.UsageLimitExceeded`: the branch's usage had reached its
+        budget (``max_usage_tokens``) before this call, so the run's usage could not be
+        stored, and every next append (the next run's ``add_items``) is refused the same way;
+        and ``TurnLost``: inside :meth:`turn`, the append is fenced by the turn, and a turn
+        no longer this worker's stops it.
+        """
+        self._check_open()
+        context = getattr(result, "context_wrapper", None)
+        usage = getattr(context, "usage", None)
+        if usage is None:
+            return
+        try:
+            await _settled(self._store_usage(usage))
+        except (UsageLimitExceeded, TurnLost):
+            raise
+        except Exception:
+            _log.exception("Failed to store session usage")
+
+    async def _store_usage(self, usage: Any) -> None:
+        captured: tuple[str, str, int, str] | None = None  # branch, key, turn, its anchor
+        for _ in range(ATTEMPTS):
+            branch, key, session = await self._current_session()
+            users = [] if session is None else usage_of.anchors(session.history)
+            if captured is None:
+                if not users:
+                    return  # no turn to give the usage to
+                captured = (branch, key, len(users), users[-1])
+            elif (branch, key) != captured[:2] or users[captured[2] - 1 : captured[2]] != [
+                captured[3]
+            ]:
+                return  # the turn read first is gone
+            assert session is not None
+            turn, anchor = captured[2], captured[3]
+            row = usage_of.row_of(usage, branch, anchor)
+            before = usage_of.rows(session.metadata, session.history, branch).get(turn)
+            record = Message(
+                role=MessageRole.ASSISTANT,
+                author=USAGE_AUTHOR,
+                usage=usage_of.spent(row, before),
+            )
+            entry = {usage_of.ROW + str(turn): json.dumps(row)}
+            try:
+                await self.store.append_messages(
+                    key, [record], expect_last_id=session.history[-1].id, metadata=entry
+                )
+            except TurnLost:
+                raise
+            except StaleExpectation:
+                continue  # another writer came first: read again
+            except SessionNotFound:
+                return  # deleted meanwhile: the turn is gone
+            return
+        raise ConcurrentChange(self._key, "its items kept changing while a run's usage was stored")
+
+    async def get_session_usage(self, branch_id: str | None = None) -> dict[str, int] | None:
+        """The sums of the stored turn usage of every branch (``branch_id``: of that branch
+        only): ``requests``, ``input_tokens``, ``output_tokens``, ``total_tokens``,
+        ``total_turns`` (how many turns have usage); None when no turn has.
+
+        A branch: one read. Every branch: the registry read, then every branch whole,
+        together. The store's own count of a branch's spend is its ``Session.usage``
+        (``store.get(session.branch_key(branch_id)).usage``).
+        """
+        self._check_open()
+        if branch_id:
+            found = await self._branch_session(branch_id)
+            branches = [] if found is None else [(branch_id, found)]
+        else:
+            branches = await self._branches.sessions()
+        rows = [
+            row
+            for branch, session in branches
+            for row in usage_of.rows(session.metadata, session.history, branch).values()
+        ]
+        return usage_of.session_usage(rows)
+
+    async def get_turn_usage(
+        self, user_turn_number: int | None = None, branch_id: str | None = None
+    ) -> list[dict[str, Any]] | dict[str, Any]:
+        """The stored usage of a branch's turns (None: the current branch's), by turn: each a
+        dict of ``user_turn_number``, ``requests``, ``input_tokens``, ``output_tokens``,
+        ``total_tokens``, ``input_tokens_details``, ``output_tokens_details`` (the SDK's token
+        details as dicts, or None); with ``user_turn_number``, that turn's dict without
+        ``user_turn_number``, ``{}`` when it has no usage. One read.
+        """
+        self._check_open()
+        if branch_id is None:
+            branch, _, session = await self._current_session()
+        else:
+            branch, session = branch_id, await self._branch_session(branch_id)
+        found = {} if session is None else usage_of.rows(session.metadata, session.history, branch)
+        if user_turn_number is not None:
+            row = found.get(user_turn_number)
+            return {} if row is None else usage_of.turn_usage(row)
+        return [usage_of.turn_usage(row, turn) for turn, row in found.items()]
 
     # -- repairs ---------------------------------------------------------------------------------
 
@@ -577,7 +730,7 @@ class RedisAgentSession:
 
     async def _rewind(self, turn_number: int) -> int:
         key, history = await self._read_current()
-        start = items_of.turn_start(_items(history), turn_number)
+        start = usage_of.turn_start(history, turn_number)
         if start is None:
             raise ValueError(
                 f"Turn {turn_number} does not contain a user message in branch "
@@ -638,6 +791,22 @@ class RedisAgentSession:
             return await self.store.get_history(self._branches.key(branch_id), last)
         except SessionNotFound:
             return []
+
+    async def _branch_session(self, branch_id: str) -> Session | None:
+        """Branch ``branch_id``'s session read whole, or None (one read)."""
+        session = await self._branches.session(self._branches.key(branch_id))
+        return session if session is not None and is_branch(branch_id, session) else None
+
+    async def _current_session(self) -> tuple[str, str, Session | None]:
+        """The current branch's id, key and session read whole (back on main, whose session
+        is read then, when the branch is gone).
+        """
+        current = self._current
+        session = await self._branches.session(current[1])
+        if session is not None or current[0] == MAIN_BRANCH:
+            return current[0], current[1], session
+        self._leave(current)
+        return MAIN_BRANCH, self._key, await self._branches.session(self._key)
 
     async def _read_current(self, last: int | None = None) -> tuple[str, list[Message]]:
         """The current branch's key and newest ``last`` messages (back on main, whose history

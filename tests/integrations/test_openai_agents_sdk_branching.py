@@ -1,5 +1,6 @@
-"""The OpenAI Agents SDK's own tests of ``AdvancedSQLiteSession`` (its branching and turn
-methods), run against ``RedisAgentSession`` on ``memory://`` and on a real Redis.
+"""The OpenAI Agents SDK's own tests of ``AdvancedSQLiteSession`` (its branching, turn and usage
+methods), run against ``RedisAgentSession`` on ``memory://``, on a real Redis and on a Redis
+Cluster.
 
 The installed openai-agents release's sdist on the package index ships its ``tests/`` tree: it
 is obtained here at test time (``pip download``, bounded), kept in pytest's cache directory
@@ -7,8 +8,9 @@ is obtained here at test time (``pip download``, bounded), kept in pytest's cach
 repository. ``tools/run_framework_suites.py`` patches its
 ``tests/extensions/memory/test_advanced_sqlite_session.py`` in one place only (where the file
 builds an ``AdvancedSQLiteSession``, ``tools/framework_shims.py`` builds ours) and runs it in a
-pytest of its own; the tests that do not apply (SQLite's own rows and files, the usage methods
-of issue #46, the session's worker threads) are skipped there, each with its reason.
+pytest of its own; the tests that do not apply (SQLite's own rows, files and locks, the
+session's worker threads, a case that fails on the SDK's own session with the installed openai)
+are skipped there, each with its reason.
 
 Without the package index the tests are skipped with the reason, except under ``CI=true``, where
 that is a failure.
@@ -31,6 +33,7 @@ from types import ModuleType
 import pytest
 
 from tests.conftest import IN_CI
+from tests.support.cluster import Cluster
 from tests.support.servers import Server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,6 +79,23 @@ BRANCHING = frozenset(
     }
 )
 """The SDK's tests of the branching and turn methods: each must pass (every case of it)."""
+USAGE = frozenset(
+    {
+        "test_usage_tracking_storage",
+        "test_runner_integration_with_usage_tracking",
+        "test_empty_session_operations",
+        "test_json_serialization_edge_cases",
+        "test_error_handling_in_usage_tracking",
+        "test_branch_usage_tracking",
+        "test_branch_specific_operations",
+        "test_output_tokens_details_persisted_when_input_details_missing",
+        "test_store_run_usage_after_reopening_cleared_session",
+        "test_external_clear_resets_stale_branch_before_default_reads",
+    }
+)
+"""The SDK's tests of the usage methods (``store_run_usage``, ``get_session_usage``,
+``get_turn_usage``) that apply: each must pass (every case of it not skipped by name and case
+in ``NOT_APPLICABLE``)."""
 
 
 def _tool(name: str) -> ModuleType:
@@ -163,20 +183,29 @@ def _check(outcomes: dict[str, str]) -> None:
     """Every test passed or was skipped as not applicable; every branching test passed."""
     skipped = _not_applicable(_tool("framework_shims"))
     first = {test: outcome.split("\n")[0] for test, outcome in outcomes.items()}
+
+    def applies(test: str) -> bool:
+        return _name(test) not in skipped and _case(test) not in skipped
+
     bad = {
         test: outcome
         for test, outcome in outcomes.items()
-        if first[test] != "pass" and not (first[test] == "skip" and _name(test) in skipped)
+        if first[test] != "pass" and not (first[test] == "skip" and not applies(test))
     }
     assert bad == {}, "\n".join(f"{t}: {o}" for t, o in sorted(bad.items()))
     passed = {_name(t) for t, outcome in first.items() if outcome == "pass"}
-    assert BRANCHING <= passed, sorted(BRANCHING - passed)
+    assert BRANCHING | USAGE <= passed, sorted((BRANCHING | USAGE) - passed)
     counts = {o: list(first.values()).count(o) for o in set(first.values())}
     print(f"the SDK's AdvancedSQLiteSession tests on RedisAgentSession: {counts}")
 
 
 def _name(test: str) -> str:
-    return test.split("::")[-1].split("[")[0]
+    return _case(test).split("[")[0]
+
+
+def _case(test: str) -> str:
+    """``name[params]`` of a test id."""
+    return test.split("::")[-1]
 
 
 def _not_applicable(shims: ModuleType) -> set[str]:
@@ -199,12 +228,23 @@ def test_sdk_advanced_session_tests_pass_on_a_real_redis(
     _check(_run(sdk_source, redis_server.url, tmp_path))
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.timeout(900)
+def test_sdk_advanced_session_tests_pass_on_a_cluster(
+    sdk_source: Path, cluster_server: Cluster, tmp_path: Path
+) -> None:
+    url = f"redis+cluster://127.0.0.1:{cluster_server.ports[0]}/0"
+    _check(_run(sdk_source, url, tmp_path))
+
+
 def test_every_not_applicable_name_is_a_test_of_the_file(sdk_source: Path) -> None:
     """The skip list names tests of the file, so that a renamed test cannot hide behind it."""
     text = (sdk_source / ADVANCED).read_text(encoding="utf-8")
-    missing = [n for n in _not_applicable(_tool("framework_shims")) if f"def {n}(" not in text]
+    names = {n.split("[")[0] for n in _not_applicable(_tool("framework_shims"))}
+    missing = [n for n in names if f"def {n}(" not in text]
     assert missing == []
 
 
-def test_the_not_applicable_list_leaves_the_branching_tests() -> None:
-    assert BRANCHING.isdisjoint(_not_applicable(_tool("framework_shims")))
+def test_the_not_applicable_list_leaves_the_branching_and_usage_tests() -> None:
+    assert (BRANCHING | USAGE).isdisjoint(_not_applicable(_tool("framework_shims")))
