@@ -48,7 +48,9 @@ def test_header_declares_keys_argv_and_reply(name: str) -> None:
 
 
 INTEGRATIONS = Path(__file__).resolve().parents[2] / "redis_session/integrations"
-LANGGRAPH_SCRIPTS = sorted(p.stem for p in (INTEGRATIONS / "langgraph").glob("*.lua"))
+LANGGRAPH_SCRIPTS = sorted(  # the scripts (_langgraph.lua: what they share, not one)
+    p.stem for p in (INTEGRATIONS / "langgraph").glob("*.lua") if not p.stem.startswith("_")
+)
 
 
 def _script_path(name: str) -> Path:

@@ -29,8 +29,12 @@ SCRIPTS = (
     "langgraph_walk",
 )
 """This package's scripts (``<name>.lua`` beside this module)."""
+_SHARED = resources.files(__package__).joinpath("_langgraph.lua").read_text(encoding="utf-8")
+"""What the scripts share (``_langgraph.lua``), put in front of each."""
 SOURCES = {
-    name: resources.files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    name: _SHARED
+    + "\n"
+    + resources.files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
     for name in SCRIPTS
 }
 RUN_PREFIX = "langgraph-run/"

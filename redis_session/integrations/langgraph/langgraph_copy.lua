@@ -15,15 +15,8 @@
 -- Events: none (the branch that made the session logged its own). Bounded by the source
 -- thread's size, which the caller read in one snapshot. Every check is made before the first
 -- write.
-local f = redis.pcall('HMGET', KEYS[1], 'v', 'x', 'tg')
-local refused = root_refused(f)
-if refused then return refused end
-local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'zset'})
-if bad then return bad end
-local us, now = clock()
-local ttl = tonumber(ARGV[1])
-local extend_now = due(f[2], ttl, now)
-if extend_now and (f[3] or '0') ~= ARGV[3] then return tree_changed(f[3]) end
+local stop, f, us, now, ttl, extend_now = thread_write()
+if stop then return stop end
 
 local h = tonumber(ARGV[6])
 for i = 7, 6 + h, 2 do

@@ -23,30 +23,12 @@
 -- Events: none. Bounded by the checkpoint's channels (no walk of the thread's history). A
 -- record put again under its id (LangGraph does not, a retry may) drops its old references
 -- first. Every check is made before the first write.
-local f = redis.pcall('HMGET', KEYS[1], 'v', 'x', 'tg')
-local refused = root_refused(f)
-if refused then return refused end
-local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'zset'})
-if bad then return bad end
-local us, now = clock()
-local ttl = tonumber(ARGV[1])
-local extend_now = due(f[2], ttl, now)
-if extend_now and (f[3] or '0') ~= ARGV[3] then return tree_changed(f[3]) end
+local stop, f, us, now, ttl, extend_now = thread_write()
+if stop then return stop end
 local cp = ARGV[6]
 if ARGV[9] ~= '' then
   local child = redis.call('HGET', KEYS[8], 's\0' .. ARGV[9])
   if child and child ~= cp then return {STALE, child} end
-end
-
-local function items(s)
-  local out, at = {}, 1
-  while at <= #s do
-    local colon = string.find(s, ':', at, true)
-    local len = tonumber(string.sub(s, at, colon - 1))
-    out[#out + 1] = string.sub(s, colon + 1, colon + len)
-    at = colon + len + 1
-  end
-  return out
 end
 
 local old = redis.call('HGET', KEYS[8], 'r\0' .. cp)

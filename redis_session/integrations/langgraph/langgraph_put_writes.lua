@@ -14,15 +14,8 @@
 -- Reply: {OK, stored} (how many writes were stored) | {NOT_FOUND} | {EXPIRED}
 --        | {WRONG_TYPE, i, type} | {TREE_CHANGED, ...} | {DAMAGED, ...}
 -- Events: none. Bounded by the writes given. Every check is made before the first write.
-local f = redis.pcall('HMGET', KEYS[1], 'v', 'x', 'tg')
-local refused = root_refused(f)
-if refused then return refused end
-local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'zset'})
-if bad then return bad end
-local us, now = clock()
-local ttl = tonumber(ARGV[1])
-local extend_now = due(f[2], ttl, now)
-if extend_now and (f[3] or '0') ~= ARGV[3] then return tree_changed(f[3]) end
+local stop, f, us, now, ttl, extend_now = thread_write()
+if stop then return stop end
 
 local stored = 0
 local w = tonumber(ARGV[7])

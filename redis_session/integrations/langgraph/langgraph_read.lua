@@ -28,17 +28,6 @@ if ttl > 0 then
   if due(f[2], ttl, now) and (f[3] or '0') ~= ARGV[3] then return tree_changed(f[3]) end
 end
 
-local function items(s)
-  local out, at = {}, 1
-  while at <= #s do
-    local colon = string.find(s, ':', at, true)
-    local len = tonumber(string.sub(s, at, colon - 1))
-    out[#out + 1] = string.sub(s, colon + 1, colon + len)
-    at = colon + len + 1
-  end
-  return out
-end
-
 local wanted
 if ARGV[8] ~= '' then
   wanted = {ARGV[8]}

@@ -12,17 +12,6 @@
 local bad = wrong_type({'hash', 'zset'})
 if bad then return bad end
 
-local function items(s)
-  local out, at = {}, 1
-  while at <= #s do
-    local colon = string.find(s, ':', at, true)
-    local len = tonumber(string.sub(s, at, colon - 1))
-    out[#out + 1] = string.sub(s, colon + 1, colon + len)
-    at = colon + len + 1
-  end
-  return out
-end
-
 local removed = 0
 for _, cp in ipairs(ARGV) do
   local r = redis.call('HGET', KEYS[1], 'r\0' .. cp)
