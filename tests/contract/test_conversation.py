@@ -97,6 +97,7 @@ async def test_branch_errors(store: Any) -> None:
     assert contents((await store.get("taken")).history) == []
 
 
+@pytest.mark.slow  # a size (2-4 s on fakeredis): the full suite runs it on every backend
 async def test_a_branch_of_10_000_messages_at_5_000(make_store: StoreFactory) -> None:
     store = make_store()
     history = msgs(10_000)
