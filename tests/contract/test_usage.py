@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 import pytest
+import redis
 
 from redis_session import (
     CorruptData,
@@ -19,6 +20,7 @@ from redis_session import (
     UsageLimitExceeded,
 )
 from tests.conftest import Backend, StoreFactory
+from tests.support.proxy import LossyProxy
 
 PASSPHRASE, WORK = "correct horse battery staple", 10  # scrypt n = 2**10 keeps tests fast
 
@@ -263,3 +265,26 @@ def test_usage_figures_another_writer_broke_stop_the_write_before_it_writes(
     assert raw.llen(server_backend.schema.session("s").msgs) == 0
     store.append_message("s", Message(role="user", content="no usage: the totals untouched"))
     assert len(store.get_history("s")) == 1
+
+
+def test_a_usage_append_retried_after_a_lost_reply_counts_once(real_backend: Backend) -> None:
+    """redis-py's retry applies a script twice after a lost reply (a failover, a cut
+    connection): the second run finds the message's id and adds no usage, to the session or to
+    the prefix's totals; a merge retried the same way adds the child's usage once."""
+    assert real_backend.server is not None
+    store = real_backend.sync_store()
+    store.create(Session(key="p"))
+    child = store.fork_child("p", "sub")
+    store.append_child_message(child.key, spent(7, 3))
+    with LossyProxy(real_backend.server.port) as proxy:
+        client = redis.Redis(port=proxy.port, socket_timeout=5)
+        lossy = RedisStore(client, prefix=real_backend.prefix)
+        lossy.get("p")  # the tree as it is: each write below is one script call
+        proxy.drop_replies_to(b"EVALSHA", 1)
+        lossy.append_message("p", spent(100, 20))  # its retry finds the message stored
+        proxy.drop_replies_to(b"EVALSHA", 1)
+        lossy.merge_child(child.key, "")
+        assert proxy.dropped == 2
+        client.close()
+    assert store.get("p").usage == Usage(input_tokens=107, output_tokens=23, requests=2)
+    assert store.usage() == Usage(input_tokens=107, output_tokens=23, requests=2)
