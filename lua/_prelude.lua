@@ -279,7 +279,7 @@ end
 
 -- {DAMAGED, m, 'usage'} when one of values (usage fields as HMGET read them from KEYS[m]; false:
 -- missing) is not a whole number a store writes (another writer's), else nil: checked before a
--- script's first write, as HINCRBY would fail on it after.
+-- script's first write (set_figures adds to them).
 local function usage_damaged(m, values)
   for _, v in ipairs(values) do
     if v and not whole(v) then return {DAMAGED, m, 'usage'} end
@@ -288,19 +288,15 @@ local function usage_damaged(m, values)
 end
 
 -- The usage totals of a prefix (KEYS[t]: a hash of ui, uo, ur beside the index shard, without
--- a TTL, as the event log): {WRONG_TYPE, t, type} when it holds another type, {DAMAGED, t,
--- 'usage'} when its figures are not whole numbers, else nil.
-local function totals_refused(t)
+-- a TTL, as the event log), read before a script's first write: its figures (for set_figures),
+-- or nil and the reply that stops the write ({WRONG_TYPE, t, type}: another type; {DAMAGED,
+-- t, 'usage'}: figures that are not whole numbers).
+local function read_totals(t)
   local got = redis.pcall('HMGET', KEYS[t], 'ui', 'uo', 'ur')
-  if failed(got) then return refusal(got, t) end
-  return usage_damaged(t, got)
-end
-
--- Add usage u (a table {input, output, requests}) to hash KEYS[m]'s fields ui, uo, ur.
-local function add_totals(m, u)
-  if u[1] > 0 then redis.call('HINCRBY', KEYS[m], 'ui', u[1]) end
-  if u[2] > 0 then redis.call('HINCRBY', KEYS[m], 'uo', u[2]) end
-  if u[3] > 0 then redis.call('HINCRBY', KEYS[m], 'ur', u[3]) end
+  if failed(got) then return nil, refusal(got, t) end
+  local bad = usage_damaged(t, got)
+  if bad then return nil, bad end
+  return got
 end
 
 -- The usage of the tags in spent (a list of 'input:output:requests') as {input, output, requests}.
@@ -313,16 +309,8 @@ local function spent_usage(spent)
   return u
 end
 
--- Add to the usage of meta hash KEYS[m] the tags in spent, or the usage u (a table {input,
--- output, requests}) when spent is nil; and to the prefix's totals KEYS[t] too where t is given.
-local function add_usage(m, spent, u, t)
-  if spent then u = spent_usage(spent) end
-  add_totals(m, u)
-  if t then add_totals(t, u) end
-end
-
 -- Set hash KEYS[m]'s usage figures to cur (as HMGET read them: ui, uo, ur; checked by
--- usage_damaged) plus u, in one HSET (the hot append's three HINCRBY in one command).
+-- usage_damaged) plus u (a table {input, output, requests}), in one HSET.
 local function set_figures(m, cur, u)
   redis.call('HSET', KEYS[m], 'ui', string.format('%.0f', tonumber(cur[1] or '0') + u[1]),
     'uo', string.format('%.0f', tonumber(cur[2] or '0') + u[2]),

@@ -56,8 +56,12 @@ end
 if #digests == 0 then return {OK, 0, 0} end
 local refused = fence_refused(11, ARGV[8]) or expect_refused(9, n, h, 8, ARGV[9])
   or usage_damaged(8, {c[9], c[10], c[11]}) or budget_refused(c[9], c[10], nil, ARGV[10])
-  or #spent > 0 and totals_refused(12)
 if refused then return refused end
+local totals
+if #spent > 0 then
+  totals, refused = read_totals(12)
+  if refused then return refused end
+end
 local new_keys = {}  -- keys this call creates join the tree's deadline
 if n == h then new_keys[#new_keys + 1] = 9 end
 push_all(KEYS[9], elements)
@@ -72,7 +76,11 @@ end
 add(win, digests, math.max(tonumber(ARGV[4]), max))
 save_window(win)
 redis.call('HSET', KEYS[8], 'g', g, 'h', h, 'n', n)
-if #spent > 0 then add_usage(8, spent, nil, 12) end
+if totals then
+  local add = spent_usage(spent)
+  set_figures(8, {c[9], c[10], c[11]}, add)
+  set_figures(12, totals, add)
+end
 redis.call('HSET', KEYS[1], 'updated_at', us)
 redis.call('ZADD', KEYS[4], now, ARGV[5])
 if extend_now then extend(13, ttl, tonumber(ARGV[2]), now) else join_tree(f[3], new_keys) end

@@ -99,9 +99,7 @@ if paid or (f[6] or ARGV[11]) ~= '0' then
   refused = usage_damaged(1, {u[1], u[2], u[3], f[6]}) or budget_refused(u[1], u[2], f[6], ARGV[11])
   if refused then return refused end
   if paid then
-    totals = redis.pcall('HMGET', KEYS[9], 'ui', 'uo', 'ur')
-    if failed(totals) then return refusal(totals, 9) end
-    refused = usage_damaged(9, totals)
+    totals, refused = read_totals(9)
     if refused then return refused end
   end
 end

@@ -62,9 +62,10 @@ for i = 16, 15 + 2 * n, 2 do
   local at = spend[ARGV[i]]
   if at then u[at] = tonumber(ARGV[i + 1]) or 0 end
 end
-local counted = ARGV[12] == 'create' and u[1] + u[2] + u[3] > 0
-if counted then
-  local refused = totals_refused(10)
+local totals  -- a 'create' adds its history's usage to the prefix's totals
+if ARGV[12] == 'create' and u[1] + u[2] + u[3] > 0 then
+  local refused
+  totals, refused = read_totals(10)
   if refused then return refused end
 end
 local ttl = tonumber(ARGV[1])
@@ -96,7 +97,7 @@ else
 end
 add(win, digests, tonumber(ARGV[4]))
 save_window(win)
-if counted then add_totals(10, u) end
+if totals then set_figures(10, totals, u) end
 if x then expire_tree(#KEYS + 1, x, tonumber(ARGV[2])) end
 local fresh_index = 1 - redis.call('EXISTS', KEYS[4])
 local expired = false

@@ -106,7 +106,10 @@ end
 local added = #elements
 redis.call('HSET', KEYS[8], 'merged_at', us)
 -- the sub-agent's spend is its parent's (its figures checked above, before the first write)
-add_usage(1, nil, {tonumber(c[9] or '0'), tonumber(c[10] or '0'), tonumber(c[11] or '0')})
+if c[9] or c[10] or c[11] then
+  set_figures(1, {f[8], f[9], f[10]},
+    {tonumber(c[9] or '0'), tonumber(c[10] or '0'), tonumber(c[11] or '0')})
+end
 if mode == 'staged' then
   push_all(KEYS[11], redis.call('LRANGE', KEYS[2], math.max(tonumber(ARGV[21]), h) - h, -1))
   redis.call('RENAME', KEYS[11], KEYS[2])

@@ -353,6 +353,15 @@ def usage_tag(usage: Usage | None) -> bytes:
     return b"%d:%d:%d" % (usage.input_tokens, usage.output_tokens, usage.requests)
 
 
+def message_tag(msg: Message) -> bytes:
+    """What a script takes for ``msg`` beside its stored form: its id digest, then its
+    :func:`usage_tag`.
+    """
+    usage = msg.usage
+    digest = message_digest(msg.id)
+    return digest if usage is None else digest + usage_tag(usage)
+
+
 def message_args(messages: Sequence[Message], argument: str, limit: int = 0) -> list[bytes]:
     """Tag/JSON pairs for a script's ARGV (a tag: the 8-byte id digest, then the message's
     :func:`usage_tag`); duplicate ids in one call are refused, and so is a message longer than
@@ -370,7 +379,7 @@ def message_args(messages: Sequence[Message], argument: str, limit: int = 0) -> 
         seen.add(msg.id)
         where = f"{argument}[{i}]"
         body = encode_message(msg, where)
-        out += (message_digest(msg.id) + usage_tag(msg.usage), check_size(body, limit, where))
+        out += (message_tag(msg), check_size(body, limit, where))
     return out
 
 
@@ -580,7 +589,7 @@ def meta_args(session: Session, sealer: Sealer | None = None) -> list[bytes]:
     if session.branch_of:  # cleartext, as the key is (a sealed session's ids are too)
         out += (b"bo", text_arg(session.branch_of, "session.branch_of"))
         out += (b"ba", text_arg(session.branch_at, "session.branch_at"))
-    usage = sum((m.usage for m in session.history if m.usage is not None), Usage())
+    usage = history_usage(session.history)
     if usage.input_tokens or usage.output_tokens or usage.requests:  # what its history cost
         out += usage_fields(usage)
     if session.max_usage_tokens is not None:
@@ -590,6 +599,11 @@ def meta_args(session: Session, sealer: Sealer | None = None) -> list[bytes]:
         + scalar_args(session, skip_empty=False, sealer=sealer)
         + metadata_args(session.metadata, sealer=sealer)
     )
+
+
+def history_usage(history: Iterable[Message]) -> Usage:
+    """The sum of the messages' usage: what a session made with them has spent."""
+    return sum((m.usage for m in history if m.usage is not None), Usage())
 
 
 def usage_fields(usage: Usage) -> list[bytes]:

@@ -12,7 +12,7 @@ from .._transport.telemetry import note_spent
 from ..crypto import Sealer
 from ..errors import ConcurrentChange, InvalidArgument
 from ..keys import KeySchema, check_key
-from ..models import LifecycleEventType, Message, MessageRole, Session, Usage
+from ..models import LifecycleEventType, Message, MessageRole, Session
 from ..options import StoreOptions
 from ..status import Ctx, Status, check
 from .args import call_token, non_negative_int, optional_str, text, token
@@ -211,7 +211,7 @@ class Sessions:
         if created.due:  # trees of this index shard expired unseen
             yield from self.events.reap_due(keys[3])
         now = codec.to_datetime(created.created_at)
-        spent = sum((m.usage for m in session.history if m.usage is not None), Usage())
+        spent = codec.history_usage(session.history)
         made = session.model_copy(update={"created_at": now, "updated_at": now, "usage": spent})
         return made, created.again
 
@@ -436,12 +436,9 @@ class Sessions:
             msg = message_arg(msg)
         key = check_key(key)
         expect = b"" if expect_last_id is None else expect_last(expect_last_id)
-        o = self.options
         body, ready = codec.stored_form(msg)
-        tag = codec.message_digest(msg.id)
-        if msg.usage is not None:
-            tag += codec.usage_tag(msg.usage)
-        pair = [tag, codec.check_size(body, o.max_message_bytes, "msg")]
+        limit = self.options.max_message_bytes
+        pair = [codec.message_tag(msg), codec.check_size(body, limit, "msg")]
         twin = None  # the hot path's one message: _twins's work, without its loop
         if ready and self.keyring.passphrase is None:
             twin = self.reader.twin(key, body, msg)

@@ -162,7 +162,7 @@ def append_event(
             last_update_time=repr(last_update_time),
             newest_event_id=newest_event_id,
             events=ext.events_of(record),
-            digest=codec.message_digest(msg.id) + codec.usage_tag(msg.usage),
+            digest=codec.message_tag(msg),
             element=element,
             fence="" if turn is None else turn.id,
             budget=options.max_usage_tokens,

@@ -70,8 +70,12 @@ if stored and stored > tonumber(ARGV[10]) then
   if ARGV[11] == '' or id ~= ARGV[11] then return {STALE} end
 end
 local spend = usage_damaged(1, {f[8], f[9], f[11], f[10]}) or budget_refused(f[8], f[9], f[10], ARGV[19])
-  or spent and totals_refused(10)  -- after the stale check: a stale caller is told so first
-if spend then return spend end
+if spend then return spend end  -- after the stale check: a stale caller is told so first
+local totals
+if spent then
+  totals, spend = read_totals(10)
+  if spend then return spend end
+end
 
 local m = tonumber(ARGV[20])
 local limit = tonumber(ARGV[7])
@@ -112,7 +116,11 @@ local created = n == h  -- the list is made anew: it joins the tree's deadline
 redis.call('RPUSH', KEYS[2], ARGV[17])
 add(win, {digest}, tonumber(ARGV[4]))
 save_window(win)
-if spent then add_usage(1, spent, nil, 10) end
+if totals then
+  local add = spent_usage(spent)
+  set_figures(1, {f[8], f[9], f[11]}, add)
+  set_figures(10, totals, add)
+end
 n = n + 1
 local max = tonumber(ARGV[5])
 if max > 0 and n - h > max then
