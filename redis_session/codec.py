@@ -601,6 +601,11 @@ def meta_args(session: Session, sealer: Sealer | None = None) -> list[bytes]:
     )
 
 
+USAGE_FIELDS = (b"ui", b"uo", b"ur")
+"""The hash fields of a usage's figures (a session's or a child's meta hash, a prefix's
+totals): input tokens, output tokens, requests."""
+
+
 def history_usage(history: Iterable[Message]) -> Usage:
     """The sum of the messages' usage: what a session made with them has spent."""
     return sum((m.usage for m in history if m.usage is not None), Usage())
@@ -610,17 +615,14 @@ def usage_fields(usage: Usage) -> list[bytes]:
     """The meta hash's usage fields (``ui``, ``uo``, ``ur``: the sums a session's scripts keep)
     holding ``usage``.
     """
-    return [
-        b"ui", b"%d" % usage.input_tokens,
-        b"uo", b"%d" % usage.output_tokens,
-        b"ur", b"%d" % usage.requests,
-    ]  # fmt: skip
+    figures = (usage.input_tokens, usage.output_tokens, usage.requests)
+    return [x for name, n in zip(USAGE_FIELDS, figures, strict=True) for x in (name, b"%d" % n)]
 
 
 def decode_usage(key: str, get: Callable[[bytes], bytes | None]) -> Usage:
-    """A session's usage from its meta hash's fields (absent: 0)."""
+    """A usage from a hash's :data:`USAGE_FIELDS` (absent: 0)."""
     try:
-        values = [int(get(f) or b"0") for f in (b"ui", b"uo", b"ur")]
+        values = [int(get(f) or b"0") for f in USAGE_FIELDS]
     except ValueError:
         raise CorruptData(key, "its usage fields are not whole numbers") from None
     if min(values) < 0:

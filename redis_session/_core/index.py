@@ -101,14 +101,12 @@ class Index:
         indexes = yield from self.indexes()
         shards = [self.schema.beside(index, "usage") for index in indexes]
         replies = yield from self.reads([("HMGET", s, "ui", "uo", "ur") for s in shards])
-        sums = [0, 0, 0]
+        total = Usage()
         for shard, reply in zip(shards, replies, strict=True):
-            try:
-                values = [int(v or 0) for v in reply]
-            except ValueError:
-                raise CorruptData(shard, "its usage totals are not whole numbers") from None
-            sums = [a + b for a, b in zip(sums, values, strict=True)]
-        return Usage.total(*sums)
+            total += codec.decode_usage(
+                shard, dict(zip(codec.USAGE_FIELDS, reply, strict=True)).get
+            )
+        return total
 
     def _matching(self, indexes: list[str], prefix: str) -> Op[list[bytes]]:
         """The index members that begin with ``prefix``, newest first: the server filters

@@ -69,12 +69,12 @@ def _usages(store: RedisStore, keys: Sequence[str]) -> list[Usage | None]:
         pipe = client.pipeline(transaction=False)
         batch = keys[i : i + PIPELINE_BATCH]
         for key in batch:
-            pipe.hmget(schema.session(key).meta, "ui", "uo", "ur")
+            pipe.hmget(schema.session(key).meta, *codec.USAGE_FIELDS)
         for key, reply in zip(batch, pipe.execute(raise_on_error=False), strict=True):
             try:
                 if isinstance(reply, Exception):
                     raise CorruptData(key, f"its meta hash cannot be read: {reply}")
-                fields = dict(zip((b"ui", b"uo", b"ur"), reply, strict=True))
+                fields = dict(zip(codec.USAGE_FIELDS, reply, strict=True))
                 out.append(codec.decode_usage(key, fields.get))
             except CorruptData as exc:
                 codec.log_bad_record("usage", exc)
