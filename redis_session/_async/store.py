@@ -282,10 +282,11 @@ class AsyncRedisStore:
                 return await AsyncEventListener(
                     self._clients.current(), self.events_channel, shard_channels=channels,
                     shards=self._shard_channels if cluster else None,
-                    poll=duration_ms(poll, "poll") / 1000, types=kinds,
+                    poll=duration_ms(poll, "poll") / 1000, types=kinds, owner=self,
                 ).start()  # fmt: skip
             client = self._clients.current()
-            return await AsyncEventListener(client, self.events_channel, types=kinds).start()
+            listening = AsyncEventListener(client, self.events_channel, types=kinds, owner=self)
+            return await listening.start()
         if group is not None:
             text(group, "group")
         if not self._core.events.log_max:

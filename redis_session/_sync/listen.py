@@ -110,8 +110,13 @@ class EventListener:
         shards: Shards | None = None,
         poll: float = 1.0,
         types: frozenset[str] | None = None,
+        owner: object = None,
     ) -> None:
         self._client: Any = client
+        self._keeps = owner
+        """What the listener keeps alive with its client: the store that made it, whose clients
+        of an event loop are closed when it is dropped (the log listener keeps it through its
+        runner)."""
         self.channel = channel
         """The events channel listened on (with sharded events: the first shard channel)."""
         self.shard_channels = None if shard_channels is None else sorted(shard_channels)

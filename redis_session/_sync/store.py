@@ -277,10 +277,11 @@ class RedisStore:
                 return EventListener(
                     self._client, self.events_channel, shard_channels=channels,
                     shards=self._shard_channels if cluster else None,
-                    poll=duration_ms(poll, "poll") / 1000, types=kinds,
+                    poll=duration_ms(poll, "poll") / 1000, types=kinds, owner=self,
                 ).start()  # fmt: skip
             client = self._client
-            return EventListener(client, self.events_channel, types=kinds).start()
+            listening = EventListener(client, self.events_channel, types=kinds, owner=self)
+            return listening.start()
         if group is not None:
             text(group, "group")
         if not self._core.events.log_max:
