@@ -328,10 +328,12 @@ def create(
 
 class Read(NamedTuple):
     """A ``get`` reply: the session's meta hash and the messages at ``from_`` .. ``upto``
-    of its list (which holds ``head`` .. ``tail`` in ``generation``).
+    of its list (which holds ``head`` .. ``tail`` in ``generation``). The hash as the script
+    gives it is a flat field/value list; a first read puts there the mapping of a plain
+    ``HGETALL`` sent behind the script (RESP3's; a list on RESP2).
     """
 
-    meta: list[bytes]
+    meta: list[bytes] | dict[bytes, bytes]
     from_: int
     head: int
     tail: int
@@ -1074,7 +1076,7 @@ def discard_child(
 class ChildRead(NamedTuple):
     """A ``get_child`` reply (see :class:`Read`); ``kid``, ``dk``: the parent's key."""
 
-    meta: list[bytes]
+    meta: list[bytes] | dict[bytes, bytes]
     from_: int
     head: int
     tail: int

@@ -45,11 +45,11 @@ def measure_reads(bench: Bench) -> None:
     script_bare = bare_script(raw, get_req)
     get_reply = script_bare()
     get_read = contracts.parsed(contracts.Read, get_reply)
-    get_meta: list[bytes] = get_read.meta
+    get_meta = get_read.meta
     items_1k: list[bytes] = list(get_read.elements)
     assert len(store.get(key_1k).history) == 1_000 == len(items_1k)
-    # one that read something (it knows the element size): the get script for the meta hash
-    # and the positions only, with LRANGE and HMGET behind it in one pipeline
+    # one that read something (it knows the element size): the get script for the positions
+    # only, with LRANGE and HGETALL behind it in one pipeline
     cold = bench.cold
     cold.get(key_1k)
     cold_req = first_request(cold._core.sessions.get(key_1k))
@@ -114,7 +114,7 @@ def measure_reads(bench: Bench) -> None:
                 "raw LRANGE 0 -1 (no parsing)": g["lrange"].median,
                 "floor: LRANGE + orjson.loads per item": g["floor"].median,
                 "orjson.loads x1000 alone (no I/O)": g["orjson"].median,
-                "store's request, bare (the get script, LRANGE and HMGET behind it)": g[
+                "store's request, bare (the get script, LRANGE and HGETALL behind it)": g[
                     "script"
                 ].median,
                 "codec.decode_session alone (no I/O)": g["decode"].median,

@@ -46,6 +46,8 @@ CHILDREN_READ_ATTEMPTS = 8
 def _child_token(read: contracts.ChildRead) -> bytes:
     """The child's fork token, from the meta array of a ``get_child`` reply."""
     meta = read.meta
+    if isinstance(meta, dict):
+        return bytes(meta.get(b"token", b""))
     for i in range(0, len(meta) - 1, 2):
         if bytes(meta[i]) == b"token":
             return bytes(meta[i + 1])
@@ -457,7 +459,7 @@ class Children:
         reader = self.reader
         held = reader.cache.get(child_key)
 
-        def call(budget: int, after: Sequence[tuple[Any, ...]]) -> ScriptCall:
+        def call(budget: int, after: Sequence[tuple[Any, ...]], meta: bool) -> ScriptCall:
             return contracts.get_child(
                 child_meta=ck.meta,
                 child_msgs=ck.msgs,

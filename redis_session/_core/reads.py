@@ -4,11 +4,12 @@ is long, and kept decoded so that the next read of it sends and decodes only wha
 Every read is one loop (:meth:`Reader.listed`) around the list's read script (``get``,
 ``get_child``), which alone checks what it reads; reads differ only by what they ask of it:
 a read of a session the store holds sends the version it holds and gets only the messages
-added since; a first read asks the script for the meta hash and the positions only, with a
-plain ``LRANGE`` behind it in the same round trip (elements never pass through Lua, which
-costs per element); a list longer than one read's budget continues in plain steps
-(``LRANGE`` with the token, generation and positions behind it), taken when those are still
-what the read began with, else by the ``read_range`` script. See ``_cache`` for what is held.
+added since; a first read asks the script for the positions only, with a plain ``LRANGE``
+behind it in the same round trip (elements never pass through Lua, which costs per element);
+a first read that wants the meta hash reads it by a plain ``HGETALL`` behind those; a list
+longer than one read's budget continues in plain steps (``LRANGE`` with the token, generation
+and positions behind it), taken when those are still what the read began with, else by the
+``read_range`` script. See ``_cache`` for what is held.
 """
 
 from __future__ import annotations
@@ -104,14 +105,14 @@ class Reader:
             else (held.token, held.generation, held.tail, held.head)
         )
 
-        def call(budget: int, after: Sequence[tuple[Any, ...]]) -> ScriptCall:
+        def call(budget: int, after: Sequence[tuple[Any, ...]], meta: bool) -> ScriptCall:
             return contracts.get(
                 meta=sk.meta,
                 msgs=sk.msgs,
                 ids=sk.ids,
                 mark=sk.mark,
                 last=last,
-                with_meta=with_meta,
+                with_meta=meta,
                 token=known[0],
                 generation=known[1],
                 tail=known[2],
@@ -126,7 +127,7 @@ class Reader:
         try:
             span = None if held is not None else self.cold_span(last)
             read, items = yield from self.listed(
-                key, call, contracts.Read, ctx, (sk.meta, sk.msgs), _token, span
+                key, call, contracts.Read, ctx, (sk.meta, sk.msgs), _token, span, with_meta
             )
         except SessionError:
             self.cache.discard(key)
@@ -149,47 +150,57 @@ class Reader:
     def listed(
         self,
         key: str,
-        call: Callable[[int, Sequence[tuple[Any, ...]]], ScriptCall],
+        call: Callable[[int, Sequence[tuple[Any, ...]], bool], ScriptCall],
         kind: type[L],
         ctx: Callable[[], Ctx],
         range_keys: tuple[str, str],
         token_of: Callable[[L], bytes],
         span: tuple[int, int] | None = None,
+        meta: bool = False,
     ) -> Op[tuple[L, list[bytes]]]:
-        """A list's read: the read script ``call(budget, after)`` makes (its reply of type
-        ``kind``, checked with ``ctx``) and, when the list is longer than one read's budget,
-        the rest in steps (:meth:`rest`). Returns the script's reply and every element from
-        its ``from_`` to its ``tail``: one snapshot of the list as it was when the script ran.
+        """A list's read: the read script ``call(budget, after, meta)`` makes (its reply of
+        type ``kind``, checked with ``ctx``; with the meta hash when ``meta``) and, when the
+        list is longer than one read's budget, the rest in steps (:meth:`rest`). Returns the
+        script's reply and every element from its ``from_`` to its ``tail``: one snapshot of
+        the list as it was when the script ran.
 
         With ``span`` (the list indexes a first read wants, :meth:`cold_span`) the script is
-        asked for the meta hash and the positions only (a zero byte budget) and the elements
-        come from a plain ``LRANGE`` of ``span`` sent behind it in the same round trip, so
-        that they never pass through Lua, with the positions read again after them
-        (:func:`_unchanged`): not atomic, so the elements are taken only when those are what
-        the script saw; else the script alone reads again. A list that changed while it was
-        read in steps is read again from the start, a few times at most.
+        asked for the positions only (a zero byte budget) and the elements come from a plain
+        ``LRANGE`` of ``span`` sent behind it in the same round trip, so that they never pass
+        through Lua; with ``meta`` (a read that wants the meta hash) the hash comes from a
+        plain ``HGETALL`` sent after the ``LRANGE``: a field passed through Lua is converted
+        twice, which cost a first read of a 17-field hash more of Redis's time than the
+        script's other work (a read of a held session, which sends no ``LRANGE``, has the
+        script read the hash: a reply more costs the client what it saves Redis). Not
+        atomic, so the read checks the positions read last (the hash's, else an ``HMGET`` of
+        them, :func:`_unchanged`): taken when they are what the script saw (no write of a
+        store changes the list without moving them, so the elements and the hash are then
+        one snapshot); else the script alone reads again, the hash with it. A list that
+        changed while it was read in steps is read again from the start, a few times at most.
         """
         range_meta, range_list = range_keys
         for _ in range(READ_ATTEMPTS):
-            after: tuple[tuple[Any, ...], ...] = ()
-            if span is not None:
-                lrange = ("LRANGE", range_list, span[0], span[1])
-                after = (lrange, ("HMGET", range_meta, *_VERSION_FIELDS))
-            reply = yield call(0 if span else self.limits.read_budget, after)
             items: list[bytes]
             if span is None:
+                reply = yield call(self.limits.read_budget, (), meta)
                 read = contracts.parsed(kind, check(reply, ctx))
                 items, upto = read.elements, read.upto
             else:
-                script, elements, now = reply
+                lrange = ("LRANGE", range_list, span[0], span[1])
+                now = ("HGETALL", range_meta) if meta else ("HMGET", range_meta, *_VERSION_FIELDS)
+                script, elements, last = yield call(0, (lrange, now), False)
                 if isinstance(script, Exception):
                     raise script
                 read = contracts.parsed(kind, check(script, ctx))
-                got = _unchanged(read, token_of(read), span, elements, now)
+                fields = _fields(last) if meta else None
+                at = _version_of(fields) if meta else last
+                got = _unchanged(read, token_of(read), span, elements, at)
                 if got is None:  # changed between, or not as a store writes it: the script
                     span = None
                     continue
                 items, upto = got, read.from_ + len(got)
+                if fields is not None:
+                    read = read._replace(meta=fields)
             if upto < read.tail:  # more than one read's budget: in steps
                 rest: list[bytes] | None = yield from self.rest(
                     read.generation, upto, read.tail, range_keys, ctx, token_of(read), read.head
@@ -403,8 +414,9 @@ def _unchanged(
     read: ListRead, token: bytes, span: tuple[int, int], elements: Any, now: Any
 ) -> list[bytes] | None:
     """The ``LRANGE`` of list indexes ``span`` sent behind a read script (``elements``) when
-    the positions read after it (``now``) are those of the script's reply ``read`` (of the
-    list with ``token``) and it holds what the span asks of them; else None.
+    the positions read after it (``now``, as an ``HMGET`` of :data:`_VERSION_FIELDS` gives
+    them) are those of the script's reply ``read`` (of the list with ``token``) and it holds
+    what the span asks of them; else None.
     """
     at = _positions(now)
     if (
@@ -417,6 +429,24 @@ def _unchanged(
     lo, hi = span
     count = hi - lo + 1 if lo >= 0 else read.tail - read.from_
     return elements if len(elements) == min(count, read.tail - read.from_) else None
+
+
+def _fields(reply: Any) -> list[bytes] | dict[bytes, bytes] | None:
+    """An ``HGETALL`` reply (a mapping on RESP3, a flat field/value list on RESP2), or None:
+    a failed command or an empty hash (the script judges).
+    """
+    return reply if type(reply) in (dict, list) and reply else None
+
+
+def _version_of(fields: list[bytes] | dict[bytes, bytes] | None) -> list[Any] | None:
+    """The values of :data:`_VERSION_FIELDS` in a hash's fields, as ``HMGET`` gives them
+    (None when there are none).
+    """
+    if fields is None:
+        return None
+    if isinstance(fields, list):
+        fields = dict(zip(fields[::2], fields[1::2], strict=False))
+    return [fields.get(f) for f in _VERSION_FIELDS]
 
 
 _WHOLE = re.compile(rb"\d{1,15}")

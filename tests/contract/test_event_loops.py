@@ -159,7 +159,7 @@ def test_memory_stores_work_from_any_loop() -> None:
 def test_first_reads_by_lrange_from_loop_after_loop(
     server_backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Without a read cache every get is a first read: the get script with LRANGE and HMGET
+    # Without a read cache every get is a first read: the get script with LRANGE and HGETALL
     # pipelined behind it, through the client of the running loop; and a store with a cache
     # reads incrementally on in each new loop.
     cold, hot = _store(server_backend, read_cache_bytes=0), _store(server_backend)
