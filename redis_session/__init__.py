@@ -65,6 +65,7 @@ from .models import (
     SessionSummary,
     ToolCall,
     Usage,
+    estimate_tokens,
 )
 from .options import StoreOptions
 from .protocols import AsyncChildSessionStore, AsyncStore, ChildSessionStore, Store
@@ -131,6 +132,7 @@ __all__ = [
     "Usage",
     "UsageLimitExceeded",
     "WrongPassphrase",
+    "estimate_tokens",
     "run_context_from_context",
     "session_key_from_context",
     "turn_id_from_context",

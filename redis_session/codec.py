@@ -158,20 +158,51 @@ def encode_message(msg: Message, argument: str = "msg") -> bytes:
     return stored_form(msg, argument)[0]
 
 
-def stored_form(msg: Message, argument: str = "msg") -> tuple[bytes, bool]:
-    """:func:`encode_message` of ``msg``, and whether ``msg`` is stored as it is with its
+TokenCounter = Callable[[Message], int]
+"""A store's ``count_tokens``: a message's token count."""
+
+
+def stored_form(
+    msg: Message, argument: str = "msg", count: TokenCounter | None = None
+) -> tuple[bytes, bool, int | None]:
+    """:func:`encode_message` of ``msg``, whether ``msg`` is stored as it is with its
     timestamp in ``datetime.UTC`` (:func:`twin_ready`: a read of these bytes may take
-    :func:`twin_of` ``msg`` instead of parsing them).
+    :func:`twin_of` ``msg`` instead of parsing them), and the token count ``count`` gave it
+    (:func:`counted`; None: it had one, or no ``count``), stored as its ``tokens`` without
+    a copy of the message being made.
     """
     ready = _stored_as_is(msg)
-    body = _encoded(msg if ready else _revalidated(msg, argument), argument)
-    return body, ready and msg.__dict__["timestamp"].tzinfo is UTC
+    valid = msg if ready else _revalidated(msg, argument)
+    tokens = None
+    if count is not None and valid.__dict__["tokens"] is None:
+        tokens = counted(valid, count, argument)
+    body = _encoded(valid, argument, tokens)
+    return body, ready and msg.__dict__["timestamp"].tzinfo is UTC, tokens
 
 
-def _encoded(msg: Message, argument: str) -> bytes:
+def counted(msg: Message, count: TokenCounter, argument: str) -> int:
+    """``count(msg)`` (``msg`` a valid message without ``tokens``), held to what
+    :attr:`Message.tokens` takes: an int from 0 to 2^40 (else ``InvalidArgument`` naming
+    ``argument``); what ``count`` raises goes to the caller. The one place a store's
+    ``count_tokens`` is called, before anything is sent.
+    """
+    n = count(msg)
+    if type(n) is not int or not 0 <= n <= MAX_TOKENS:
+        raise InvalidArgument(
+            argument, f"count_tokens returned {n!r} for it: must be an int from 0 to 2**40"
+        )
+    return n
+
+
+def with_tokens(msg: Message, tokens: int | None) -> Message:
+    """``msg`` with the count :func:`stored_form` gave it (itself for None)."""
+    return msg if tokens is None else msg.model_copy(update={"tokens": tokens})
+
+
+def _encoded(msg: Message, argument: str, counted: int | None = None) -> bytes:
     fields = msg.__dict__
     calls = fields["tool_calls"]
-    tokens = fields["tokens"]
+    tokens = fields["tokens"] if counted is None else counted
     if not calls or all(map(_unsigned, calls)):
         out = {"id": fields["id"]}
         if tokens is not None:
@@ -192,7 +223,7 @@ def _encoded(msg: Message, argument: str) -> bytes:
         except orjson.JSONEncodeError:
             pass  # the model's serializer below says what is wrong
     try:
-        return _MESSAGE_SERIALIZER.to_json(msg, exclude_defaults=True)
+        return _MESSAGE_SERIALIZER.to_json(with_tokens(msg, counted), exclude_defaults=True)
     except PydanticSerializationError as exc:
         raise InvalidArgument(argument, f"cannot be stored as UTF-8 JSON: {exc}") from None
 
@@ -229,7 +260,7 @@ def twin_ready(msg: Message) -> bool:
     return _stored_as_is(msg) and msg.__dict__["timestamp"].tzinfo is UTC
 
 
-def twin_of(msg: Message) -> Message:
+def twin_of(msg: Message, tokens: int | None = None) -> Message:
     """What a read of ``msg``'s stored form (:func:`encode_message`) decodes to, built from
     ``msg`` without parsing it (a store's own append read back), for a message
     :func:`twin_ready` holds ready (not checked again). Equal to the decoded message field by
@@ -237,6 +268,8 @@ def twin_of(msg: Message) -> Message:
     that the stored JSON names (``model_fields_set``, the tool calls' too).
     """
     values = dict(msg.__dict__)
+    if tokens is not None:  # the count stored_form gave it
+        values["tokens"] = tokens
     values["timestamp"] = values["timestamp"].astimezone(READ_TZ).replace(fold=0)  # as decoded
     named = {"id", "role", "timestamp"}
     if values["tokens"] is not None:
@@ -362,10 +395,18 @@ def message_tag(msg: Message) -> bytes:
     return digest if usage is None else digest + usage_tag(usage)
 
 
-def message_args(messages: Sequence[Message], argument: str, limit: int = 0) -> list[bytes]:
+def message_args(
+    messages: Sequence[Message],
+    argument: str,
+    limit: int = 0,
+    count: TokenCounter | None = None,
+    counts: list[int | None] | None = None,
+) -> list[bytes]:
     """Tag/JSON pairs for a script's ARGV (a tag: the 8-byte id digest, then the message's
     :func:`usage_tag`); duplicate ids in one call are refused, and so is a message longer than
-    ``limit`` bytes as stored (0 = no limit). See :func:`seal_pairs`.
+    ``limit`` bytes as stored (0 = no limit). A message without ``tokens`` is stored with
+    ``count``'s (:func:`stored_form`), which ``counts`` (a list) is given in order (None for
+    one not counted). See :func:`seal_pairs`.
     """
     out: list[bytes] = []
     seen: set[str] = set()
@@ -378,8 +419,10 @@ def message_args(messages: Sequence[Message], argument: str, limit: int = 0) -> 
             raise InvalidArgument(f"{argument}[{i}]", f"message id {msg.id!r} appears twice")
         seen.add(msg.id)
         where = f"{argument}[{i}]"
-        body = encode_message(msg, where)
+        body, _, tokens = stored_form(msg, where, count)
         out += (message_tag(msg), check_size(body, limit, where))
+        if counts is not None:
+            counts.append(tokens)
     return out
 
 

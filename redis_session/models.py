@@ -33,6 +33,7 @@ __all__ = [
     "SessionSummary",
     "ToolCall",
     "Usage",
+    "estimate_tokens",
     "new_message_id",
     "utcnow",
 ]
@@ -225,8 +226,10 @@ class Message(_Model):
     id: str = Field(default_factory=new_message_id, pattern=MESSAGE_ID_PATTERN)
     """Idempotency id; printable ASCII without space, quote or backslash, at most 128 chars."""
     tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
-    """The message's size in the model's context, as the caller's tokenizer counts it (None:
-    not counted). Stored and read back with the message."""
+    """The message's size in the model's context, as the caller's tokenizer counts it. Where
+    it is None a store counts it when it stores the message (its ``count_tokens`` option:
+    :func:`estimate_tokens` by default), so that every message it stores has one (None on
+    a read only for a store told ``count_tokens=None``, or messages stored before)."""
     role: MessageRole
     """Who said it; plain strings such as ``"user"`` are accepted."""
     content: str = ""
@@ -241,6 +244,28 @@ class Message(_Model):
     """What the model call that produced this message cost (None: nothing, or not known).
     Added to the session's :attr:`Session.usage` when the message is appended. Each figure at
     most 2^40 (a sum such as ``a + b`` past it is refused here)."""
+
+
+TOKEN_CHARS = 4
+"""Characters a token stands for in :func:`estimate_tokens` (OpenAI's rule of thumb for
+English text)."""
+MESSAGE_TOKENS = 4
+"""Tokens :func:`estimate_tokens` adds for a message's framing (its role and separators)."""
+
+
+def estimate_tokens(msg: Message) -> int:
+    """A store's default ``count_tokens``: an estimate of ``msg``'s size in a model's context
+    without a tokenizer: its text (``content``, and each tool call's ``name``, ``input`` and
+    ``output``) at one token per :data:`TOKEN_CHARS` characters, rounded up, plus
+    :data:`MESSAGE_TOKENS` for the message's framing. Close to a GPT-style tokenizer's count
+    for English prose and JSON, low for text of many tokens per character (CJK, emoji) and
+    for images; give :attr:`Message.tokens` from the model's own tokenizer, or the store a
+    ``count_tokens`` of your own, where the count must be exact.
+    """
+    chars = len(msg.content)
+    for call in msg.tool_calls:
+        chars += len(call.name) + len(call.input) + len(call.output)
+    return -(-chars // TOKEN_CHARS) + MESSAGE_TOKENS
 
 
 class Session(_Model):

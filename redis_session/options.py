@@ -9,6 +9,7 @@ every other keyword to redis-py's client. A new option is one field here (with i
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -18,7 +19,7 @@ from ._core.cache import DEFAULT_READ_CACHE_BYTES
 from .crypto import DEFAULT_WORK, Passphrase, check_work
 from .errors import InvalidArgument, UnknownOption
 from .keys import KeySchema
-from .models import MAX_TOKENS
+from .models import MAX_TOKENS, Message, estimate_tokens
 
 DEFAULT_EXPIRED_GRACE = timedelta(days=1)
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -86,6 +87,12 @@ class StoreOptions:
     """Every session's usage budget in tokens, where its own ``Session.max_usage_tokens`` is
     None (0: no budget): an append to a session whose usage (input + output tokens) has
     reached it raises ``UsageLimitExceeded``, nothing written."""
+    count_tokens: Callable[[Message], int] | None = estimate_tokens
+    """How a message without :attr:`Message.tokens` is counted when it is stored (appended,
+    created with, a summary): a callable taking the message and returning its token count
+    (an int from 0 to 2^40; anything else, or what it raises, refuses the call before it
+    sends anything). Default: :func:`estimate_tokens`; None: such messages are stored
+    without a count."""
     trace_session_keys: str = "hashed"
     """How a session key goes on OpenTelemetry spans: ``"hashed"`` (a BLAKE2b-64 digest),
     ``"plain"`` or ``"off"`` (see docs/observability.md)."""
@@ -120,6 +127,8 @@ class StoreOptions:
             "event_log_max",
         ):
             non_negative_int(getattr(self, name), name)
+        if self.count_tokens is not None and not callable(self.count_tokens):
+            raise InvalidArgument("count_tokens", "must be a callable or None")
         non_negative_int(self.max_usage_tokens, "max_usage_tokens")
         if self.max_usage_tokens > MAX_TOKENS:
             raise InvalidArgument("max_usage_tokens", "must be at most 2**40")

@@ -236,7 +236,7 @@ class Children:
         if not messages:
             return 0
         limit = self.options.max_message_bytes
-        pairs = codec.message_args(messages, "messages", limit)
+        pairs = codec.message_args(messages, "messages", limit, self.options.count_tokens)
         self.limits.check_batch(pairs[1::2], "messages")
         sk, root = self.trees.keys(parent)
         usage = self.schema.usage_of(parent)
@@ -297,7 +297,7 @@ class Children:
             text(author, "author")
         limit = self.options.max_message_bytes
         msg = Message(role=MessageRole.ASSISTANT, content=summary, author=author or agent)
-        pairs = codec.message_args([msg], "summary", limit)
+        pairs = codec.message_args([msg], "summary", limit, self.options.count_tokens)
         draft = new_event(LifecycleEventType.MERGE, parent, child_key=child_key, agent_name=agent)
         log = self.events.log_of(parent)
         call = call_token(given_token)

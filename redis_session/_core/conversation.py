@@ -300,7 +300,7 @@ class Conversation:
         sk, root = trees.keys(key)
         log = sessions.events.log_of(key)
         added = [m for m in (answers, notice) if m is not None]
-        pairs = codec.message_args(added, "messages", o.max_message_bytes)
+        pairs = codec.message_args(added, "messages", o.max_message_bytes, o.count_tokens)
         drafts: list[Draft] = []
 
         def build(sealer: Sealer | None) -> ScriptCall:

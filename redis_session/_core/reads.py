@@ -311,16 +311,19 @@ class Reader:
 
     # -- what a store holds ---------------------------------------------------------------------
 
-    def twin(self, key: str, body: bytes, msg: Message) -> Message | None:
+    def twin(
+        self, key: str, body: bytes, msg: Message, tokens: int | None = None
+    ) -> Message | None:
         """``msg``'s decoded twin (:func:`codec.twin_of`; ``msg`` is one that
-        :func:`codec.twin_ready` holds ready and ``body`` its stored form), to be appended to
+        :func:`codec.twin_ready` holds ready, ``body`` its stored form and ``tokens`` the count
+        the store gave it, if any), to be appended to
         session ``key``, taken when it is encoded, so that a change made to ``msg`` later
         (past its frozen guard) cannot reach a read; None when the store does not hold
         ``key`` (its next read of it is a first read, which parses what it reads: a worker
         of a fleet without session affinity) or ``body`` is too long to keep.
         """
         if len(body) <= OWN_APPEND_BYTES and self.cache.holds(key):
-            return codec.twin_of(msg)
+            return codec.twin_of(msg, tokens)
         return None
 
     def wrote(self, body: bytes, twin: Message) -> None:

@@ -162,7 +162,13 @@ class Sessions:
         self.metadata.check_total(codec.metadata_only(meta), "session.metadata")
         if draft is None:
             draft = new_event(LifecycleEventType.CREATE, key)
-        history = codec.message_args(session.history, "session.history", o.max_message_bytes)
+        counts: list[int | None] = []
+        history = codec.message_args(
+            session.history, "session.history", o.max_message_bytes, o.count_tokens, counts
+        )
+        if any(n is not None for n in counts):  # what it returns is what it stores
+            counted = map(codec.with_tokens, session.history, counts)
+            session = session.model_copy(update={"history": list(counted)})
         pairs = codec.seal_pairs(
             history, session.history, sealer, "session.history", o.max_message_bytes
         )
@@ -410,9 +416,13 @@ class Sessions:
                 self.metadata.pairs(metadata, "metadata")
             return 0
         key = check_key(key)
-        pairs = codec.message_args(messages, "messages", self.options.max_message_bytes)
+        o = self.options
+        counts: list[int | None] = []
+        pairs = codec.message_args(
+            messages, "messages", o.max_message_bytes, o.count_tokens, counts
+        )
         self.limits.check_batch(pairs[1::2], "messages")
-        twins = self._twins(key, messages, pairs)
+        twins = self._twins(key, messages, pairs, counts)
         build, ctx = self._append(
             key, messages, pairs, "messages", metadata, expect, expect_last_id, fence
         )
@@ -436,12 +446,12 @@ class Sessions:
             msg = message_arg(msg)
         key = check_key(key)
         expect = b"" if expect_last_id is None else expect_last(expect_last_id)
-        body, ready = codec.stored_form(msg)
+        body, ready, tokens = codec.stored_form(msg, "msg", self.options.count_tokens)
         limit = self.options.max_message_bytes
         pair = [codec.message_tag(msg), codec.check_size(body, limit, "msg")]
         twin = None  # the hot path's one message: _twins's work, without its loop
         if ready and self.keyring.passphrase is None:
-            twin = self.reader.twin(key, body, msg)
+            twin = self.reader.twin(key, body, msg, tokens)
         build, ctx = self._append(key, (msg,), pair, "msg", metadata, expect, expect_last_id, fence)
         reply = yield from self.writer.write(key, build, ctx)
         if twin is not None:
@@ -516,18 +526,22 @@ class Sessions:
         return build, ctx
 
     def _twins(
-        self, key: str, messages: Sequence[Message], pairs: list[bytes]
+        self,
+        key: str,
+        messages: Sequence[Message],
+        pairs: list[bytes],
+        counts: list[int | None],
     ) -> list[tuple[bytes, Message]]:
-        """Each stored form of ``messages`` (in ``pairs``) with its decoded twin, for those a
-        read may take it for (:meth:`Reader.twin`; none in a sealed store), taken before the
-        write is sent.
+        """Each stored form of ``messages`` (in ``pairs``, with the token ``counts`` the store
+        gave them) with its decoded twin, for those a read may take it for
+        (:meth:`Reader.twin`; none in a sealed store), taken before the write is sent.
         """
         reader = self.reader
         found: list[tuple[bytes, Message]] = []
         if self.keyring.passphrase is not None:
             return found
-        for msg, body in zip(messages, pairs[1::2], strict=True):
-            if codec.twin_ready(msg) and (twin := reader.twin(key, body, msg)) is not None:
+        for msg, body, tokens in zip(messages, pairs[1::2], counts, strict=True):
+            if codec.twin_ready(msg) and (twin := reader.twin(key, body, msg, tokens)):
                 found.append((body, twin))
         return found
 
@@ -555,7 +569,7 @@ class Sessions:
         sk, root = self.trees.keys(key)
         log = self.events.log_of(key)
         draft = new_event(LifecycleEventType.COMPACT, key)
-        pairs = codec.message_args([msg], "summary", limit)
+        pairs = codec.message_args([msg], "summary", limit, self.options.count_tokens)
 
         def build(sealer: Sealer | None) -> ScriptCall:
             digest, element = codec.seal_pairs(pairs, [msg], sealer, "summary", limit)

@@ -31,12 +31,14 @@ from redis_session.scripts import script_source
 from tests.conftest import Backend, StoreFactory
 from tests.contract.test_turns import lease_gone, turn
 from tests.support.stepping import run_op
+from tests.support.tokens import as_stored, counted
 
 
 def msgs(n: int, tag: str = "m") -> list[Message]:
-    return [
+    """``n`` messages as the store stores them (with their token counts: what reads return)."""
+    return as_stored(
         Message(role="user" if i % 2 == 0 else "assistant", content=f"{tag}{i}") for i in range(n)
-    ]
+    )
 
 
 def contents(history: list[Message]) -> list[str]:
@@ -471,7 +473,7 @@ def test_a_keep_as_rewind_retried_after_a_crash_loses_nothing(backend: Backend) 
     op = store._core.conversation.rewind("s", history[1].id, "kept", None, "call-k")
     with pytest.raises(KeyboardInterrupt):
         run_op(op, die_before_the_rewind, requests)
-    late = Message(role="user", content="late")
+    late = counted(Message(role="user", content="late"))
     store.append_message("s", late)  # another worker, meanwhile
     with pytest.raises(ConcurrentChange, match="kept"):
         store.rewind("s", after=history[1].id, keep_as="kept", idempotency_key="call-k")

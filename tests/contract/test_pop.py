@@ -18,11 +18,12 @@ from redis_session.codec import message_digest
 from redis_session.scripts import script_source
 from tests.conftest import Backend, StoreFactory
 from tests.support.clock import wait_gone
+from tests.support.tokens import as_stored
 
 
 async def test_pop_returns_the_newest_until_empty(store: Any) -> None:
     await store.create(Session(key="p"))
-    msgs = [Message(role="user", content=str(i)) for i in range(3)]
+    msgs = as_stored(Message(role="user", content=str(i)) for i in range(3))
     await store.append_messages("p", msgs)
     before = (await store.get("p")).updated_at
     assert await store.pop_message("p") == msgs[2]

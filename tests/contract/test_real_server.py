@@ -12,6 +12,7 @@ import redis.asyncio
 from redis_session import AsyncRedisStore, DuplicateSession, Message, RedisStore, Session
 from tests.conftest import Backend
 from tests.support.proxy import LossyProxy
+from tests.support.tokens import counted
 
 pytestmark = pytest.mark.slow
 THREADS, PER_THREAD = 8, 150
@@ -161,7 +162,7 @@ def test_a_store_from_a_url_sends_large_and_odd_arguments_intact(server_backend:
     real_backend = server_backend
     store = RedisStore.from_url(real_backend.url, prefix=real_backend.prefix)
     try:
-        odd = Message(role="user", content="é \x00 " + "x" * 7000)  # past redis-py's 6000 B chunk
+        odd = counted(Message(role="user", content="é \x00 " + "x" * 7000))  # > 6000 B chunk
         store.create(Session(key="packed", metadata={"n": "1"}))
         store.append_message("packed", odd)
         assert [m.content for m in store.get_history("packed")] == [odd.content]

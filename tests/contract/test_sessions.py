@@ -21,10 +21,12 @@ from redis_session import (
     StaleCompaction,
     StaleExpectation,
     ToolCall,
+    estimate_tokens,
 )
 from redis_session._core.limits import DELETE_RETRY_MS
 from tests.conftest import Backend, StoreFactory
 from tests.support.clock import wait_gone
+from tests.support.tokens import as_stored
 
 
 def msg(content: str, role: str = "user", **kw: Any) -> Message:
@@ -72,7 +74,8 @@ async def test_create_then_get_round_trips_everything(store: Any) -> None:
     assert abs(stored.created_at - datetime.now(UTC)) < timedelta(seconds=5)
     got = await store.get("s1")
     assert got.model_dump() == stored.model_dump()
-    assert got.history == history
+    assert got.history == as_stored(history)  # each counted (count_tokens' default)
+    assert [m.tokens for m in got.history] == [estimate_tokens(m) for m in history]
     assert got.history[1].tool_calls[1].thought_signature == b"\x00\xff"
 
 

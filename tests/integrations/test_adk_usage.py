@@ -10,7 +10,7 @@ import pytest
 from google.adk.events.event import Event
 from google.genai import types
 
-from redis_session import AsyncRedisStore, Usage, UsageLimitExceeded
+from redis_session import AsyncRedisStore, Usage, UsageLimitExceeded, estimate_tokens
 from redis_session.integrations.adk import RedisSessionService
 
 MakeStore = Callable[..., AsyncRedisStore]
@@ -55,7 +55,9 @@ async def test_usage_metadata_is_the_sessions_usage(make_astore: MakeStore, seal
     record = service.keys.session(APP, USER, "s")
     stored = await store.get(record)
     assert stored.usage == Usage(input_tokens=300, output_tokens=78, requests=2)
-    assert [m.tokens for m in stored.history] == [None, 30, None, 40]
+    assert [m.tokens for m in stored.history][1::2] == [30, 40]  # candidates_token_count
+    for asked in stored.history[0::2]:  # no usage_metadata: the store's count_tokens
+        assert asked.tokens == estimate_tokens(asked.model_copy(update={"tokens": None}))
     assert await store.usage() == stored.usage
     again = await service.get_session(app_name=APP, user_id=USER, session_id="s")
     assert (

@@ -20,6 +20,7 @@ from redis_session import (
     ToolCall,
 )
 from tests.support.servers import Server
+from tests.support.tokens import counted
 
 any_text = st.text(  # every code point, lone surrogates and NUL included
     alphabet=st.characters(min_codepoint=0, blacklist_categories=()), max_size=40
@@ -77,7 +78,7 @@ def test_round_trip_or_a_clear_error(
         return
     got = store.get(key)
     assert (got.key, got.agent_id, got.metadata) == (key, author, meta)
-    assert got.history == [msg]
+    assert got.history == [counted(msg)]  # as stored: with the store's token count
     store.delete(key)
 
 

@@ -1,7 +1,7 @@
 """The positions a first read (and a read's steps) read again by ``HMGET``, or with the whole
-hash by ``HGETALL`` (a first ``get``), come from the meta hash, which another client may have written anything into: damaged, truncated or foreign
-values are refused (None: the read goes back to the script, which names them), never taken
-and never raised on.
+hash by ``HGETALL`` (a first ``get``), come from the meta hash, which another client may have
+written anything into: damaged, truncated or foreign values are refused (None: the read goes
+back to the script, which names them), never taken and never raised on.
 """
 
 from __future__ import annotations

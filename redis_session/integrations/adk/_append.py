@@ -126,9 +126,8 @@ def append_event(
     to be other than the store knew.
     """
     options = ext.options
-    element = codec.check_size(
-        codec.encode_message(msg, "event"), options.max_message_bytes, "event"
-    )
+    body = codec.stored_form(msg, "event", options.count_tokens)[0]
+    element = codec.check_size(body, options.max_message_bytes, "event")
     own = ext.metadata_pairs(entries, "state_delta")
     shared_keys: list[str] = []
     records: list[list[Arg]] = []
