@@ -199,10 +199,11 @@ def with_tokens(msg: Message, tokens: int | None) -> Message:
     return msg if tokens is None else msg.model_copy(update={"tokens": tokens})
 
 
-def _encoded(msg: Message, argument: str, counted: int | None = None) -> bytes:
+def _encoded(msg: Message, argument: str, count: int | None = None) -> bytes:
+    """``msg``'s stored JSON, with ``count`` as its ``tokens`` where given."""
     fields = msg.__dict__
     calls = fields["tool_calls"]
-    tokens = fields["tokens"] if counted is None else counted
+    tokens = fields["tokens"] if count is None else count
     if not calls or all(map(_unsigned, calls)):
         out = {"id": fields["id"]}
         if tokens is not None:
@@ -223,7 +224,7 @@ def _encoded(msg: Message, argument: str, counted: int | None = None) -> bytes:
         except orjson.JSONEncodeError:
             pass  # the model's serializer below says what is wrong
     try:
-        return _MESSAGE_SERIALIZER.to_json(with_tokens(msg, counted), exclude_defaults=True)
+        return _MESSAGE_SERIALIZER.to_json(with_tokens(msg, count), exclude_defaults=True)
     except PydanticSerializationError as exc:
         raise InvalidArgument(argument, f"cannot be stored as UTF-8 JSON: {exc}") from None
 
