@@ -53,6 +53,7 @@ from .models import (
     MessageRole,
     Session,
     SessionSummary,
+    TokenCounter,
     ToolCall,
     Usage,
 )
@@ -156,10 +157,6 @@ def encode_message(msg: Message, argument: str = "msg") -> bytes:
     surrogates) is refused as ``InvalidArgument``.
     """
     return stored_form(msg, argument)[0]
-
-
-TokenCounter = Callable[[Message], int]
-"""A store's ``count_tokens``: a message's token count."""
 
 
 def stored_form(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
@@ -251,6 +252,10 @@ TOKEN_CHARS = 4
 English text)."""
 MESSAGE_TOKENS = 4
 """Tokens :func:`estimate_tokens` adds for a message's framing (its role and separators)."""
+
+
+TokenCounter = Callable[[Message], int]
+"""A store's ``count_tokens``: a message's token count (:func:`estimate_tokens` by default)."""
 
 
 def estimate_tokens(msg: Message) -> int:

@@ -9,7 +9,6 @@ every other keyword to redis-py's client. A new option is one field here (with i
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -19,7 +18,7 @@ from ._core.cache import DEFAULT_READ_CACHE_BYTES
 from .crypto import DEFAULT_WORK, Passphrase, check_work
 from .errors import InvalidArgument, UnknownOption
 from .keys import KeySchema
-from .models import MAX_TOKENS, Message, estimate_tokens
+from .models import MAX_TOKENS, TokenCounter, estimate_tokens
 
 DEFAULT_EXPIRED_GRACE = timedelta(days=1)
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -87,7 +86,7 @@ class StoreOptions:
     """Every session's usage budget in tokens, where its own ``Session.max_usage_tokens`` is
     None (0: no budget): an append to a session whose usage (input + output tokens) has
     reached it raises ``UsageLimitExceeded``, nothing written."""
-    count_tokens: Callable[[Message], int] | None = estimate_tokens
+    count_tokens: TokenCounter | None = estimate_tokens
     """How a message without :attr:`Message.tokens` is counted when it is stored (appended,
     created with, a summary): a callable taking the message and returning its token count
     (an int from 0 to 2^40; anything else, or what it raises, refuses the call before it

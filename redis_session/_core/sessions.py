@@ -541,7 +541,8 @@ class Sessions:
         if self.keyring.passphrase is not None:
             return found
         for msg, body, tokens in zip(messages, pairs[1::2], counts, strict=True):
-            if codec.twin_ready(msg) and (twin := reader.twin(key, body, msg, tokens)):
+            twin = reader.twin(key, body, msg, tokens) if codec.twin_ready(msg) else None
+            if twin is not None:
                 found.append((body, twin))
         return found
 
