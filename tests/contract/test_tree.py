@@ -149,33 +149,43 @@ async def test_a_worker_that_does_not_know_the_children_still_keeps_them_alive(
     assert (await forker.get_child(child.key)).merged_at is None
 
 
+async def _grow_tree(store: Any, key: str) -> tuple[Any, Any]:
+    """A tree with every kind of key: a live child with messages, a merged and a discarded
+    child, and the pop key a retry reads."""
+    await store.create(Session(key=key, history=[msg("q")], metadata={"a": "1"}))
+    live = await store.fork_child(key, "live", ChildSessionConfig(inherit_history=1))
+    await store.append_child_message(live.key, msg("work"))
+    merged = await store.fork_child(key, "merged")
+    await store.merge_child(merged.key, "done")
+    gone = await store.fork_child(key, "gone")
+    await store.discard_child(gone.key)
+    await store.pop_message(key)
+    return live, merged
+
+
 async def test_the_whole_tree_goes_at_once_and_leaves_only_its_marker(
     backend: Backend, make_store: StoreFactory
 ) -> None:
-    # ttl long enough for the set-up below on a loaded 2-core machine (0.4 s was not); the
-    # marker outlives the tree by a grace no stall reaches, so that the poll below sees it
-    # (0.6 s was not, once, on sentinel in CI): when it goes is read from the server (its
-    # expiry time), not waited for; the waits are bounds, not sleeps
+    # The tree lives 1.2 s after its last write. The store pays its first calls' set-up (a
+    # cluster's slots and connections, each script's load) on a tree of its own first, not
+    # within p's 1.2 s: a fresh-clone CI run under load expired p during that set-up
+    # ([cluster-async]). The marker outlives the tree by a grace no stall reaches, so the
+    # poll below sees it; when it goes is read from the server (its expiry time), not waited
+    # for; the waits are bounds, not sleeps.
     grace = 30
     store = make_store(ttl=1.2, expired_grace=grace, keep_merged_children=1)
-    await store.create(Session(key="p", history=[msg("q")], metadata={"a": "1"}))
-    live = await store.fork_child("p", "live", ChildSessionConfig(inherit_history=1))
-    await store.append_child_message(live.key, msg("work"))
-    merged = await store.fork_child("p", "merged")
-    await store.merge_child(merged.key, "done")
-    gone = await store.fork_child("p", "gone")
-    await store.discard_child(gone.key)
-    await store.pop_message("p")  # leaves a pop key for a retry
-    assert len(prefix_keys(backend)) > 8
+    await _grow_tree(store, "w")
+    live, merged = await _grow_tree(store, "p")
+    ps = [k for k in prefix_keys(backend) if b"{p}" in k]
+    assert len(ps) > 6, ps
     deadline = int(backend.sync_client().hget(backend.schema.session("p").meta, "x"))
+    indexes = {backend.schema.index_of(k).encode() for k in ("p", "w")}
 
     async def only_markers() -> bool:
-        left = backend.session_keys()
-        index = backend.schema.index_of("p").encode()
-        return all(b":mark:" in k or k == index for k in left)
+        return all(b":mark:" in k or k in indexes for k in backend.session_keys())
 
     assert await wait_until(only_markers, 5.0)
-    markers = [k for k in prefix_keys(backend) if b":mark:" in k]
+    markers = [k for k in prefix_keys(backend) if b":mark:{p}" in k]
     assert markers, "the marker went with the tree"
     raw = backend.sync_client()
     assert [raw.pexpiretime(k) for k in markers] == [deadline + grace * 1000] * len(markers)
