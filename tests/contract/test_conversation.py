@@ -226,8 +226,9 @@ async def test_a_rewind_through_a_turn_is_fenced(backend: Backend, make_store: A
     slow, fast = make_store(), make_store()
     history = msgs(4)
     await slow.create(Session(key="s", history=history))
-    async with turn(slow, "s", lease=0.5) as paused:
+    async with turn(slow, "s", lease=30) as paused:
         assert await paused.rewind(after=history[2].id) == 1
+        await paused.renew(0.05)  # the write above is not raced by the lease; now it runs out
         lease_gone(backend, "s")
         async with turn(fast, "s", lease=5):
             with pytest.raises(TurnLost):

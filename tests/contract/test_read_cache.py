@@ -192,7 +192,13 @@ def test_a_full_cache_holds_a_session_from_its_second_read(backend: Backend) -> 
 
 def test_delete_recreate_and_expiry_are_never_served_from_the_cache(backend: Backend) -> None:
     reader = backend.sync_store()
-    writer = backend.sync_store(ttl=0.3, expired_grace=0.0)
+    writer = backend.sync_store(ttl=0.6, expired_grace=0.0)
+    # Each store pays its set-up (connections, a cluster's slots, each script's first load)
+    # before the short TTL runs: a reader's first read must come within it of the create.
+    with pytest.raises(SessionNotFound):
+        reader.get("warm")
+    writer.create(Session(key="warm", history=[msg("warm")]))
+    writer.delete("warm")
     writer.create(Session(key="s", history=[msg("first life")]))
     assert [m.content for m in reader.get_history("s")] == ["first life"]
     writer.delete("s")

@@ -136,9 +136,10 @@ async def test_a_holder_paused_past_its_lease_cannot_write_after_the_next_claim(
 ) -> None:
     slow, fast = make_store(), make_store()
     await slow.create(Session(key="s"))
-    async with turn(slow, "s", lease=0.5) as paused:
+    async with turn(slow, "s", lease=30) as paused:
         first = paused.token
         assert await paused.append_message(user("before the pause"))
+        await paused.renew(0.05)  # then a long tool call, a GC pause: past the lease
         lease_gone(backend, "s")  # a long tool call, a GC pause: past the lease
         async with turn(fast, "s", lease=5) as taken:
             assert taken.token > first
@@ -162,8 +163,9 @@ async def test_inside_a_turn_the_store_s_own_writes_are_fenced_too(
     slow, fast = make_store(), make_store()
     await slow.create(Session(key="s"))
     await slow.create(Session(key="other"))
-    async with turn(slow, "s", lease=0.5):
+    async with turn(slow, "s", lease=30) as held:
         assert await slow.append_message("s", user("through the turn"))
+        await held.renew(0.05)  # the write above is not raced by the lease; now it runs out
         lease_gone(backend, "s")
         async with turn(fast, "s", lease=5):
             writes: list[Callable[[], Awaitable[Any]]] = [
@@ -186,6 +188,7 @@ async def test_a_held_turn_makes_a_claim_wait_then_busy_and_a_release_frees_it(
 ) -> None:
     holder, other = make_store(), make_store()
     await holder.create(Session(key="s"))
+    await other.get("s")  # its set-up (connections, slots, scripts) outside the timed waits
     async with turn(holder, "s", lease=10) as held:
         assert turn_id_from_context() == held.id
         started = time.monotonic()
@@ -196,7 +199,7 @@ async def test_a_held_turn_makes_a_claim_wait_then_busy_and_a_release_frees_it(
     started = time.monotonic()
     async with turn(other, "s", wait=5) as next_one:
         assert next_one.token == held.token + 1
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 3  # free at once: far from wait=5
 
 
 async def test_a_waiting_claim_is_woken_by_the_release(
@@ -215,15 +218,17 @@ async def test_a_waiting_claim_is_woken_by_the_release(
     b = AwaitableStore(waiter) if flavour == "sync" else waiter
     await a.create(Session(key="s"))
     released = 0.0
+    holding = threading.Event()  # the waiter claims once the holder holds, whatever the load
 
     async def hold() -> None:
         nonlocal released
         async with turn(a, "s", lease=30):
+            holding.set()
             await asyncio.sleep(0.3)
             released = time.monotonic()
 
     async def claim() -> float:
-        await asyncio.sleep(0.05)
+        assert await asyncio.to_thread(holding.wait, 30)
         async with turn(b, "s", lease=30, wait=8):
             return time.monotonic()
 
@@ -245,8 +250,9 @@ async def test_a_crashed_holder_leaves_the_turn_to_the_next_claim_once_its_lease
     crashed, next_worker = make_store(), make_store()
     await crashed.create(Session(key="s"))
     inner: Any = crashed.sync if isinstance(crashed, AwaitableStore) else crashed
+    await next_worker.get("s")  # its set-up outside the wait
     fence = await _maybe(inner._run(inner._core.turns.claim("s", 0.2, 0)))  # never released
-    async with turn(next_worker, "s", wait=3) as held:
+    async with turn(next_worker, "s", wait=10) as held:
         assert held.token == fence.token + 1
 
 

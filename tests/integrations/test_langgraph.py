@@ -139,10 +139,16 @@ def test_delete_thread_leaves_no_key_and_prune_no_orphan_value(backend: Backend)
 def test_a_thread_expires_as_one_tree_refreshed_by_writes_and_reads(backend: Backend) -> None:
     store = backend.sync_store(ttl=2, expired_grace=1)
     saver = RedisSaver(store, ttl_config={"default_ttl": 2 / 60, "refresh_on_read": True})
+    raw = backend.sync_client()
+    raw.ping()
+    # the saver's set-up (connections, a cluster's slots, the scripts' loads) paid on a thread
+    # it deletes, not within t1's 2 s
+    _put(saver, "warm", None, _checkpoint(None, 0, ["hi"]), 0)
+    assert saver.get_tuple({"configurable": {"thread_id": "warm"}}) is not None
+    saver.delete_thread("warm")
     config = _put(saver, "t1", None, _checkpoint(None, 0, ["hi"]), 0)
     keys = keys_of(store.extension, "t1")
     meta = store.extension.schema.session(keys.session).meta
-    raw = backend.sync_client()
 
     def deadlines() -> set[int]:
         return {int(raw.pexpiretime(k)) for k in (meta, keys.data, keys.order)}

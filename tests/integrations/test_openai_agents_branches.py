@@ -418,9 +418,10 @@ async def test_a_worker_holding_a_branch_s_turn_adds_to_that_branch(
     await slow.create_branch_from_turn(3, "alt")
     fast = RedisAgentSession("conv", make_astore())
     await fast.switch_to_branch("alt")
-    async with slow.turn(lease=0.5) as held:
+    async with slow.turn(lease=30) as held:
         assert held.key == slow.branch_key("alt")
         await slow.add_items([user("mine")])
+        await held.renew(0.05)  # the write above is not raced by the lease; now it runs out
         lease_gone(backend, held.key)
         async with fast.turn(lease=5):
             await fast.add_items([{"role": "assistant", "content": "theirs"}])

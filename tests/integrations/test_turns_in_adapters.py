@@ -35,8 +35,9 @@ async def test_an_adk_append_through_a_lost_turn_is_refused(
     session = await slow.create_session(app_name=APP, user_id=USER, session_id="s")
     ids: dict[str, Any] = {"app_name": APP, "user_id": USER, "session_id": "s"}
     first, second = event(1), event(2)
-    async with slow.turn(**ids, lease=0.5):
+    async with slow.turn(**ids, lease=30) as held:
         await slow.append_event(session, first)
+        await held.renew(0.05)  # the write above is not raced by the lease; now it runs out
         lease_gone(backend, slow.keys.session(APP, USER, "s"))
         async with fast.turn(**ids, lease=5):
             theirs = await fast.get_session(**ids)
@@ -54,8 +55,9 @@ async def test_openai_items_added_through_a_lost_turn_are_refused(
     slow = RedisAgentSession("conv", make_astore())
     fast = RedisAgentSession("conv", make_astore())
     item: Any = {"role": "user", "content": "hi"}
-    async with slow.turn(lease=0.5):
+    async with slow.turn(lease=30) as held:
         await slow.add_items([item])
+        await held.renew(0.05)  # the write above is not raced by the lease; now it runs out
         lease_gone(backend, slow.key)
         async with fast.turn(lease=5):
             await fast.add_items([{"role": "assistant", "content": "theirs"}])
