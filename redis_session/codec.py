@@ -660,10 +660,19 @@ def usage_fields(usage: Usage) -> list[bytes]:
     return [x for name, n in zip(USAGE_FIELDS, figures, strict=True) for x in (name, b"%d" % n)]
 
 
+_NONE3 = [None, None, None]
+_NO_USAGE = Usage()
+"""The usage of a hash without usage fields (most sessions' when nothing was spent): one
+immutable instance for every read, not a model built per read."""
+
+
 def decode_usage(key: str, get: Callable[[bytes], bytes | None]) -> Usage:
     """A usage from a hash's :data:`USAGE_FIELDS` (absent: 0)."""
+    raw = [get(f) for f in USAGE_FIELDS]
+    if raw == _NONE3:
+        return _NO_USAGE
     try:
-        values = [int(get(f) or b"0") for f in USAGE_FIELDS]
+        values = [int(v or b"0") for v in raw]
     except ValueError:
         raise CorruptData(key, "its usage fields are not whole numbers") from None
     if min(values) < 0:
@@ -813,7 +822,7 @@ def decode_session(
         "max_usage_tokens": None,
     }
     fields_set = set(_SESSION_FIELDS)  # as a model built without what it lacks
-    if get(b"ui") is None and get(b"uo") is None and get(b"ur") is None:
+    if values["usage"] is _NO_USAGE:
         fields_set.discard("usage")  # nothing spent: the default
     budget = get(b"ub")
     if budget is None:
