@@ -19,6 +19,7 @@
 --   18 TURN_LOST (a write through a turn whose lease ran out, or that a later claim took over)
 --   19 TURN_BUSY (reply {19, pttl}: another holder has the session's turn for pttl ms more)
 --   20 OVER_BUDGET (reply {20, usage, budget}: the session's usage has reached its budget)
+--   21 TOKENS_UNKNOWN (a read by tokens of a list whose token sums are unknown)
 --
 -- Every script that writes to a session tree takes the tree's root keys first:
 --   KEYS[1] root meta hash   KEYS[2] root msgs list   KEYS[3] root ids hash
@@ -29,7 +30,8 @@
 -- caller knows them) come last, from a position each script names.
 local OK, NOT_FOUND, EXPIRED, EXISTS, OUT_OF_RANGE, STALE, MERGED, CONFLICT, MISSING, WRONG_TYPE,
   PARENT_GONE, KEY_CHANGED, TREE_CHANGED, DAMAGED, TOO_LARGE, PRUNED, STAGE, VERSION, TURN_LOST,
-  TURN_BUSY, OVER_BUDGET = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20
+  TURN_BUSY, OVER_BUDGET,
+  TOKENS_UNKNOWN = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21
 
 -- Writers seal what they add with the session's own data key, whose id is the meta field 'k'
 -- ('' or absent: cleartext). The reply that tells a writer whose key id k is not the
@@ -528,4 +530,203 @@ end
 local function tombstone(kind, child_key, us)
   redis.call('ZADD', KEYS[7], us, kind .. child_key)
   redis.call('ZREMRANGEBYRANK', KEYS[7], 0, -101)
+end
+
+-- Token sums. Beside a list (a session's or a child's), its ids hash KEYS[i] keeps the running
+-- sums of its messages' token counts (a tag's: tag_tokens): entry v holds S(v), the counts of
+-- every message through the one at list position v - to, as 16 characters ('%16d'), SUM_SPAN
+-- entries a field named 's' .. floor(v / SUM_SPAN). The same hash holds the frame (not the
+-- meta hash, which every read returns whole): 'sg' the generation the sums hold for, 'so' the
+-- offset to (so that entries stay where they are when the positions begin anew), 'sb' B, the
+-- counts before the head (S(h - 1 + to) but after a compaction). The tail's field ends at the tail: its length tells that the sums are those of
+-- the list as it is. The tokens the list holds: S(n - 1 + to) - B (0 when it is empty). A
+-- script that does not keep the sums and changes the list changes its generation or its tail,
+-- and so leaves them unknown (as a session stored before them has none): never wrong. An
+-- append writes only its new entries (one field, most often), with no meta field. Sums stay
+-- within SUM_LIMIT (exact in Lua's numbers), else they are dropped (unknown).
+local SUM_SPAN, SUM_LIMIT = 16, 999999999999999
+
+-- The name of the token-sums field that holds entry v.
+local function sum_field(v)
+  return string.format('s%d', math.floor(v / SUM_SPAN))
+end
+
+-- The token sums' frame of a list whose ids hash KEYS[i] has fields sg, so, sb as read (nil:
+-- read here) and whose positions are g, h, n: {to, B, T (the counts through the tail), the tail
+-- entry's field}, or nil when the sums are unknown. last: that field as read (nil: read here).
+local function sums_frame(i, sg, so, sb, g, h, n, last)
+  if sg == nil then sg, so, sb = unpack(redis.call('HMGET', KEYS[i], 'sg', 'so', 'sb')) end
+  if not sg or sg ~= tostring(g) then return nil end
+  local to, B = tonumber(so), tonumber(sb)
+  if not to or not B then return nil end
+  local v = n - 1 + to
+  if v < 0 then return {to, B, B, nil} end
+  if last == nil then last = redis.call('HGET', KEYS[i], sum_field(v)) end
+  local off = v % SUM_SPAN
+  if not last or #last ~= (off + 1) * 16 then return nil end
+  if n == h then return {to, B, B, last} end
+  local T = tonumber(string.sub(last, off * 16 + 1))
+  if not T then return nil end
+  return {to, B, T, last}
+end
+
+-- A message tag's token count (the digits after its 8-byte id digest; none: 0) and its usage
+-- ('input:output:requests' after a '/', or nil).
+local function tag_tokens(tag)
+  local slash = string.find(tag, '/', 9, true)
+  return tonumber(string.sub(tag, 9, (slash or 0) - 1)) or 0
+end
+
+local function tag_usage(tag)
+  local slash = string.find(tag, '/', 9, true)
+  return slash and string.sub(tag, slash + 1)
+end
+
+-- The entries of messages counted tokens (a list) appended at the tail n of a list of frame fr:
+-- the field/value pairs for the caller's HSET of its ids hash, and the new total T; nil when
+-- past SUM_LIMIT.
+local function sums_add(fr, n, tokens)
+  local T, v = fr[3], n + fr[1]
+  local out, parts = {}, {''}
+  if v % SUM_SPAN > 0 then parts[1] = fr[4] end  -- the tail's field, continued
+  for k = 1, #tokens do
+    T = T + tokens[k]
+    if T > SUM_LIMIT then return nil end
+    parts[#parts + 1] = string.format('%16d', T)
+    if v % SUM_SPAN == SUM_SPAN - 1 or k == #tokens then
+      out[#out + 1], out[#out + 2] = sum_field(v), table.concat(parts)
+      parts = {''}
+    end
+    v = v + 1
+  end
+  return out, T
+end
+
+-- Whether an append of messages counted tokens takes a list of frame fr past a cap of cap
+-- tokens (0: none).
+local function over_cap(fr, tokens, cap)
+  if cap <= 0 then return false end
+  local T = fr[3]
+  for k = 1, #tokens do T = T + tokens[k] end
+  return T - fr[2] > cap
+end
+
+-- The token sums' other tools, built when a script needs them (a closure each: every function
+-- a script defines costs each of its calls, those of the append's hot path are above):
+-- at(i, v) entry v of the ids hash KEYS[i] (nil: not there); reader(i) the same reading each
+-- field once; drop(i, lo, hi) deletes fields lo .. hi - 1 (field numbers, none below 0);
+-- cut(i, v) the field/value pair that ends the sums at entry v (nil: v's field ends there, or
+-- v < 0), the fields past it the caller's to drop; before(fr, h, n, tokens, read) E(p), the
+-- counts before position p (B at the head), of a list whose entries past n are those of
+-- tokens (not written yet); from_tail(at, lo, hi, want) the first p in lo .. hi whose E(p) is
+-- at least want, given E(hi) is, in about 2 log2(hi - p) entries read; head(i, fr, h, n,
+-- tokens, cap) the head a cap of cap tokens leaves after an append of tokens (the newest
+-- stays); append(i, fr, h, n, tokens, h2) the pairs of an append's entries then a trim to h2,
+-- and the new B ('sb', nil: unchanged), false past SUM_LIMIT. Nil from any: an entry missing.
+local function sums_tools()
+  local S = {}
+  function S.at(i, v)
+    local chunk = redis.call('HGET', KEYS[i], sum_field(v))
+    if not chunk then return nil end
+    local at = (v % SUM_SPAN) * 16
+    return tonumber(string.sub(chunk, at + 1, at + 16))
+  end
+  function S.reader(i)
+    local seen = {}
+    return function(v)
+      local f = sum_field(v)
+      local chunk = seen[f]
+      if chunk == nil then
+        chunk = redis.call('HGET', KEYS[i], f) or false
+        seen[f] = chunk
+      end
+      if not chunk then return nil end
+      local at = (v % SUM_SPAN) * 16
+      return tonumber(string.sub(chunk, at + 1, at + 16))
+    end
+  end
+  function S.drop(i, lo, hi)
+    local fields = {}
+    for c = math.max(lo, 0), hi - 1 do fields[#fields + 1] = 's' .. c end
+    for j = 1, #fields, 1000 do
+      redis.call('HDEL', KEYS[i], unpack(fields, j, math.min(j + 999, #fields)))
+    end
+  end
+  function S.cut(i, v)
+    if v < 0 or (v + 1) % SUM_SPAN == 0 then return nil end
+    local f = sum_field(v)
+    return {f, string.sub(redis.call('HGET', KEYS[i], f) or '', 1, (v % SUM_SPAN + 1) * 16)}
+  end
+  function S.before(fr, h, n, tokens, read)
+    return function(p)
+      if p == h then return fr[2] end
+      if p <= n then return read(p - 1 + fr[1]) end
+      local e = fr[3]
+      for k = 1, p - n do e = e + tokens[k] end
+      return e
+    end
+  end
+  function S.from_tail(at, lo, hi, want)
+    local good, bad, step = hi, lo - 1, 1
+    while hi - step >= lo do
+      local e = at(hi - step)
+      if not e then return nil end
+      if e < want then
+        bad = hi - step
+        break
+      end
+      good = hi - step
+      step = step * 2
+    end
+    while good - bad > 1 do
+      local mid = math.floor((bad + good) / 2)
+      local e = at(mid)
+      if not e then return nil end
+      if e >= want then good = mid else bad = mid end
+    end
+    return good
+  end
+  function S.head(i, fr, h, n, tokens, cap)
+    local added = 0
+    for _, t in ipairs(tokens) do added = added + t end
+    local n2 = n + #tokens
+    local T2 = fr[3] + added
+    if cap <= 0 or T2 - fr[2] <= cap or n2 == h then return h end
+    local at = S.before(fr, h, n, tokens, S.reader(i))
+    local want = T2 - cap
+    -- an append under a cap mostly trims a few of the oldest: the head's field first
+    local past = (math.floor((h + fr[1]) / SUM_SPAN) + 1) * SUM_SPAN - fr[1]
+    for p = h + 1, math.min(past, n) do
+      local e = at(p)
+      if not e then return nil end
+      if e >= want then return p end
+    end
+    local p = S.from_tail(at, h, n2, want)
+    if not p then return nil end
+    return math.min(p, n2 - 1)
+  end
+  function S.append(i, fr, h, n, tokens, h2)
+    local put = sums_add(fr, n, tokens)
+    if not put then return false end
+    if h2 <= h then return put, nil end
+    local to = fr[1]
+    local B
+    if h2 - 1 >= n then
+      B = fr[3]
+      for k = 1, h2 - n do B = B + tokens[k] end
+    else
+      B = S.at(i, h2 - 1 + to)
+      if not B then return false end
+    end
+    local keep = math.floor((h2 - 1 + to) / SUM_SPAN)
+    S.drop(i, math.floor((h - 1 + to) / SUM_SPAN), keep)
+    local kept = {}
+    for k = 1, #put, 2 do
+      if tonumber(string.sub(put[k], 2)) >= keep then
+        kept[#kept + 1], kept[#kept + 2] = put[k], put[k + 1]
+      end
+    end
+    return kept, B
+  end
+  return S
 end

@@ -13,14 +13,15 @@
 -- ARGV[9] the child's newest message expected ('' = none, '.' = empty, else its prefix)
 -- ARGV[10] the store's usage budget in tokens (0 = none), which the child's own usage (meta
 --   fields ui, uo, ur: its messages' usage, added to the parent's when it is merged) is held to
--- ARGV[11 ..] message pairs: tag (8-byte id digest, then the message's usage
---   'input:output:requests' or nothing), stored element (digest .. JSON or sealed)
+-- ARGV[11 ..] message pairs: tag (codec.message_tag: 8-byte id digest, token count, usage),
+--   stored element (digest .. JSON or sealed)
 -- Reply: {OK, number appended, number trimmed from the head} | {NOT_FOUND} | {PRUNED, merged_at} | {MERGED}
 --        | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type} | {TREE_CHANGED, ...} | {DAMAGED, ...}
 --        | {TURN_LOST} | {STALE, the child's newest message's id} | {OVER_BUDGET, usage, budget}
 -- Events: none. The parent's messages are untouched; its updated_at and index entry are
 -- refreshed and the tree kept alive, so a sub-agent at work keeps its parent alive. Ids in the
 -- child's id window (at least the id window, or its max messages when larger) are skipped.
+-- The new messages' counts join the child's token sums (see the prelude).
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
   'hash'})
 if bad then return bad end
@@ -43,14 +44,16 @@ if not g then return h end
 local win, stop = open_window(10, c[6], 11, #ARGV, 2)
 if not win then return stop end
 
-local digests, elements, spent = {}, {}, {}
+local digests, elements, spent, tokens = {}, {}, {}, {}
 for i = 11, #ARGV, 2 do
   local tag = ARGV[i]
   local d = string.sub(tag, 1, 8)
   if not has(win, d) then
     digests[#digests + 1] = d
     elements[#elements + 1] = ARGV[i + 1]
-    if #tag > 8 then spent[#spent + 1] = string.sub(tag, 9) end
+    tokens[#tokens + 1] = tag_tokens(tag)
+    local u = tag_usage(tag)
+    if u then spent[#spent + 1] = u end
   end
 end
 if #digests == 0 then return {OK, 0, 0} end
@@ -62,20 +65,35 @@ if #spent > 0 then
   totals, refused = read_totals(12)
   if refused then return refused end
 end
+local max = tonumber(c[3] or '0')
+local n2 = n + #elements
+local h2 = h
+if max > 0 and n2 - h > max then h2 = n2 - max end
+local fr = sums_frame(10, nil, nil, nil, g, h, n)
 local new_keys = {}  -- keys this call creates join the tree's deadline
 if n == h then new_keys[#new_keys + 1] = 9 end
-push_all(KEYS[9], elements)
-n = n + #elements
-local max = tonumber(c[3] or '0')
-local trimmed = 0
-if max > 0 and n - h > max then
-  redis.call('LTRIM', KEYS[9], -max, -1)
-  trimmed = n - h - max
-  h = n - max
+local sums, base = false, nil
+if fr and h2 > h then
+  sums, base = sums_tools().append(10, fr, h, n, tokens, h2)
+elseif fr then
+  sums = sums_add(fr, n, tokens) or false
 end
+push_all(KEYS[9], elements)
+local trimmed = h2 - h
+if trimmed > 0 then redis.call('LTRIM', KEYS[9], trimmed, -1) end
+h, n = h2, n2
 add(win, digests, math.max(tonumber(ARGV[4]), max))
+for k = 1, #(sums or {}), 2 do
+  win[sums[k]] = sums[k + 1]
+  win.dirty[sums[k]] = true
+end
 save_window(win)
 redis.call('HSET', KEYS[8], 'g', g, 'h', h, 'n', n)
+if base then
+  redis.call('HSET', KEYS[10], 'sb', base)
+elseif sums == false and fr then
+  redis.call('HDEL', KEYS[10], 'sg')
+end
 if totals then
   local add = spent_usage(spent)
   set_figures(8, {c[9], c[10], c[11]}, add)

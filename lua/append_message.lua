@@ -1,7 +1,7 @@
 -- append_message: append messages, skip ids already appended, trim, keep the tree alive;
 -- set metadata entries along with them when at least one message is new.
 -- KEYS: root turn usage *members
--- ARGV: head max_messages session_key kid max_metadata_bytes fence expect_last budget #metadata *messages
+-- ARGV: head max_messages session_key kid max_metadata_bytes fence expect_last budget max_tokens #metadata *messages
 -- OK: appended trimmed
 -- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] the session's turn key
 -- KEYS[9] the usage totals of the prefix (of the slot's index shard on a cluster: a hash of
@@ -16,10 +16,12 @@
 --   newest element's prefix '{"id":"<id>",')
 -- ARGV[11] the store's usage budget in tokens (0 = none; the meta field 'ub', the session's
 --   own, comes first)
--- ARGV[12] m = number of metadata arguments that follow (field/value pairs: 'm:' .. name,
---   value or 'e:' .. name, sealed value), ARGV[13 .. 12+m]
--- ARGV[13+m ..] message pairs: tag (8-byte id digest, then the message's usage
---   'input:output:requests' or nothing), stored element (JSON, or id prefix + sealed)
+-- ARGV[12] the store's cap on the tokens a session holds (0 = none; see Token sums below)
+-- ARGV[13] m = number of metadata arguments that follow (field/value pairs: 'm:' .. name,
+--   value or 'e:' .. name, sealed value), ARGV[14 .. 13+m]
+-- ARGV[14+m ..] message pairs: tag (8-byte id digest, then the message's token count, then
+--   '/' and its usage 'input:output:requests' or nothing), stored element (JSON, or id
+--   prefix + sealed)
 -- Reply: {OK, number appended, number trimmed from the head} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type}
 --        | {TREE_CHANGED, ...} | {DAMAGED, ...} | {TOO_LARGE, bytes, limit} | {VERSION, ...}
 --        | {TURN_LOST} | {STALE, the newest message's id} | {OVER_BUDGET, usage, budget}
@@ -34,7 +36,11 @@
 -- inside a script each Redis call and each Lua table or string built costs server time, so
 -- fields are read only where needed (tg only when the deadline moves). The usage of the new
 -- messages is added to the session's (meta fields ui, uo, ur), which the budget is held to.
-local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n', 'ub')
+-- Token sums (see the prelude): the new messages' counts are added to the session's sums (most
+-- often one field of its ids hash, written in the same HSET as the window); the oldest messages
+-- are trimmed until the session holds at most ARGV[5] messages and, where its sums are known,
+-- at most ARGV[12] tokens (the newest always stays).
+local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n', 'ub', 'g')
 if failed(f) then return refusal(f, 1) end
 if not f[1] then return gone(1, 2, 3, 5) end
 if f[1] ~= SCHEMA then return {DAMAGED, 1, 'version', f[1]} end
@@ -49,18 +55,23 @@ if extend_now then
 end
 local g, h, n = positions(nil, f[4], f[5], 2, 1)
 if g == nil then return h end
-local m = tonumber(ARGV[12])
+local m = tonumber(ARGV[13])
 local size = tonumber(ARGV[4])
+local sums_at  -- the token sums' frame fields sg, so, sb as read (nil: not read)
 
-local quick, d, bucket, w, old, count = m == 0 and #ARGV == 14 and f[5] and true
-local spent  -- the new messages' usage tags
-if quick then  -- one message: its bucket and the window's state, in one HMGET
-  d = ARGV[13]
-  if #d > 8 then spent, d = {string.sub(d, 9)}, string.sub(d, 1, 8) end
+local quick, d, bucket, w, old, count = m == 0 and #ARGV == 15 and f[5] and true
+local spent, tokens  -- the new messages' usage tags and token counts
+if quick then  -- one message: its bucket, the window's state and the sums' frame, in one HMGET
+  local tag = ARGV[14]
+  d, tokens = string.sub(tag, 1, 8), {tag_tokens(tag)}
+  local u = tag_usage(tag)
+  if u then spent = {u} end
   bucket = string.char(128 + string.byte(d, 1) % 128)
-  local got = redis.pcall('HMGET', KEYS[3], 'w', bucket)
+  local got
+  got = redis.pcall('HMGET', KEYS[3], 'w', bucket, 'sg', 'so', 'sb')
   if failed(got) then return refusal(got, 3) end
   w, old = got[1], got[2] or ''
+  sums_at = {got[3], got[4], got[5]}
   if not w then return {DAMAGED, 3, 'missing'} end
   count = tonumber(w)
   if held_in(old, d) then return {OK, 0, 0} end
@@ -69,24 +80,26 @@ end
 local win, digests, elements, mb
 if not quick then
   local stop
-  win, stop = open_window(3, f[5], 13 + m, #ARGV, 2)
+  win, stop = open_window(3, f[5], 14 + m, #ARGV, 2)
   if not win then return stop end
-  digests, elements, spent = {}, {}, {}
-  for i = 13 + m, #ARGV, 2 do
+  digests, elements, spent, tokens = {}, {}, {}, {}
+  for i = 14 + m, #ARGV, 2 do
     local tag = ARGV[i]
     local digest = string.sub(tag, 1, 8)
     if not has(win, digest) then
       digests[#digests + 1] = digest
       elements[#elements + 1] = ARGV[i + 1]
-      if #tag > 8 then spent[#spent + 1] = string.sub(tag, 9) end
+      tokens[#tokens + 1] = tag_tokens(tag)
+      local u = tag_usage(tag)
+      if u then spent[#spent + 1] = u end
     end
   end
   if #digests == 0 then return {OK, 0, 0} end
   if m > 0 then
-    mb = metadata_after(KEYS[1], redis.call('HGET', KEYS[1], 'mb'), 13, 12 + m, 1, 0)
+    mb = metadata_after(KEYS[1], redis.call('HGET', KEYS[1], 'mb'), 14, 13 + m, 1, 0)
     local limit = tonumber(ARGV[8])
     if limit > 0 and mb > limit then return {TOO_LARGE, mb, limit} end
-    local older = version_refused(KEYS[1], 13, 12 + m)
+    local older = version_refused(KEYS[1], 14, 13 + m)
     if older then return older end
   end
 end
@@ -103,42 +116,69 @@ if paid or (f[6] or ARGV[11]) ~= '0' then
     if refused then return refused end
   end
 end
+local fr  -- the token sums' frame (nil: unknown)
+if g == false then
+  if not sums_at then sums_at = redis.call('HMGET', KEYS[3], 'sg', 'so', 'sb') end
+  if sums_at[1] then fr = sums_frame(3, sums_at[1], sums_at[2], sums_at[3], f[7] or '0', h, n) end
+end
+local added = #tokens
+local n2 = n + added
+local h2 = h  -- the head after the trims: by count (ARGV[5]), by tokens (ARGV[12])
+local max = tonumber(ARGV[5])
+if max > 0 and n2 - h > max then h2 = n2 - max end
+local S  -- the token sums' tools, built where a trim needs them
+if fr and over_cap(fr, tokens, tonumber(ARGV[12])) then
+  S = sums_tools()
+  local by_tokens = S.head(3, fr, h, n, tokens, tonumber(ARGV[12]))
+  if not by_tokens then fr = nil elseif by_tokens > h2 then h2 = by_tokens end
+end
 
 local z = redis.pcall('ZADD', KEYS[4], now, ARGV[6])
 if failed(z) then return refusal(z, 4) end
 local created = n == h  -- the list is made anew: it joins the tree's deadline
-local added
+local sums, base = false, nil
+if fr and h2 > h then
+  sums, base = (S or sums_tools()).append(3, fr, h, n, tokens, h2)
+elseif fr then
+  sums = sums_add(fr, n, tokens) or false
+end
 if quick then
-  redis.call('RPUSH', KEYS[2], ARGV[14])
+  redis.call('RPUSH', KEYS[2], ARGV[15])
   local c = count_of(old) + 1
   redis.call('HSET', KEYS[3], 'w', count + 1, bucket,
-    string.char(math.floor(c / 65536), math.floor(c / 256) % 256, c % 256) .. d .. string.sub(old, 4))
-  added = 1
+    string.char(math.floor(c / 65536), math.floor(c / 256) % 256, c % 256) .. d .. string.sub(old, 4),
+    unpack(sums or {}))
 else
   push_all(KEYS[2], elements)
   add(win, digests, size)
+  for k = 1, #(sums or {}), 2 do
+    win[sums[k]] = sums[k + 1]
+    win.dirty[sums[k]] = true
+  end
   save_window(win)
-  added = #elements
 end
-n = n + added
+n = n2
 local us = t[1] .. string.format('%06d', t[2])
-local max = tonumber(ARGV[5])
-local trimmed = 0
-if max > 0 and n - h > max then
-  redis.call('LTRIM', KEYS[2], -max, -1)
-  trimmed = n - h - max
-  h = n - max
+local trimmed = h2 - h
+if trimmed > 0 then
+  redis.call('LTRIM', KEYS[2], trimmed, -1)
+  h = h2
 end
 if g then  -- the positions begin anew (the list was changed behind the store's back)
   redis.call('HSET', KEYS[1], 'updated_at', us, 'n', n, 'h', h, 'g', g)
-elseif g == false and h ~= tonumber(f[4] or '0') then
+elseif trimmed > 0 then
   redis.call('HSET', KEYS[1], 'updated_at', us, 'n', n, 'h', h)
 else
   redis.call('HSET', KEYS[1], 'updated_at', us, 'n', n)
 end
+if base then
+  redis.call('HSET', KEYS[3], 'sb', base)
+elseif sums == false and fr then
+  redis.call('HDEL', KEYS[3], 'sg')
+end
 if mb then
   redis.call('HSET', KEYS[1], 'mb', mb)
-  hcall_from('HSET', KEYS[1], 13, 12 + m)
+  hcall_from('HSET', KEYS[1], 14, 13 + m)
 end
 if paid then
   local add = spent_usage(spent)

@@ -1,7 +1,7 @@
 -- cleanup_failed_turn: discard a session's live children and append one message (the answers
 -- of its open tool calls), in one step.
 -- KEYS: root turn log *members
--- ARGV: head session_key kid max_messages fence expect_last events digest element notice_digest notice *children
+-- ARGV: head session_key kid max_messages fence expect_last events tag element notice_tag notice max_tokens *children
 -- OK: appended tree_generation event_ids
 -- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] the session's turn key
 -- KEYS[9] the tree's event log stream   KEYS[10 ..] the tree's members (meta, msgs, ids each)
@@ -10,9 +10,11 @@
 -- ARGV[7] max messages (0 = all)   ARGV[8] the turn's value the write is made through ('' = none)
 -- ARGV[9] the newest message expected ('.' = the session is empty, else the newest element's
 --   prefix '{"id":"<id>",')   ARGV[10 .. 13] the events group (see log_event)
--- ARGV[14] the answers' 8-byte id digest   ARGV[15] their stored element ('' '': no call is open)
+-- ARGV[14] the answers' tag (codec.message_tag: 8-byte id digest, token count)
+-- ARGV[15] their stored element ('' '': no call is open)
 -- ARGV[16], ARGV[17] the same of a message appended after them (a notice), or '' ''
--- ARGV[18 ..] per member, in KEYS order: its child key, the fields of its 'discard' event
+-- ARGV[18] the cap on the tokens the session holds (0 = none; as append_message's ARGV[12])
+-- ARGV[19 ..] per member, in KEYS order: its child key, the fields of its 'discard' event
 -- Reply: {OK, messages appended (0: a retry of this call, which finds its digest), the new tree
 --        generation, per member the id of its 'discard' event when it was discarded ('' with
 --        no log), else 0} | {NOT_FOUND} | {EXPIRED} | {KEY_CHANGED, k, dk}
@@ -21,7 +23,8 @@
 -- Events: 'discard' for each live child discarded. A child under another call's merge lease
 -- (a merge under way) or merged is left in place. The live children go as discard_child
 -- removes one (keys, member, tombstone 'd'); the messages are appended as append_message
--- appends them (the id window, trimmed to max messages), so that nothing between is ever seen.
+-- appends them (the id window, the token sums, trimmed to max messages and max tokens), so
+-- that nothing between is ever seen.
 local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'g', 'h', 'n')
 local refused = root_refused(f)
 if refused then return refused end
@@ -31,9 +34,12 @@ local us, now = clock()
 local ttl = tonumber(ARGV[1])
 local g, h, n = positions(f[5], f[6], f[7], 2)
 if not g then return h end
-local digests, elements = {}, {}
+local digests, elements, tokens = {}, {}, {}
 for i = 14, 16, 2 do
-  if ARGV[i] ~= '' then digests[#digests + 1], elements[#elements + 1] = ARGV[i], ARGV[i + 1] end
+  if ARGV[i] ~= '' then
+    digests[#digests + 1], elements[#elements + 1] = string.sub(ARGV[i], 1, 8), ARGV[i + 1]
+    tokens[#tokens + 1] = tag_tokens(ARGV[i])
+  end
 end
 local win, stop = open_window(3, f[7], 1, 0, 1, digests)
 if not win then return stop end
@@ -41,6 +47,15 @@ local reply = {OK, 0, f[4] or '0'}
 if has(win, digests[1]) then return reply end  -- this call was applied: nothing more
 refused = fence_refused(8, ARGV[8]) or expect_refused(2, n, h, 0, ARGV[9]) or log_refused(9)
 if refused then return refused end
+local fr = sums_frame(3, nil, nil, nil, g, h, n)  -- the token sums (nil: unknown)
+local max = tonumber(ARGV[7])
+local h2 = h
+if max > 0 and n + #elements - h > max then h2 = n + #elements - max end
+local S = sums_tools()
+if fr then
+  local by_tokens = S.head(3, fr, h, n, tokens, tonumber(ARGV[18]))
+  if not by_tokens then fr = nil elseif by_tokens > h2 then h2 = by_tokens end
+end
 local live = {}
 for i = 10, #KEYS, 3 do
   local c = redis.pcall('HMGET', KEYS[i], 'v', 'merged_at', 'mt', 'mx')
@@ -52,28 +67,36 @@ local z = redis.pcall('ZADD', KEYS[4], now, ARGV[5])
 if failed(z) then return refusal(z, 4) end
 local tg = tonumber(f[4] or '0')
 for m, alive in ipairs(live) do
-  local child = ARGV[16 + 2 * m]
+  local child = ARGV[17 + 2 * m]
   reply[3 + m] = 0
   if alive then
     local k = 7 + 3 * m
     redis.call('UNLINK', KEYS[k], KEYS[k + 1], KEYS[k + 2])
     redis.call('ZREM', KEYS[6], child)
     tombstone('d', child, us)
-    reply[3 + m] = log_event(9, 10, 'discard', ARGV[17 + 2 * m], now)
+    reply[3 + m] = log_event(9, 10, 'discard', ARGV[18 + 2 * m], now)
     tg = tg + 1
   end
 end
+local sums, base = false, nil
+if fr then sums, base = S.append(3, fr, h, n, tokens, h2) end
 push_all(KEYS[2], elements)
 add(win, digests, tonumber(ARGV[4]))
+for k = 1, #(sums or {}), 2 do
+  win[sums[k]] = sums[k + 1]
+  win.dirty[sums[k]] = true
+end
 save_window(win)
 n = n + #elements
-local max = tonumber(ARGV[7])
-if max > 0 and n - h > max then
-  redis.call('LTRIM', KEYS[2], -max, -1)
-  h = n - max
-end
+if h2 > h then redis.call('LTRIM', KEYS[2], h2 - h, -1) end
+h = h2
 redis.call('HSET', KEYS[1], 'updated_at', us, 'g', g, 'h', h, 'n', n, 'tg', tg,
   'kc', redis.call('ZCARD', KEYS[6]))
+if base then
+  redis.call('HSET', KEYS[3], 'sb', base)
+elseif not sums and fr then
+  redis.call('HDEL', KEYS[3], 'sg')
+end
 if due(f[3], ttl, now) then
   extend(10, ttl, tonumber(ARGV[2]), now)
 elseif n - h == #elements then

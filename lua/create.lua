@@ -1,6 +1,6 @@
 -- create: store a new session with its history, atomically; two creators -> one wins.
 -- KEYS: root stage log usage
--- ARGV: head session_key call_token events event event_type schema_version kid #meta staged *messages
+-- ARGV: head session_key call_token events event event_type schema_version kid #meta tokens #sums staged *messages
 -- OK: created_at index_created event_id due expired again
 -- KEYS[1..7] the tree's root keys (see the prelude)   KEYS[8] a staging list (see ARGV[16+2n])
 -- KEYS[9] the tree's event log stream   KEYS[10] the usage totals of the prefix (see
@@ -17,11 +17,14 @@
 -- ARGV[12] the event's type ('create'; 'branch' for store.branch)
 -- ARGV[13] schema version   ARGV[14] key id the session is sealed with ('' = cleartext)
 -- ARGV[15] n = number of meta field/value pairs that follow, ARGV[16 .. 15+2n]
--- ARGV[16+2n] s = the history's length when it is staged in KEYS[8] (stage_push), else 0
--- ARGV[17+2n ..] message pairs: tag (8-byte id digest, then the message's usage or nothing:
---   the caller sums the history's usage into the meta fields ui, uo, ur), message JSON
---   (distinct digests); with a staged history, only the tags of its newest messages (the id
---   window's), no JSON
+-- ARGV[16+2n] the history's token total ('' = its token sums unknown)
+-- ARGV[17+2n] k = number of the history's token-sums field/value pairs that follow (the
+--   prelude's Token sums, offset 0, as codec.token_sums builds them), ARGV[18+2n .. 17+2n+2k]
+-- ARGV[18+2n+2k] s = the history's length when it is staged in KEYS[8] (stage_push), else 0
+-- ARGV[19+2n+2k ..] message pairs: tag (codec.message_tag: 8-byte id digest first; the caller
+--   sums the history's usage into the meta fields ui, uo, ur), message JSON (distinct
+--   digests); with a staged history, only the tags of its newest messages (the id window's),
+--   no JSON
 -- Reply: {OK, created_at_us, 1 if the index key was created by this call else 0, the create
 --        event's id ('' with no log, or for a retry of this call), the number of index
 --        entries whose tree is due to have expired (the store reaps them: reap_expired), the
@@ -47,8 +50,11 @@ end
 
 local us, now = clock()
 local n = tonumber(ARGV[15])
-local staged = tonumber(ARGV[16 + 2 * n])
-local count = (#ARGV - 16 - 2 * n) / 2
+local total = tonumber(ARGV[16 + 2 * n])
+local k = tonumber(ARGV[17 + 2 * n])
+local first = 19 + 2 * n + 2 * k  -- the first message's tag
+local staged = tonumber(ARGV[first - 1])
+local count = (#ARGV - first + 1) / 2
 if staged > 0 then
   if redis.call('LLEN', KEYS[8]) ~= staged then return {STALE} end
   count = staged
@@ -85,11 +91,11 @@ hcall_from('HSET', KEYS[1], 16, 15 + 2 * n)
 local win = {key = 3, count = 0, dirty = {}}
 local digests, elements = {}, {}
 if staged > 0 then
-  for i = 17 + 2 * n, #ARGV do digests[#digests + 1] = string.sub(ARGV[i], 1, 8) end
+  for i = first, #ARGV do digests[#digests + 1] = string.sub(ARGV[i], 1, 8) end
   redis.call('RENAME', KEYS[8], KEYS[2])
   redis.call('PERSIST', KEYS[2])  -- the staging list's TTL: the tree's deadline follows
 else
-  for i = 17 + 2 * n, #ARGV, 2 do
+  for i = first, #ARGV, 2 do
     digests[#digests + 1] = string.sub(ARGV[i], 1, 8)
     elements[#elements + 1] = ARGV[i + 1]
   end
@@ -97,6 +103,10 @@ else
 end
 add(win, digests, tonumber(ARGV[4]))
 save_window(win)
+if total then  -- the token sums (see the prelude): offset 0, nothing before the head
+  redis.call('HSET', KEYS[3], 'sg', 0, 'so', 0, 'sb', 0)
+  hcall_from('HSET', KEYS[3], 18 + 2 * n, 17 + 2 * n + 2 * k)
+end
 if totals then set_figures(10, totals, u) end
 if x then expire_tree(#KEYS + 1, x, tonumber(ARGV[2])) end
 local fresh_index = 1 - redis.call('EXISTS', KEYS[4])

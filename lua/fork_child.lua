@@ -1,7 +1,7 @@
 -- fork_child: create a child session of a live parent, inheriting its last N messages.
 -- KEYS: root child_meta child_msgs child_ids log *members
 -- ARGV: head parent_key child_key agent config max_messages inherit call_token events event kid staged staged_generation step
--- OK: created_at tree_generation elements event_id fork_point members
+-- OK: created_at tree_generation elements event_id fork_point context_tokens members
 -- KEYS[1..7] the tree's root keys (the parent's; see the prelude)
 -- KEYS[8] child meta hash   KEYS[9] child msgs list   KEYS[10] child ids hash
 -- KEYS[11] the tree's event log stream   KEYS[12 ..] the tree's members as the caller knows them
@@ -16,7 +16,8 @@
 -- ARGV[20] the most messages this call copies itself (more: {STAGE, g, h, n} of the parent)
 -- Reply: {OK, created_at_us, tg, the child's stored elements (false when they were staged),
 --        the event's id ('' for a retry of this call or with no log), the fork point (see
---        'fp' below), member...}
+--        'fp' below), the tokens the child holds (false: its token sums are unknown),
+--        member...}
 --        | {PARENT_GONE, NOT_FOUND or EXPIRED} | {EXISTS} | {KEY_CHANGED, k, dk} | {WRONG_TYPE, i, type}
 --        | {TREE_CHANGED, ...} | {STALE} (the parent changed while messages were staged)
 --        | {STAGE, g, h, n} (too many to inherit in one call: copy_range them first)
@@ -24,12 +25,14 @@
 -- Inherited messages are stored with an all-zero digest: they are never merged back. The
 -- child's meta field 'fp' holds the prefix ('{"id":"<id>",') of the parent's newest message at
 -- the fork ('' for an empty parent): where it was forked, which a rewind of the parent reads.
+-- The child's token sums are the parent's for the messages it inherits (their fields copied,
+-- in the parent's frame); inherited in steps (staged), the child's sums are unknown.
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
   'hash', 'stream'})
 if bad then return bad end
 local staged = tonumber(ARGV[18])
 if redis.call('EXISTS', KEYS[8]) == 1 then
-  local c = redis.call('HMGET', KEYS[8], 'ct', 'created_at', 'token')
+  local c = redis.call('HMGET', KEYS[8], 'ct', 'created_at', 'token', 'g', 'h', 'n')
   if (c[1] or c[3]) == ARGV[11] then  -- 'token' alone: an earlier layout's
     local reply = tree_changed(redis.call('HGET', KEYS[1], 'tg'))
     reply[1] = OK
@@ -39,6 +42,8 @@ if redis.call('EXISTS', KEYS[8]) == 1 then
     table.insert(reply, 4, held)
     table.insert(reply, 5, '')
     table.insert(reply, 6, redis.call('HGET', KEYS[8], 'fp') or '')
+    local fr = sums_frame(10, nil, nil, nil, c[4] or '0', whole(c[5]), whole(c[6]))
+    table.insert(reply, 7, fr and fr[3] - fr[2] or false)
     return reply
   end
   return {EXISTS}
@@ -72,6 +77,17 @@ local fp = top and string.match(top, '^{"id":"[^"]*",') or ''
 redis.call('HSET', KEYS[8], 'v', '1', 'key', ARGV[6], 'parent', ARGV[5], 'agent', ARGV[7],
   'config', ARGV[8], 'max', ARGV[9], 'created_at', us, 'token', ARGV[11] .. '@' .. us,
   'ct', ARGV[11], 'g', 0, 'h', 0, 'fp', fp)
+local sums  -- the child's token sums' frame: {to, B} (nil: unknown), and its tokens
+local k = math.min(math.max(want, 0), n - h)
+local fr = staged == 0 and sums_frame(3, nil, nil, nil, g, h, n)
+if staged == 0 and k == 0 then
+  sums = {0, 0, 0}  -- empty: sums of its own
+elseif fr then  -- the inherited messages' entries: their fields copied as they are
+  local first = n - k
+  local B = fr[2]
+  if first > h then B = sums_tools().at(3, first - 1 + fr[1]) end
+  if B then sums = {first + fr[1], B, fr[3] - B} end
+end
 if staged == 0 then
   redis.call('DEL', KEYS[9], KEYS[10])
   if want > 0 then
@@ -79,10 +95,17 @@ if staged == 0 then
     for _, m in ipairs(redis.call('LRANGE', KEYS[2], -want, -1)) do copy[#copy + 1] = INHERITED .. m end
     push_all(KEYS[9], copy)
   end
+  if sums and k > 0 then
+    for c = math.floor(sums[1] / SUM_SPAN), math.floor((n - 1 + fr[1]) / SUM_SPAN) do
+      local v = redis.call('HGET', KEYS[3], 's' .. c)
+      if v then redis.call('HSET', KEYS[10], 's' .. c, v) end
+    end
+  end
 else
   redis.call('DEL', KEYS[10])
 end
 redis.call('HSET', KEYS[10], 'w', '0')  -- the child's id window, empty
+if sums then redis.call('HSET', KEYS[10], 'sg', 0, 'so', sums[1], 'sb', sums[2]) end
 redis.call('HSET', KEYS[8], 'n', redis.call('LLEN', KEYS[9]))
 redis.call('HSET', KEYS[1], 'updated_at', us, 'tg', tg)
 redis.call('ZADD', KEYS[4], now, ARGV[5])
@@ -103,4 +126,5 @@ if staged == 0 then held = redis.call('LRANGE', KEYS[9], 0, -1) end
 table.insert(reply, 4, held)
 table.insert(reply, 5, id)
 table.insert(reply, 6, fp)
+table.insert(reply, 7, sums and sums[3] or false)
 return reply

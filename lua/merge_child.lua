@@ -1,7 +1,7 @@
 -- merge_child: fold a child into its parent in one step: a summary message, or the child's
 -- own messages in order; mark the child merged and prune merged children beyond the newest K.
 -- KEYS: root child_meta child_msgs child_ids stage log *members
--- ARGV: head max_messages parent_key child_key call_token call_digest mode summary_digest summary events event kid keep_merged staged_generation staged_tail staged_child staged_length
+-- ARGV: head max_messages parent_key child_key call_token call_digest mode summary_tag summary events event kid keep_merged staged_generation staged_tail staged_child staged_length max_tokens
 -- OK: merged_at appended tree_generation event_id members
 -- KEYS[1..7] the tree's root keys (the parent's; see the prelude)
 -- KEYS[8] child meta hash   KEYS[9] child msgs list   KEYS[10] child ids hash
@@ -10,13 +10,14 @@
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
 -- ARGV[5] parent max messages (0 = all)   ARGV[6] parent key   ARGV[7] child key
 -- ARGV[8] call token   ARGV[9] its digest   ARGV[10] 'summary', 'history' or 'staged'
--- ARGV[11] summary id digest   ARGV[12] summary element
+-- ARGV[11] the summary's tag (codec.message_tag: id digest, token count)   ARGV[12] summary element
 -- ARGV[13 .. 16] the events group (see log_event)   ARGV[17] the event's fields (JSON members)
 -- ARGV[18] the caller's key id for the parent ('' = cleartext)
 -- ARGV[19] K: merged children kept whole
 -- ARGV[20 .. 23] staged: the parent's generation and tail position the staging list was built
 --   from, how many of the child's messages it holds after the parent's, and its length;
 --   'history': ARGV[22] the most child messages merged in one call (more: {STAGE, n})
+-- ARGV[24] the parent's cap on the tokens it holds (0 = none; as append_message's ARGV[12])
 -- Reply: {OK, merged_at_us, messages appended to the parent, tg, the event's id ('' for a
 --        retry of this call or with no log), member...}
 --        | {NOT_FOUND} (child) | {PRUNED, merged_at} | {MERGED} | {PARENT_GONE, st}
@@ -30,13 +31,18 @@
 -- 'staged', KEYS[11] holds the parent's messages up to ARGV[21], then the child's (merge_stage
 -- built it under this call's lease); the parent's messages appended since go after them and
 -- the staging list replaces the parent's list in one step (a new generation of the list).
+-- Token sums (see the prelude): the messages appended to the parent add their counts (the
+-- summary's from its tag, the child's from the child's sums) and the parent is trimmed to
+-- ARGV[5] messages and ARGV[24] tokens; after a staged merge, or with the child's sums
+-- unknown, the parent's are unknown.
 local bad = wrong_type({'hash', 'list', 'hash', 'zset', 'string', 'zset', 'zset', 'hash', 'list',
   'hash', 'list', 'stream'})
 if bad then return bad end
 local f = redis.call('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'g', 'h', 'n', 'ui', 'uo', 'ur')
 local mode = ARGV[10]
 local extra = {ARGV[9]}
-if mode == 'summary' then extra[2] = ARGV[11] end
+local summary_digest = string.sub(ARGV[11], 1, 8)
+if mode == 'summary' then extra[2] = summary_digest end
 local win, stop = open_window(3, f[7], 1, 0, 1, extra)
 if not win then return stop end
 local c = redis.call('HMGET', KEYS[8], 'parent', 'merged_at', 'g', 'h', 'n', 'mt', 'mx', 'ma',
@@ -84,18 +90,31 @@ local function digests_of(items)
   return ds
 end
 
-local digests, elements, taken = {}, {}, {}
+local digests, elements, taken, tokens = {}, {}, {}, {}
+local pfr = sums_frame(3, nil, nil, nil, g, h, n)  -- the parent's token sums (nil: unknown)
 if mode == 'summary' then
-  if not has(win, ARGV[11]) then digests[1], elements[1] = ARGV[11], ARGV[12] end
+  if not has(win, summary_digest) then
+    digests[1], elements[1], tokens[1] = summary_digest, ARGV[12], tag_tokens(ARGV[11])
+  end
 elseif mode == 'history' then
   local items = redis.call('LRANGE', KEYS[9], 0, -1)
   local ds = digests_of(items)
+  local cfr = sums_frame(10, nil, nil, nil, cg, ch, cn)
+  if not cfr then pfr = nil end  -- the child's counts unknown: so are the parent's sums
+  local S = sums_tools()
+  local before = cfr and S.before(cfr, ch, cn, {}, S.reader(10))
   for i, m in ipairs(items) do
     local d = ds[i]
     if d ~= INHERITED and not taken[d] and not has(win, d) then
       digests[#digests + 1] = d
       elements[#elements + 1] = string.sub(m, 9)
       taken[d] = true
+      if pfr then  -- its count: the child's counts before the next one less before it
+        local p = ch + i - 1
+        local e, e2 = before(p), cfr[3]
+        if p + 1 < cn then e2 = before(p + 1) end
+        if e and e2 then tokens[#tokens + 1] = e2 - e else pfr = nil end
+      end
     end
   end
 elseif c[6] ~= ARGV[8] or tostring(g) ~= ARGV[20] or tonumber(ARGV[21]) > n
@@ -104,6 +123,17 @@ elseif c[6] ~= ARGV[8] or tostring(g) ~= ARGV[20] or tonumber(ARGV[21]) > n
 end
 
 local added = #elements
+local max = tonumber(ARGV[5])
+local h2 = h  -- the parent's head after the trims, by count and by tokens
+if mode ~= 'staged' then
+  if max > 0 and n + added - h > max then h2 = n + added - max end
+  if pfr then
+    local by_tokens = sums_tools().head(3, pfr, h, n, tokens, tonumber(ARGV[24]))
+    if not by_tokens then pfr = nil elseif by_tokens > h2 then h2 = by_tokens end
+  end
+else
+  pfr = nil
+end
 redis.call('HSET', KEYS[8], 'merged_at', us)
 -- the sub-agent's spend is its parent's (its figures checked above, before the first write)
 if c[9] or c[10] or c[11] then
@@ -120,19 +150,31 @@ if mode == 'staged' then
       taken[d] = true
     end
   end
-else
+end
+local sums, base = false, nil
+if mode ~= 'staged' then
+  if pfr then sums, base = sums_tools().append(3, pfr, h, n, tokens, h2) end
   push_all(KEYS[2], elements)
   n = n + added
-end
-redis.call('HSET', KEYS[8], 'ma', added)  -- what a retry of this call answers
-local max = tonumber(ARGV[5])
-if max > 0 and n - h > max then
+  if h2 > h then redis.call('LTRIM', KEYS[2], h2 - h, -1) end
+  h = h2
+elseif max > 0 and n - h > max then
   redis.call('LTRIM', KEYS[2], -max, -1)
   h = n - max
 end
+redis.call('HSET', KEYS[8], 'ma', added)  -- what a retry of this call answers
 digests[#digests + 1] = ARGV[9]
 add(win, digests, math.max(tonumber(ARGV[4]), max))
+for k = 1, #(sums or {}), 2 do
+  win[sums[k]] = sums[k + 1]
+  win.dirty[sums[k]] = true
+end
 save_window(win)
+if base then
+  redis.call('HSET', KEYS[3], 'sb', base)
+elseif not sums then  -- unknown from then on: the staged merge's list, or the child's
+  redis.call('HDEL', KEYS[3], 'sg')
+end
 redis.call('DEL', KEYS[10])
 redis.call('HDEL', KEYS[8], 'mt', 'mx')
 

@@ -16,7 +16,8 @@
 -- Events: none. The popped message's id stays in the window (re-appending it stores nothing
 -- while it is there). A call retried after a lost reply finds its token in the window and gets
 -- the element it popped from the pop key (kept ARGV[10] ms, never past the tree's deadline),
--- popping nothing more. The list begins a new generation.
+-- popping nothing more. The list begins a new generation; the popped message's count leaves
+-- the tokens the session holds (its token sums, see the prelude).
 local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'g', 'h', 'n')
 local refused = root_refused(f)
 if refused then return refused end
@@ -39,7 +40,17 @@ if not top then return {OK} end
 local expect = ARGV[8]
 if expect ~= '' and string.sub(top, 1, #expect) ~= expect then return {STALE} end
 
+local fr = sums_frame(3, nil, nil, nil, g, h, n)  -- the sums end before the popped entry
 redis.call('HSET', KEYS[1], 'updated_at', us, 'g', g + 1, 'h', 0, 'n', n - h - 1)
+if fr then
+  redis.call('HSET', KEYS[3], 'sg', g + 1, 'so', fr[1] + h)
+  local S = sums_tools()
+  local cut = S.cut(3, n - 2 + fr[1])
+  if cut then redis.call('HSET', KEYS[3], cut[1], cut[2]) end
+  S.drop(3, math.ceil((n - 1 + fr[1]) / SUM_SPAN), math.ceil((n + fr[1]) / SUM_SPAN))
+else
+  redis.call('HDEL', KEYS[3], 'sg')
+end
 redis.call('RPOP', KEYS[2])
 local keep = now + tonumber(ARGV[10])
 if f[3] then keep = math.min(keep, tonumber(f[3])) end

@@ -24,6 +24,7 @@
 -- changed since (an append, a trim, a pop, a compaction) is STALE, so the count it read is the
 -- count removed. The removed messages' ids stay in the id window, as a pop's do. The list
 -- begins a new generation, so that no reader's held copy of the removed tail is served again.
+-- The removed messages' counts leave the tokens the session holds (its token sums).
 local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'tg', 'g', 'h', 'n', 'rw')
 local refused = root_refused(f)
 if refused then return refused end
@@ -49,10 +50,20 @@ if ARGV[10] ~= '' then
 end
 local removed = n - keep
 if removed == 0 then return {OK, 0, '', 0} end
+local fr = sums_frame(3, nil, nil, nil, g, h, n)  -- the sums end at the last kept entry
 
 if keep == h then redis.call('UNLINK', KEYS[2]) else redis.call('LTRIM', KEYS[2], 0, keep - 1 - h) end
 redis.call('HSET', KEYS[1], 'updated_at', us, 'g', g + 1, 'h', 0, 'n', keep - h,
   'rw', string.sub(done .. ARGV[6] .. string.format('%010d', removed), -144))
+if fr then
+  redis.call('HSET', KEYS[3], 'sg', g + 1, 'so', fr[1] + h)
+  local S = sums_tools()
+  local cut = S.cut(3, keep - 1 + fr[1])
+  if cut then redis.call('HSET', KEYS[3], cut[1], cut[2]) end
+  S.drop(3, math.ceil((keep + fr[1]) / SUM_SPAN), math.ceil((n + fr[1]) / SUM_SPAN))
+else
+  redis.call('HDEL', KEYS[3], 'sg')
+end
 redis.call('ZADD', KEYS[4], now, ARGV[5])
 if extend_now then extend(10, ttl, tonumber(ARGV[2]), now) end
 return {OK, removed, log_event(9, 11, 'rewind', ARGV[15], now), 0}

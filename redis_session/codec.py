@@ -376,21 +376,51 @@ def check_size(body: bytes, limit: int, argument: str) -> bytes:
 
 
 def usage_tag(usage: Usage | None) -> bytes:
-    """What follows a message's digest in a script's ARGV: its usage as ``input:output:requests``
-    (ASCII), or nothing (no usage). The scripts that append add it to the session's.
+    """What follows a message's token count in its :func:`message_tag`: ``/`` and its usage as
+    ``input:output:requests`` (ASCII), or nothing (no usage). The scripts that append add it
+    to the session's.
     """
     if usage is None:
         return b""
-    return b"%d:%d:%d" % (usage.input_tokens, usage.output_tokens, usage.requests)
+    return b"/%d:%d:%d" % (usage.input_tokens, usage.output_tokens, usage.requests)
 
 
-def message_tag(msg: Message) -> bytes:
-    """What a script takes for ``msg`` beside its stored form: its id digest, then its
-    :func:`usage_tag`.
+def message_tag(msg: Message, tokens: int | None = None) -> bytes:
+    """What a script takes for ``msg`` beside its stored form: its id digest, then its token
+    count as stored (its own, else ``tokens``, the count :func:`stored_form` gave it; none:
+    0), then its :func:`usage_tag`. The scripts keep the sums of the counts (``lua/_prelude.lua``,
+    Token sums).
     """
+    count = msg.tokens
+    if count is None:
+        count = tokens or 0
+    tag = message_digest(msg.id) + b"%d" % count
     usage = msg.usage
-    digest = message_digest(msg.id)
-    return digest if usage is None else digest + usage_tag(usage)
+    return tag if usage is None else tag + usage_tag(usage)
+
+
+SUM_SPAN = 16
+"""Entries per token-sums field of a list's ids hash (``lua/_prelude.lua``, Token sums)."""
+SUM_LIMIT = 999_999_999_999_999
+"""The largest token sum the scripts keep (exact in Lua's numbers): past it a list's sums
+are unknown."""
+
+
+def token_sums(counts: Sequence[int]) -> tuple[list[bytes], int] | None:
+    """The token sums of a new list whose messages have ``counts``, as the scripts write them
+    (``lua/_prelude.lua``, Token sums; offset 0): field/value pairs for its ids hash (entry i:
+    the counts through message i), and the counts' total; None when the total is past
+    :data:`SUM_LIMIT` (the sums unknown).
+    """
+    pairs: list[bytes] = []
+    total = 0
+    for start in range(0, len(counts), SUM_SPAN):
+        entries = []
+        for count in counts[start : start + SUM_SPAN]:
+            total += count
+            entries.append(b"%16d" % total)
+        pairs += (b"s%d" % (start // SUM_SPAN), b"".join(entries))
+    return None if total > SUM_LIMIT else (pairs, total)
 
 
 def message_args(
@@ -400,11 +430,11 @@ def message_args(
     count: TokenCounter | None = None,
     counts: list[int | None] | None = None,
 ) -> list[bytes]:
-    """Tag/JSON pairs for a script's ARGV (a tag: the 8-byte id digest, then the message's
-    :func:`usage_tag`); duplicate ids in one call are refused, and so is a message longer than
-    ``limit`` bytes as stored (0 = no limit). A message without ``tokens`` is stored with
-    ``count``'s (:func:`stored_form`), which ``counts`` (a list) is given in order (None for
-    one not counted). See :func:`seal_pairs`.
+    """Tag/JSON pairs for a script's ARGV (a :func:`message_tag` each); duplicate ids in one
+    call are refused, and so is a message longer than ``limit`` bytes as stored (0 = no
+    limit). A message without ``tokens`` is stored with ``count``'s (:func:`stored_form`),
+    which ``counts`` (a list) is given in order (None for one not counted). See
+    :func:`seal_pairs`.
     """
     out: list[bytes] = []
     seen: set[str] = set()
@@ -418,7 +448,7 @@ def message_args(
         seen.add(msg.id)
         where = f"{argument}[{i}]"
         body, _, tokens = stored_form(msg, where, count)
-        out += (message_tag(msg), check_size(body, limit, where))
+        out += (message_tag(msg, tokens), check_size(body, limit, where))
         if counts is not None:
             counts.append(tokens)
     return out
@@ -768,11 +798,13 @@ def decode_session(
     opener: Opener | None = None,
     *,
     history: list[Message] | None = None,
+    context_tokens: int | None = None,
 ) -> Session:
     """A session from its meta hash and its stored messages (or its ``history`` decoded
     already); with ``opener`` (a store with a passphrase) everything a sealed session holds
     must open (see :func:`decode_messages`), without, sealed parts raise
-    :class:`PassphraseRequired`.
+    :class:`PassphraseRequired`. ``context_tokens``: the tokens the session holds, as its
+    read script found them (None: unknown).
     """
     # Every read of a session decodes its meta hash (the read cache holds messages, not the
     # hash, which every write changes): fields are looked up as bytes and only the ones used
@@ -820,10 +852,13 @@ def decode_session(
         "branch_at": "",
         "usage": decode_usage(key, get),
         "max_usage_tokens": None,
+        "context_tokens": context_tokens,
     }
     fields_set = set(_SESSION_FIELDS)  # as a model built without what it lacks
     if values["usage"] is _NO_USAGE:
         fields_set.discard("usage")  # nothing spent: the default
+    if values["context_tokens"] is None:
+        fields_set.discard("context_tokens")
     budget = get(b"ub")
     if budget is None:
         fields_set.discard("max_usage_tokens")
@@ -975,6 +1010,7 @@ def decode_child(
     opener: Opener | None = None,
     *,
     history: list[Message] | None = None,
+    context_tokens: int | None = None,
 ) -> ChildSession:
     """A child session from its hash and its stored elements (digest + element); sealed
     elements are bound to the parent session, whose ``opener`` opens them.
@@ -1002,6 +1038,7 @@ def decode_child(
         merged_at=None if merged is None else to_datetime(_micros(key, merged, "merged_at")),
         forked_after=fork_point(key, fields.get("fp", b"")),
         usage=decode_usage(key, lambda name: fields.get(name.decode())),
+        context_tokens=context_tokens,
     )
 
 

@@ -282,7 +282,8 @@ class Created(NamedTuple):
 
 @_contract(
     "root stage log usage",
-    "head session_key call_token events event event_type schema_version kid #meta staged *messages",
+    "head session_key call_token events event event_type schema_version kid #meta tokens #sums "
+    "staged *messages",
     Created,
 )
 def create(
@@ -300,11 +301,15 @@ def create(
     schema_version: bytes,
     kid: bytes,
     meta: Sequence[bytes],
+    tokens: int | str,
+    sums: Sequence[bytes],
     staged: int,
     messages: Sequence[bytes],
 ) -> ScriptCall:
-    """``meta``: field/value pairs (counted in pairs); ``messages``: digest/JSON pairs, or,
-    with a history ``staged`` in the stage key, the digests of its newest messages only.
+    """``meta``: field/value pairs (counted in pairs); ``tokens``, ``sums``: the history's
+    token total and its token sums (``codec.token_sums``; ``''`` and none: unknown);
+    ``messages``: tag/JSON pairs, or, with a history ``staged`` in the stage key, the tags of
+    its newest messages only.
     """
     return ScriptCall(
         "create",
@@ -320,6 +325,9 @@ def create(
             kid,
             len(meta) // 2,
             *meta,
+            tokens,
+            len(sums) // 2,
+            *sums,
             staged,
             *messages,
         ],
@@ -343,9 +351,18 @@ class Read(NamedTuple):
     upto: int
     kid: bytes
     dk: bytes
+    first: int
+    """Where the messages the read wants begin (by ``last`` and ``max_tokens``)."""
+    context_tokens: int | None
+    """The tokens the session holds (asked ``with_context``; None: its token sums are
+    unknown)."""
 
 
-@_contract("meta msgs ids mark", "last with_meta token generation tail budget held_head", Read)
+@_contract(
+    "meta msgs ids mark",
+    "last with_meta token generation tail budget held_head max_tokens with_context",
+    Read,
+)
 def get(
     *,
     meta: Key,
@@ -359,12 +376,20 @@ def get(
     tail: Arg,
     budget: int,
     held_head: Arg,
+    max_tokens: int | None = None,
+    with_context: bool = False,
     after: Sequence[tuple[Any, ...]] = (),
 ) -> ScriptCall:
     """``last`` < 0: every message; ``token``, ``generation``, ``tail``, ``held_head``: the
-    version the caller holds (``''``: none); ``after``: plain reads sent behind it.
+    version the caller holds (``''``: none); ``max_tokens``: the most tokens the messages
+    wanted may sum to (None: no bound); ``with_context``: the tokens the session holds too;
+    ``after``: plain reads sent behind it.
     """
-    args: list[Arg] = [last, "1" if with_meta else "0", token, generation, tail, budget, held_head]
+    bound: Arg = "" if max_tokens is None else max_tokens
+    args: list[Arg] = [
+        last, "1" if with_meta else "0", token, generation, tail, budget, held_head, bound,
+        "1" if with_context else "0",
+    ]  # fmt: skip
     return ScriptCall("get", [meta, msgs, ids, mark], args, False, after)
 
 
@@ -547,7 +572,8 @@ class Appended(NamedTuple):
 
 @_contract(
     "root turn usage *members",
-    "head max_messages session_key kid max_metadata_bytes fence expect_last budget #metadata "
+    "head max_messages session_key kid max_metadata_bytes fence expect_last budget max_tokens "
+    "#metadata "
     "*messages",
     Appended,
 )
@@ -565,13 +591,15 @@ def append_message(
     fence: str,
     expect_last: bytes,
     budget: int,
+    max_tokens: int,
     metadata: Sequence[bytes],
     messages: Sequence[bytes],
 ) -> ScriptCall:
     """``fence``: the turn's value the write is made through (``''``: none); ``expect_last``:
     ``b''`` (no expectation), ``b'.'`` (the session is empty) or the newest element's id
-    prefix; ``budget``: the store's usage budget (0: none); ``metadata``: field/value pairs
-    (counted in arguments); ``messages``: tag/element pairs (``codec.message_args``).
+    prefix; ``budget``: the store's usage budget (0: none); ``max_tokens``: the store's cap on
+    the tokens a session holds (0: none); ``metadata``: field/value pairs (counted in
+    arguments); ``messages``: tag/element pairs (``codec.message_args``).
     """
     return ScriptCall(
         "append_message",
@@ -585,6 +613,7 @@ def append_message(
             fence,
             expect_last,
             budget,
+            max_tokens,
             len(metadata),
             *metadata,
             *messages,
@@ -596,11 +625,13 @@ class Compacted(NamedTuple):
     removed: int
     event_id: bytes
     """The ``compact`` event's id in the log (``b''``: none logged)."""
+    reclaimed_tokens: int | None
+    """The tokens the removed messages held (None: the session's token sums are unknown)."""
 
 
 @_contract(
     "root turn log *members",
-    "head session_key up_to digest element expect events event kid fence",
+    "head session_key up_to tag element expect events event kid fence",
     Compacted,
 )
 def compact_messages(
@@ -612,7 +643,7 @@ def compact_messages(
     head: Head,
     session_key: str,
     up_to: int,
-    digest: bytes,
+    tag: bytes,
     element: bytes,
     expect: bytes,
     events: Events,
@@ -620,11 +651,12 @@ def compact_messages(
     kid: bytes,
     fence: str = "",
 ) -> ScriptCall:
+    """``tag``: the summary's (``codec.message_tag``), ``element`` its stored form."""
     args: list[Arg] = [
         *head,
         session_key,
         up_to,
-        digest,
+        tag,
         element,
         expect,
         *events,
@@ -695,8 +727,8 @@ class Cleaned(NamedTuple):
 
 @_contract(
     "root turn log *members",
-    "head session_key kid max_messages fence expect_last events digest element notice_digest"
-    " notice *children",
+    "head session_key kid max_messages fence expect_last events tag element notice_tag"
+    " notice max_tokens *children",
     Cleaned,
 )
 def cleanup_failed_turn(
@@ -712,15 +744,17 @@ def cleanup_failed_turn(
     fence: str,
     expect_last: bytes,
     events: Events,
-    digest: bytes,
+    tag: bytes,
     element: bytes,
-    notice_digest: bytes,
+    notice_tag: bytes,
     notice: bytes,
+    max_tokens: int,
     children: Sequence[bytes | str],
 ) -> ScriptCall:
-    """``digest``/``element``: the answers of the open calls (``b''`` twice: none);
-    ``notice_digest``/``notice``: a message after them (``b''`` twice: none); ``children``:
-    per member, its child key and its ``discard`` event's fields.
+    """``tag``/``element``: the answers of the open calls (``codec.message_tag``; ``b''``
+    twice: none); ``notice_tag``/``notice``: a message after them (``b''`` twice: none);
+    ``max_tokens``: the cap on the tokens the session holds (0: none); ``children``: per
+    member, its child key and its ``discard`` event's fields.
     """
     args: list[Arg] = [
         *head,
@@ -730,10 +764,11 @@ def cleanup_failed_turn(
         fence,
         expect_last,
         *events,
-        digest,
+        tag,
         element,
-        notice_digest,
+        notice_tag,
         notice,
+        max_tokens,
         *children,
     ]
     return ScriptCall("cleanup_failed_turn", [*root, turn, log, *members], args)
@@ -783,6 +818,8 @@ class Forked(NamedTuple):
     """The ``fork`` event's id in the log (``b''``: a retry of this call, or no log)."""
     fork_point: bytes
     """The prefix of the parent's newest message at the fork (``b''``: none)."""
+    context_tokens: int | None
+    """The tokens the child holds (None: its token sums are unknown)."""
     members: tuple[bytes, ...]
 
 
@@ -918,9 +955,9 @@ class Merged(NamedTuple):
 
 @_contract(
     "root child_meta child_msgs child_ids stage log *members",
-    "head max_messages parent_key child_key call_token call_digest mode summary_digest "
+    "head max_messages parent_key child_key call_token call_digest mode summary_tag "
     "summary events event kid keep_merged staged_generation staged_tail staged_child "
-    "staged_length",
+    "staged_length max_tokens",
     Merged,
 )
 def merge_child(
@@ -939,7 +976,7 @@ def merge_child(
     call_token: str,
     call_digest: bytes,
     mode: str,
-    summary_digest: bytes,
+    summary_tag: bytes,
     summary: bytes,
     events: Events,
     event: bytes,
@@ -949,9 +986,12 @@ def merge_child(
     staged_tail: int,
     staged_child: int,
     staged_length: int,
+    max_tokens: int,
 ) -> ScriptCall:
     """``mode``: ``summary``, ``history`` (``staged_child``: the most child messages one call
-    merges) or ``staged`` (the staging list's generation, tail, child count and length).
+    merges) or ``staged`` (the staging list's generation, tail, child count and length);
+    ``summary_tag``: the summary's ``codec.message_tag``; ``max_tokens``: the parent's cap on
+    the tokens it holds (0: none).
     """
     return ScriptCall(
         "merge_child",
@@ -964,7 +1004,7 @@ def merge_child(
             call_token,
             call_digest,
             mode,
-            summary_digest,
+            summary_tag,
             summary,
             *events,
             event,
@@ -974,6 +1014,7 @@ def merge_child(
             staged_tail,
             staged_child,
             staged_length,
+            max_tokens,
         ],
     )
 
@@ -1085,10 +1126,12 @@ class ChildRead(NamedTuple):
     upto: int
     kid: bytes
     dk: bytes
+    context_tokens: int | None
+    """The tokens the child holds (None: its token sums are unknown)."""
 
 
 @_contract(
-    "child_meta child_msgs done parent_meta",
+    "child_meta child_msgs done parent_meta child_ids",
     "child_key generation tail budget held_head token",
     ChildRead,
 )
@@ -1098,6 +1141,7 @@ def get_child(
     child_msgs: Key,
     done: Key,
     parent_meta: Key,
+    child_ids: Key,
     child_key: str,
     generation: Arg,
     tail: Arg,
@@ -1106,7 +1150,8 @@ def get_child(
     token: Arg,
 ) -> ScriptCall:
     args: list[Arg] = [child_key, generation, tail, budget, held_head, token]
-    return ScriptCall("get_child", [child_meta, child_msgs, done, parent_meta], args, write=False)
+    keys = [child_meta, child_msgs, done, parent_meta, child_ids]
+    return ScriptCall("get_child", keys, args, write=False)
 
 
 class Children(NamedTuple):

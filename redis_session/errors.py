@@ -176,6 +176,20 @@ class UsageLimitExceeded(SessionError):
         )
 
 
+class TokenCountsUnknown(SessionError):
+    """A read by tokens (``get_history(max_tokens=...)``) of a session whose token sums the
+    store does not know: stored before it kept them, or its list changed by another program
+    (its ``context_tokens`` is None). Nothing is cut silently: read it whole and count.
+    """
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(
+            f"session {key!r} has no token sums (stored before they were kept, or changed by "
+            "another program): read its history whole and count"
+        )
+
+
 class EventsLost(SessionError):
     """Events a listener asked for are gone from the log: trimmed past its cursor (the log
     keeps ``event_log_max`` events), or the log stream was removed (evicted, deleted) after

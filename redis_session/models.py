@@ -309,6 +309,13 @@ class Session(_Model):
     """The session's usage budget in tokens (:attr:`Usage.total_tokens`): an append to a session
     whose usage has reached it raises ``UsageLimitExceeded``. None: the store's
     ``max_usage_tokens``; 0: no budget. Set by ``create`` (``update`` leaves it as it is)."""
+    context_tokens: int | None = Field(default=None, ge=0)
+    """The tokens of the messages the session holds now: the sum of their
+    :attr:`Message.tokens` (a message without a count counts 0), kept exact by the store in
+    the script of every write (an append and its trim, a compaction with its summary's count,
+    a pop, a merge, a rewind, a branch). Set by the store when it reads the session; None:
+    unknown (a session stored before the store kept token sums, or whose list another program
+    changed). ``create`` and ``update`` ignore it."""
 
 
 class SessionSummary(_Model):
@@ -353,6 +360,10 @@ class ChildSession(_Model):
     usage: Usage = Field(default_factory=Usage)
     """The sum of the usage of the messages the child was given (added to its parent's when it
     is merged); held to the store's ``max_usage_tokens``."""
+    context_tokens: int | None = Field(default=None, ge=0)
+    """The tokens of the messages the child holds now (as :attr:`Session.context_tokens`), set
+    by ``get_child``; None: unknown (a child forked in steps, or read from a store that did
+    not keep token sums)."""
 
     @classmethod
     def new(
@@ -434,6 +445,11 @@ class SessionLifecycleEvent(_Model):
     none)."""
     count: int = 0
     """For ``rewind``: how many messages it removed."""
+    summary_tokens: int | None = None
+    """For ``compact``: the summary's token count."""
+    reclaimed_tokens: int | None = None
+    """For ``compact``: the tokens the removed messages held (None: the session's token sums
+    are unknown, see :attr:`Session.context_tokens`)."""
     deliveries: int = 1
     """How many times a consumer group handed this event out (more than 1: re-delivered after
     a member did not acknowledge it in time); 1 outside groups."""

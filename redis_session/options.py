@@ -43,6 +43,11 @@ class StoreOptions:
     refreshed by every write."""
     max_history_turns: int = 0
     """How many messages a session keeps, the newest (0: all)."""
+    max_history_tokens: int = 0
+    """How many tokens a session's messages may hold (their counts' sum, its
+    ``context_tokens``; 0: no cap): an append trims the oldest messages, in the same script,
+    until the rest fit; the newest message always stays. Held where the session's token sums
+    are known (``context_tokens`` is not None)."""
     expired_grace: float | timedelta = DEFAULT_EXPIRED_GRACE
     """How long after expiry ``get`` still says ``SessionExpired`` rather than
     ``SessionNotFound``."""
@@ -128,9 +133,10 @@ class StoreOptions:
             non_negative_int(getattr(self, name), name)
         if self.count_tokens is not None and not callable(self.count_tokens):
             raise InvalidArgument("count_tokens", "must be a callable or None")
-        non_negative_int(self.max_usage_tokens, "max_usage_tokens")
-        if self.max_usage_tokens > MAX_TOKENS:
-            raise InvalidArgument("max_usage_tokens", "must be at most 2**40")
+        for name in ("max_usage_tokens", "max_history_tokens"):
+            non_negative_int(getattr(self, name), name)
+            if getattr(self, name) > MAX_TOKENS:
+                raise InvalidArgument(name, "must be at most 2**40")
         if self.dedup_window < MIN_DEDUP_WINDOW:
             raise InvalidArgument(
                 "dedup_window", f"must be >= {MIN_DEDUP_WINDOW}, got {self.dedup_window}"

@@ -77,13 +77,20 @@ class Store(Protocol):
         """
         ...
 
-    def get_history(self, key: str, last: int | None = None) -> list[Message]:
-        """The messages only; with ``last=N`` the newest N, at a cost that does not grow with
-        the history's length.
+    def get_history(
+        self, key: str, last: int | None = None, *, max_tokens: int | None = None
+    ) -> list[Message]:
+        """The messages only; with ``last=N`` the newest N, with ``max_tokens=T`` the longest
+        run of newest messages whose :attr:`Message.tokens` sum to at most T (a message
+        without a count counts 0; none when the newest alone is over T); with both, the
+        fewer. One round trip, at a cost that does not grow with the history's length (the
+        store keeps running sums of the counts beside each session's list).
 
         Raises:
             SessionNotFound, SessionExpired, CorruptData: as :meth:`get`.
-            InvalidArgument: ``last`` is not a positive int.
+            TokenCountsUnknown: ``max_tokens`` given, and the session has no token sums (see
+                :attr:`Session.context_tokens`): read it whole.
+            InvalidArgument: ``last`` or ``max_tokens`` is not a non-negative int.
         """
         ...
 
@@ -280,7 +287,9 @@ class AsyncStore(Protocol):
 
     async def create(self, session: Session, *, idempotency_key: str | None = None) -> Session: ...
     async def get(self, key: str, last: int | None = None) -> Session: ...
-    async def get_history(self, key: str, last: int | None = None) -> list[Message]: ...
+    async def get_history(
+        self, key: str, last: int | None = None, *, max_tokens: int | None = None
+    ) -> list[Message]: ...
     async def update(self, session: Session) -> None: ...
     async def update_metadata(
         self, key: str, set: Mapping[str, str] | None = None, delete: Iterable[str] = ()

@@ -34,6 +34,7 @@ from .errors import (
     SessionExpired,
     SessionNotFound,
     StaleExpectation,
+    TokenCountsUnknown,
     TurnLost,
     UsageLimitExceeded,
 )
@@ -63,6 +64,7 @@ class Status(IntEnum):
     TURN_LOST = 18
     TURN_BUSY = 19
     OVER_BUDGET = 20
+    TOKENS_UNKNOWN = 21
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +109,8 @@ def _raise(status: int, reply: Sequence[Any], ctx: Ctx) -> NoReturn:
         case Status.OVER_BUDGET:
             over = parsed(OverBudget, reply)
             raise UsageLimitExceeded(ctx.key, int(over.usage), int(over.budget))
+        case Status.TOKENS_UNKNOWN:
+            raise TokenCountsUnknown(ctx.key)
         case Status.MERGED:
             raise ChildAlreadyMerged(ctx.key)
         case Status.CONFLICT:

@@ -502,8 +502,10 @@ class AsyncRedisStore:
     async def get(self, key: str, last: int | None = None) -> Session:
         return await self._run(self._core.sessions.get(key, last))
 
-    async def get_history(self, key: str, last: int | None = None) -> list[Message]:
-        return await self._run(self._core.sessions.get_history(key, last))
+    async def get_history(
+        self, key: str, last: int | None = None, *, max_tokens: int | None = None
+    ) -> list[Message]:
+        return await self._run(self._core.sessions.get_history(key, last, max_tokens))
 
     async def update(self, session: Session) -> None:
         return await self._run(self._core.sessions.update(session))

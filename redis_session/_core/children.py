@@ -189,7 +189,12 @@ class Children:
         created = codec.to_datetime(forked.created_at)
         forked_after = codec.fork_point(child.key, forked.fork_point)
         return child.model_copy(
-            update={"created_at": created, "history": history, "forked_after": forked_after}
+            update={
+                "created_at": created,
+                "history": history,
+                "forked_after": forked_after,
+                "context_tokens": forked.context_tokens,
+            }
         )
 
     def _copy_inherited(
@@ -308,7 +313,7 @@ class Children:
             generation, tail, child, length = staged or ("", 0, self.limits.step_messages, 0)
 
             def make(sealer: Sealer | None) -> ScriptCall:
-                summary_digest, element = codec.seal_pairs(pairs, [msg], sealer, "summary", limit)
+                summary_tag, element = codec.seal_pairs(pairs, [msg], sealer, "summary", limit)
                 mode = "staged" if staged else ("summary" if summary else "history")
                 return contracts.merge_child(
                     root=root,
@@ -325,7 +330,7 @@ class Children:
                     call_token=call,
                     call_digest=digest,
                     mode=mode,
-                    summary_digest=summary_digest,
+                    summary_tag=summary_tag,
                     summary=element,
                     events=self.events.events_of(parent),
                     event=draft.fields,
@@ -335,6 +340,7 @@ class Children:
                     staged_tail=tail,
                     staged_child=child,
                     staged_length=length,
+                    max_tokens=self.options.max_history_tokens,
                 )
 
             return make
@@ -455,7 +461,7 @@ class Children:
     def get_child(self, child_key: str) -> Op[ChildSession]:
         child_key, parent, _, ck = self._child_keys(child_key)
         parent_keys = self.schema.session(parent)
-        keys = (ck.meta, ck.msgs, parent_keys.done, parent_keys.meta)
+        keys = (ck.meta, ck.msgs, parent_keys.done, parent_keys.meta, ck.ids)
         reader = self.reader
         held = reader.cache.get(child_key)
 
@@ -465,6 +471,7 @@ class Children:
                 child_msgs=ck.msgs,
                 done=parent_keys.done,
                 parent_meta=parent_keys.meta,
+                child_ids=ck.ids,
                 child_key=child_key,
                 generation="" if held is None else held.generation,
                 tail="" if held is None else held.tail,
@@ -495,11 +502,14 @@ class Children:
         start, h = read.from_, read.head
         size = sum(map(len, bodies))
         history = reader.hold(child_key, held, version, h, start, h, new, size, len(bodies))
+        tokens = read.context_tokens
         child: ChildSession = yield from self.keyring.opened(
             parent,
             read.kid,
             read.dk,
-            lambda o: codec.decode_child(child_key, meta, (), o, history=history),
+            lambda o: codec.decode_child(
+                child_key, meta, (), o, history=history, context_tokens=tokens
+            ),
         )
         return child
 

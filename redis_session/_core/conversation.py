@@ -325,10 +325,11 @@ class Conversation:
                 fence=fence.value,
                 expect_last=b"." if not newest else codec.id_prefix(newest),
                 events=sessions.events.events_of(key),
-                digest=first[0],
+                tag=first[0],
                 element=first[1],
-                notice_digest=second[0],
+                notice_tag=second[0],
                 notice=second[1],
+                max_tokens=o.max_history_tokens,
                 children=children,
             )
 

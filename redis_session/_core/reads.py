@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from .. import codec, contracts
-from .._transport.telemetry import note_read
+from .._transport.telemetry import note_context, note_read
 from ..errors import ConcurrentChange, SessionError
 from ..keys import KeySchema
 from ..models import Message
@@ -88,12 +88,13 @@ class Reader:
     # -- a session's read ----------------------------------------------------------------------
 
     def session(
-        self, key: str, last: int, with_meta: bool
+        self, key: str, last: int, with_meta: bool, max_tokens: int | None = None
     ) -> Op[tuple[contracts.Read, list[Message]]]:
-        """The ``get`` script's reply for session ``key`` (``last`` < 0: every message) and
-        the messages it asked for: those the store holds from an earlier read of the session
-        and the ones added since, or all of them (a long history read in steps). The reply's
-        meta array is read as well with ``with_meta``.
+        """The ``get`` script's reply for session ``key`` (``last`` < 0: every message; with
+        ``max_tokens``, no more of the newest than sum to at most that many tokens) and the
+        messages it asked for: those the store holds from an earlier read of the session and
+        the ones added since, or all of them (a long history read in steps). The reply's meta
+        array is read as well with ``with_meta``.
         """
         sk = self.trees.keys(key)[0]
         held = self.cache.get(key)
@@ -118,6 +119,8 @@ class Reader:
                 tail=known[2],
                 budget=budget,
                 held_head=known[3],
+                max_tokens=max_tokens,
+                with_context=with_meta,
                 after=after,
             )
 
@@ -125,15 +128,16 @@ class Reader:
             return Ctx(key, (sk.meta, sk.msgs, sk.ids, sk.mark))
 
         try:
-            span = None if held is not None else self.cold_span(last)
+            span = None if held is not None or max_tokens is not None else self.cold_span(last)
             read, items = yield from self.listed(
                 key, call, contracts.Read, ctx, (sk.meta, sk.msgs), _token, span, with_meta
             )
         except SessionError:
             self.cache.discard(key)
             raise
-        start, h, n = read.from_, read.head, read.tail
-        wanted = h if last < 0 else max(h, n - last)
+        start, h = read.from_, read.head
+        wanted = read.first
+        note_context(read.context_tokens)
         version = (read.token, b"%d" % read.generation)
         place = start - h  # the first element's place in the history: a bad one is named so
         if self.keyring.passphrase is None:

@@ -184,6 +184,7 @@ class Sessions:
                 )
                 staged = contracts.parsed(contracts.Staged, check(reply, Ctx(key, [stage]))).length
             messages = pairs[0::2][-o.window :]
+        sums = codec.token_sums([m.tokens or 0 for m in session.history])
         request = contracts.create(
             root=keys,
             stage=stage,
@@ -198,6 +199,8 @@ class Sessions:
             schema_version=codec.SCHEMA_VERSION,
             kid=kid,
             meta=meta,
+            tokens="" if sums is None else sums[1],
+            sums=() if sums is None else sums[0],
             staged=staged,
             messages=messages,
         )
@@ -218,8 +221,10 @@ class Sessions:
             yield from self.events.reap_due(keys[3])
         now = codec.to_datetime(created.created_at)
         spent = codec.history_usage(session.history)
-        made = session.model_copy(update={"created_at": now, "updated_at": now, "usage": spent})
-        return made, created.again
+        update: dict[str, Any] = {"created_at": now, "updated_at": now, "usage": spent}
+        if sums is not None:
+            update["context_tokens"] = sums[1]
+        return session.model_copy(update=update), created.again
 
     def get(self, key: str, last: int | None = None) -> Op[Session]:
         key = check_key(key)
@@ -235,20 +240,25 @@ class Sessions:
         # memory; it also runs on a read-only replica.
         read, history = yield from self.reader.session(key, last, True)
         meta = read.meta
+        held = read.context_tokens
         if self.keyring.passphrase is None:
-            return codec.decode_session(key, meta, (), history=history), read
+            return codec.decode_session(key, meta, (), history=history, context_tokens=held), read
         session: Session = yield from self.keyring.opened(
             key,
             read.kid,
             read.dk,
-            lambda o: codec.decode_session(key, meta, (), o, history=history),
+            lambda o: codec.decode_session(key, meta, (), o, history=history, context_tokens=held),
         )
         return session, read
 
-    def get_history(self, key: str, last: int | None = None) -> Op[list[Message]]:
+    def get_history(
+        self, key: str, last: int | None = None, max_tokens: int | None = None
+    ) -> Op[list[Message]]:
         key = check_key(key)
         n = -1 if last is None else non_negative_int(last, "last")
-        _, history = yield from self.reader.session(key, n, False)
+        if max_tokens is not None:
+            non_negative_int(max_tokens, "max_tokens")
+        _, history = yield from self.reader.session(key, n, False, max_tokens)
         return history
 
     def update(self, session: Session) -> Op[None]:
@@ -448,7 +458,7 @@ class Sessions:
         expect = b"" if expect_last_id is None else expect_last(expect_last_id)
         body, ready, tokens = codec.stored_form(msg, "msg", self.options.count_tokens)
         limit = self.options.max_message_bytes
-        pair = [codec.message_tag(msg), codec.check_size(body, limit, "msg")]
+        pair = [codec.message_tag(msg, tokens), codec.check_size(body, limit, "msg")]
         twin = None  # the hot path's one message: _twins's work, without its loop
         if ready and self.keyring.passphrase is None:
             twin = self.reader.twin(key, body, msg, tokens)
@@ -514,6 +524,7 @@ class Sessions:
                 fence=fence.value,
                 expect_last=expect,
                 budget=o.max_usage_tokens,
+                max_tokens=o.max_history_tokens,
                 metadata=() if meta is None else meta(sealer),
                 messages=pairs
                 if sealer is None
@@ -569,11 +580,13 @@ class Sessions:
         expect = codec.id_prefix(expect_id) if expect_id else b""
         sk, root = self.trees.keys(key)
         log = self.events.log_of(key)
-        draft = new_event(LifecycleEventType.COMPACT, key)
-        pairs = codec.message_args([msg], "summary", limit, self.options.count_tokens)
+        counts: list[int | None] = []
+        pairs = codec.message_args([msg], "summary", limit, self.options.count_tokens, counts)
+        summary_tokens = counts[0] or 0
+        draft = new_event(LifecycleEventType.COMPACT, key, summary_tokens=summary_tokens)
 
         def build(sealer: Sealer | None) -> ScriptCall:
-            digest, element = codec.seal_pairs(pairs, [msg], sealer, "summary", limit)
+            tag, element = codec.seal_pairs(pairs, [msg], sealer, "summary", limit)
             return contracts.compact_messages(
                 root=root,
                 turn=sk.turn,
@@ -582,7 +595,7 @@ class Sessions:
                 head=self.trees.head(key),
                 session_key=key,
                 up_to=index,
-                digest=digest,
+                tag=tag,
                 element=element,
                 expect=expect,
                 events=self.events.events_of(key),
@@ -596,6 +609,9 @@ class Sessions:
         reply = yield from self.writer.write(key, build, ctx)
         compacted = contracts.parsed(contracts.Compacted, reply)
         if compacted.removed:
+            if compacted.reclaimed_tokens is not None:
+                reclaimed = (("reclaimed_tokens", compacted.reclaimed_tokens),)
+                draft = draft._replace(extra=draft.extra + reclaimed)
             yield Emit(draft.event(compacted.event_id))
         return compacted.removed
 

@@ -488,8 +488,10 @@ class RedisStore:
     def get(self, key: str, last: int | None = None) -> Session:
         return self._run(self._core.sessions.get(key, last))
 
-    def get_history(self, key: str, last: int | None = None) -> list[Message]:
-        return self._run(self._core.sessions.get_history(key, last))
+    def get_history(
+        self, key: str, last: int | None = None, *, max_tokens: int | None = None
+    ) -> list[Message]:
+        return self._run(self._core.sessions.get_history(key, last, max_tokens))
 
     def update(self, session: Session) -> None:
         return self._run(self._core.sessions.update(session))

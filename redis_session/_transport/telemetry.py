@@ -15,7 +15,8 @@ Attributes follow the database semantic conventions (``db.system.name`` = ``redi
 domain outcome such as ``StaleExpectation``, which is no error), on appends
 ``messages_trimmed`` (what ``max_messages`` dropped from the head), on reads ``cache_hit`` and
 ``messages_fetched`` (whether the read cache served it: only the messages added since its
-entry travelled, and how many did) and the session key as the
+entry travelled, and how many did) and ``context_tokens`` (the tokens the session holds, where
+known), and the session key as the
 store's ``trace_session_keys`` says: ``"hashed"`` (default: a BLAKE2b-64 hex digest, stable
 across processes, so that one session's spans can be found together), ``"plain"`` or
 ``"off"``. See docs/observability.md.
@@ -80,6 +81,7 @@ SPAN_NAMES = {
 """Span names of operations whose generator is named otherwise than the public method."""
 _read: ContextVar[tuple[bool, int] | None] = ContextVar("redis_session_read", default=None)
 _trimmed: ContextVar[int] = ContextVar("redis_session_trimmed", default=0)
+_context_tokens: ContextVar[int | None] = ContextVar("redis_session_context", default=None)
 _spent: ContextVar[tuple[int, int]] = ContextVar("redis_session_spent", default=(0, 0))
 _caches: weakref.WeakSet[ReadCache] = weakref.WeakSet()
 RECHECK = 1.0
@@ -108,6 +110,14 @@ def note_read(hit: bool, fetched: int) -> None:
     """
     if _trace is not None:  # nothing to note for when OpenTelemetry is not installed
         _read.set((hit, fetched))
+
+
+def note_context(tokens: int | None) -> None:
+    """The tokens the session read in progress holds (its ``context_tokens``; None: unknown
+    or not read).
+    """
+    if _trace is not None:
+        _context_tokens.set(tokens)
 
 
 def note_trimmed(count: int) -> None:
@@ -289,6 +299,7 @@ class Call:
         self.events: list[str] = []
         if name in READS:
             _read.set(None)  # what the reader notes of this read, not of an earlier one
+            _context_tokens.set(None)
         elif name in WRITES:
             if _trimmed.get():
                 _trimmed.set(0)
@@ -360,6 +371,12 @@ class Call:
                 (metrics.cache_hits if hit else metrics.cache_misses).add(1, labels)
                 found["redis_session.cache_hit"] = hit
                 found["redis_session.messages_fetched"] = fetched
+            held = getattr(result, "context_tokens", None)
+            if held is None:
+                held = _context_tokens.get()
+            if held is not None:
+                _context_tokens.set(None)
+                found["redis_session.context_tokens"] = held
         metrics.duration.record(time.perf_counter() - self.started, labels)
         if self.recording:
             found["redis_session.round_trips"] = self.counts[0]

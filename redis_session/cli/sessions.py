@@ -239,6 +239,8 @@ def _show_session(
     for name, value in sorted(session.metadata.items()):
         head.add_row(text(f"metadata {name}"), text(value, multiline=True))
     head.add_row("messages", f"{total}" + (f" (showing the last {len(shown)})" if last else ""))
+    held = session.context_tokens
+    head.add_row("tokens held", "unknown" if held is None else f"{held:,}")
     spent = session.usage
     head.add_row(
         "usage",

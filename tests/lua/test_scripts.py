@@ -219,7 +219,7 @@ def test_a_retried_append_script_stores_nothing_twice(backend: Backend) -> None:
         root=_root_keys(backend, "r"), turn=backend.schema.session("r").turn,
         usage=backend.schema.usage_of("r"),
         head=HEAD, max_messages=0, session_key="r", kid=b"", max_metadata_bytes=0,
-        fence="", expect_last=b"", budget=0, metadata=(),
+        fence="", expect_last=b"", budget=0, max_tokens=0, metadata=(),
         messages=message_args([Message(role="user", content="x")], "m"),
     )  # fmt: skip
     assert _send(backend, call) == [0, 1, 0]  # OK, appended, trimmed
@@ -230,14 +230,18 @@ def test_a_retried_compaction_script_changes_nothing(backend: Backend) -> None:
     store = backend.sync_store()
     store.create(Session(key="c", history=[Message(role="user", content=str(i)) for i in range(4)]))
     sk = backend.schema.session("c")
-    digest, element = message_args([Message(role="system", content="S")], "s")
+    tag, element = message_args([Message(role="system", content="S", tokens=3)], "s")
     call = contracts.compact_messages(
         root=_root_keys(backend, "c"), turn=sk.turn, log=backend.schema.log_of("c"),
-        head=HEAD, session_key="c", up_to=1, digest=digest, element=element, expect=b"",
+        head=HEAD, session_key="c", up_to=1, tag=tag, element=element, expect=b"",
         events=Events("", "", 0, 0), event=b'"key":"c"', kid=b"",
     )  # fmt: skip
-    assert _send(backend, call) == [0, 2, b""]
-    assert _send(backend, call) == [0, 0, b""]
+    removed = sum(m.tokens or 0 for m in store.get_history("c")[:2])
+    assert _send(backend, call) == [0, 2, b"", removed]  # OK, removed, event id, their tokens
+    assert _send(backend, call) == [0, 0, b"", None]
+    assert store.get("c").context_tokens == 3 + sum(
+        m.tokens or 0 for m in store.get_history("c")[1:]
+    )
     assert [m.content for m in store.get_history("c")] == ["S", "2", "3"]
 
 

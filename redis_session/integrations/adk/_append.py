@@ -54,17 +54,18 @@ def adk_append_event(
     last_update_time: str,
     newest_event_id: str,
     events: Events,
-    digest: bytes,
+    tag: bytes,
     element: bytes,
     fence: str,
     budget: int,
+    max_tokens: int,
     metadata: Sequence[bytes],
     shared: Sequence[Sequence[Arg]],
 ) -> ScriptCall:
-    """``digest``: the event's tag (id digest and usage, ``codec.message_args``); ``budget``:
-    the store's usage budget (0: none); ``shared``: per shared record, its key, 'create'
-    event, call token, the count of its base pairs' arguments and them, the count of its
-    metadata arguments and them.
+    """``tag``: the event's ``codec.message_tag``; ``budget``: the store's usage budget (0:
+    none); ``max_tokens``: the cap on the tokens the session holds (0: none); ``shared``: per
+    shared record, its key, 'create' event, call token, the count of its base pairs'
+    arguments and them, the count of its metadata arguments and them.
     """
     return ScriptCall(
         SCRIPT,
@@ -79,10 +80,11 @@ def adk_append_event(
             last_update_time,
             newest_event_id,
             *events,
-            digest,
+            tag,
             element,
             fence,
             budget,
+            max_tokens,
             len(metadata),
             *metadata,
             len(shared),
@@ -93,7 +95,8 @@ def adk_append_event(
 
 _ARGV = (
     "head max_messages session_key max_metadata_bytes schema_version last_update_field "
-    "last_update_time newest_event_id events digest element fence budget #metadata #shared"
+    "last_update_time newest_event_id events tag element fence budget max_tokens #metadata "
+    "#shared"
 )
 CONTRACT = Contract(
     SCRIPT,
@@ -126,7 +129,7 @@ def append_event(
     to be other than the store knew.
     """
     options = ext.options
-    body = codec.stored_form(msg, "event", options.count_tokens)[0]
+    body, _, tokens = codec.stored_form(msg, "event", options.count_tokens)
     element = codec.check_size(body, options.max_message_bytes, "event")
     own = ext.metadata_pairs(entries, "state_delta")
     shared_keys: list[str] = []
@@ -161,10 +164,11 @@ def append_event(
             last_update_time=repr(last_update_time),
             newest_event_id=newest_event_id,
             events=ext.events_of(record),
-            digest=codec.message_tag(msg),
+            tag=codec.message_tag(msg, tokens),
             element=element,
             fence="" if turn is None else turn.id,
             budget=options.max_usage_tokens,
+            max_tokens=options.max_history_tokens,
             metadata=own,
             shared=records,
         )

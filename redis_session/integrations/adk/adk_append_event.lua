@@ -3,12 +3,12 @@
 -- entries and last_update_time, and set the app and user state entries (creating their
 -- records when missing), all in one script.
 -- KEYS: root turn log usage *shared_records *members
--- ARGV: head max_messages session_key max_metadata_bytes schema_version last_update_field last_update_time newest_event_id events digest element fence budget #metadata #shared
+-- ARGV: head max_messages session_key max_metadata_bytes schema_version last_update_field last_update_time newest_event_id events tag element fence budget max_tokens #metadata #shared
 -- OK: stored created event_ids
 -- KEYS[1..7] the session tree's root keys (see the prelude)   KEYS[8] the session's turn key
 -- KEYS[9] the event log stream of the session's tree (and of the shared records: one slot)
 -- KEYS[10] the usage totals of the prefix (see append_message)
--- KEYS[11 ..] first six keys per shared state record (r of them, ARGV[21+m]; none on a cluster,
+-- KEYS[11 ..] first six keys per shared state record (r of them, ARGV[22+m]; none on a cluster,
 --   where they live in other slots): meta hash, msgs list, ids hash, expiry marker, kids zset,
 --   done zset; then the session tree's members
 -- ARGV[1] ttl ms   ARGV[2] grace ms   ARGV[3] tree generation known   ARGV[4] id window
@@ -18,14 +18,15 @@
 -- ARGV[10] the caller's last_update_time (seconds, a decimal string)
 -- ARGV[11] the message id of the caller's newest event ('' = it holds none)
 -- ARGV[12 .. 15] the events group (see log_event)
--- ARGV[16] the event's tag: 8-byte id digest, then its usage ('input:output:requests') or
---   nothing (added to the session's usage and the prefix's totals)
+-- ARGV[16] the event's tag (codec.message_tag: 8-byte id digest, token count, usage: the
+--   usage is added to the session's and the prefix's totals, the count to its token sums)
 -- ARGV[17] the event as stored (message JSON)
 -- ARGV[18] the turn's value the append is made through ('' = none: not fenced)
 -- ARGV[19] the store's usage budget in tokens (0 = none; the session's own, meta field 'ub',
 --   comes first): a session whose usage has reached it takes no event (OVER_BUDGET)
--- ARGV[20] m = number of the session's metadata arguments (field/value pairs), ARGV[21 .. 20+m]
--- ARGV[21+m] r = number of shared records, then per shared record: its key (index member),
+-- ARGV[20] the cap on the tokens the session holds (0 = none; as append_message's ARGV[12])
+-- ARGV[21] m = number of the session's metadata arguments (field/value pairs), ARGV[22 .. 21+m]
+-- ARGV[22+m] r = number of shared records, then per shared record: its key (index member),
 --   its 'create' event's fields (JSON members), a call token,
 --   q = number of base field/value arguments (written only when the record is created), them,
 --   p = number of its metadata arguments (field/value pairs: 'm:' .. name, value), them
@@ -43,7 +44,8 @@
 -- KEY_CHANGED (the Python side uses the store's own path for encrypted stores). Every check
 -- (types, staleness, sizes) is made before the first write (ZADD, which Redis refuses when it
 -- is out of memory).
-local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n', 'tg', 'mb', 'ui', 'uo', 'ub', 'ur')
+local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n', 'tg', 'mb', 'ui', 'uo', 'ub', 'ur',
+  'g')
 if failed(f) then return refusal(f, 1) end
 if not f[1] then return gone(1, 2, 3, 5) end
 if f[1] ~= SCHEMA then return {DAMAGED, 1, 'version', f[1]} end
@@ -56,7 +58,9 @@ if extend_now and (f[6] or '0') ~= ARGV[3] then return tree_changed(f[6]) end
 local g, h, n = positions(nil, f[4], f[5], 2, 1)
 if g == nil then return h end
 local digest, spent = string.sub(ARGV[16], 1, 8), nil
-if #ARGV[16] > 8 then spent = {string.sub(ARGV[16], 9)} end
+local u = tag_usage(ARGV[16])
+if u then spent = {u} end
+local tokens = {tag_tokens(ARGV[16])}
 local win, stop = open_window(3, f[5], 16, 16, 2)
 if not win then return stop end
 if has(win, digest) then return {OK, 0, ''} end
@@ -77,14 +81,14 @@ if spent then
   if spend then return spend end
 end
 
-local m = tonumber(ARGV[20])
+local m = tonumber(ARGV[21])
 local limit = tonumber(ARGV[7])
-local mb = metadata_after(KEYS[1], f[7], 21, 20 + m, 1, 0)
+local mb = metadata_after(KEYS[1], f[7], 22, 21 + m, 1, 0)
 if limit > 0 and mb > limit then return {TOO_LARGE, mb, limit} end
 
-local r = tonumber(ARGV[21 + m])
+local r = tonumber(ARGV[22 + m])
 local shared = {}
-local at = 22 + m
+local at = 23 + m
 for j = 1, r do
   local b = 10 + 6 * (j - 1)
   local rec = {meta = b + 1, msgs = b + 2, ids = b + 3, mark = b + 4, kids = b + 5, done = b + 6,
@@ -110,11 +114,33 @@ for j = 1, r do
   shared[j] = rec
 end
 
+local fr  -- the token sums' frame (nil: unknown), and the head after the trims
+if g == false then fr = sums_frame(3, nil, nil, nil, f[12] or '0', h, n) end
+local max = tonumber(ARGV[5])
+local h2 = h
+if max > 0 and n + 1 - h > max then h2 = n + 1 - max end
+local S  -- the token sums' tools, built where a trim needs them
+if fr and over_cap(fr, tokens, tonumber(ARGV[20])) then
+  S = sums_tools()
+  local by_tokens = S.head(3, fr, h, n, tokens, tonumber(ARGV[20]))
+  if not by_tokens then fr = nil elseif by_tokens > h2 then h2 = by_tokens end
+end
+
 local z = redis.pcall('ZADD', KEYS[4], now, ARGV[6])
 if failed(z) then return refusal(z, 4) end
 local created = n == h  -- the list is made anew: it joins the tree's deadline
+local sums, base = false, nil
+if fr and h2 > h then
+  sums, base = (S or sums_tools()).append(3, fr, h, n, tokens, h2)
+elseif fr then
+  sums = sums_add(fr, n, tokens) or false
+end
 redis.call('RPUSH', KEYS[2], ARGV[17])
 add(win, {digest}, tonumber(ARGV[4]))
+for k = 1, #(sums or {}), 2 do
+  win[sums[k]] = sums[k + 1]
+  win.dirty[sums[k]] = true
+end
 save_window(win)
 if totals then
   local add = spent_usage(spent)
@@ -122,17 +148,19 @@ if totals then
   set_figures(10, totals, add)
 end
 n = n + 1
-local max = tonumber(ARGV[5])
-if max > 0 and n - h > max then
-  redis.call('LTRIM', KEYS[2], -max, -1)
-  h = n - max
-end
+if h2 > h then redis.call('LTRIM', KEYS[2], h2 - h, -1) end
+h = h2
 if g then
   redis.call('HSET', KEYS[1], 'updated_at', us, 'n', n, 'h', h, 'g', g, 'mb', mb)
 else
   redis.call('HSET', KEYS[1], 'updated_at', us, 'n', n, 'h', h, 'mb', mb)
 end
-hcall_from('HSET', KEYS[1], 21, 20 + m)
+if base then
+  redis.call('HSET', KEYS[3], 'sb', base)
+elseif not sums and fr then
+  redis.call('HDEL', KEYS[3], 'sg')
+end
+hcall_from('HSET', KEYS[1], 22, 21 + m)
 if extend_now then
   extend(11 + 6 * r, ttl, grace, now)
 elseif created then
