@@ -533,7 +533,7 @@ local function tombstone(kind, child_key, us)
 end
 
 -- Token sums. Beside a list (a session's or a child's), its ids hash KEYS[i] keeps the running
--- sums of its messages' token counts (a tag's: tag_tokens): entry v holds S(v), the counts of
+-- sums of its messages' token counts (a tag's: tag_parts): entry v holds S(v), the counts of
 -- every message through the one at list position v - to, as 16 characters ('%16d'), SUM_SPAN
 -- entries a field named 's' .. floor(v / SUM_SPAN). The same hash holds the frame (not the
 -- meta hash, which every read returns whole): 'sg' the generation the sums hold for, 'so' the
@@ -557,8 +557,8 @@ end
 local function sums_frame(i, sg, so, sb, g, h, n, last)
   if sg == nil then sg, so, sb = unpack(redis.call('HMGET', KEYS[i], 'sg', 'so', 'sb')) end
   if not sg or sg ~= tostring(g) then return nil end
-  local to, B = tonumber(so), tonumber(sb)
-  if not to or not B then return nil end
+  local to, B = whole(so), tonumber(sb)
+  if not to or not B or B > SUM_LIMIT or B < -SUM_LIMIT then return nil end
   local v = n - 1 + to
   if v < 0 then return {to, B, B, nil} end
   if last == nil then last = redis.call('HGET', KEYS[i], sum_field(v)) end
@@ -572,14 +572,10 @@ end
 
 -- A message tag's token count (the digits after its 8-byte id digest; none: 0) and its usage
 -- ('input:output:requests' after a '/', or nil).
-local function tag_tokens(tag)
+local function tag_parts(tag)
   local slash = string.find(tag, '/', 9, true)
-  return tonumber(string.sub(tag, 9, (slash or 0) - 1)) or 0
-end
-
-local function tag_usage(tag)
-  local slash = string.find(tag, '/', 9, true)
-  return slash and string.sub(tag, slash + 1)
+  if not slash then return tonumber(string.sub(tag, 9)) or 0, nil end
+  return tonumber(string.sub(tag, 9, slash - 1)) or 0, string.sub(tag, slash + 1)
 end
 
 -- The entries of messages counted tokens (a list) appended at the tail n of a list of frame fr:
@@ -600,15 +596,6 @@ local function sums_add(fr, n, tokens)
     v = v + 1
   end
   return out, T
-end
-
--- Whether an append of messages counted tokens takes a list of frame fr past a cap of cap
--- tokens (0: none).
-local function over_cap(fr, tokens, cap)
-  if cap <= 0 then return false end
-  local T = fr[3]
-  for k = 1, #tokens do T = T + tokens[k] end
-  return T - fr[2] > cap
 end
 
 -- The token sums' other tools, built when a script needs them (a closure each: every function
@@ -729,4 +716,46 @@ local function sums_tools()
     return kept, B
   end
   return S
+end
+
+-- The trim by tokens of an append of messages counted tokens to a list (ids hash KEYS[i], frame
+-- fr, head h, tail n; h2: its head after the trim by count): fr (nil: an entry is missing, the
+-- sums unknown from then on), the head raised until the list holds at most cap tokens (0: no
+-- cap; the newest stays), and the sums' tools where it built them (else nil).
+local function sums_trim(i, fr, h, n, tokens, cap, h2)
+  if not fr or cap <= 0 then return fr, h2, nil end
+  local T = fr[3]
+  for k = 1, #tokens do T = T + tokens[k] end
+  if T - fr[2] <= cap then return fr, h2, nil end
+  local S = sums_tools()
+  local p = S.head(i, fr, h, n, tokens, cap)
+  if not p then return nil, h2, S end
+  return fr, math.max(p, h2), S
+end
+
+-- The token sums through that append, then the trim to h2 (S: the tools, if built): the
+-- field/value pairs for the ids hash KEYS[i] (false: none, the sums unknown or past SUM_LIMIT)
+-- and the list's new B (nil: unchanged).
+local function sums_write(i, fr, h, n, tokens, h2, S)
+  if not fr then return false, nil end
+  if h2 > h then return (S or sums_tools()).append(i, fr, h, n, tokens, h2) end
+  return sums_add(fr, n, tokens) or false, nil
+end
+
+-- sums_write's pairs into the window win, written with its changed buckets by save_window.
+local function sums_into(win, sums)
+  for k = 1, #(sums or {}), 2 do
+    win[sums[k]] = sums[k + 1]
+    win.dirty[sums[k]] = true
+  end
+end
+
+-- sums_write's base into the ids hash KEYS[i]; where the sums were known (fr) and none were
+-- written, they are dropped (unknown from then on).
+local function sums_base(i, fr, sums, base)
+  if base then
+    redis.call('HSET', KEYS[i], 'sb', base)
+  elseif fr and not sums then
+    redis.call('HDEL', KEYS[i], 'sg')
+  end
 end

@@ -51,8 +51,8 @@ for i = 11, #ARGV, 2 do
   if not has(win, d) then
     digests[#digests + 1] = d
     elements[#elements + 1] = ARGV[i + 1]
-    tokens[#tokens + 1] = tag_tokens(tag)
-    local u = tag_usage(tag)
+    local t, u = tag_parts(tag)
+    tokens[#tokens + 1] = t
     if u then spent[#spent + 1] = u end
   end
 end
@@ -72,28 +72,16 @@ if max > 0 and n2 - h > max then h2 = n2 - max end
 local fr = sums_frame(10, nil, nil, nil, g, h, n)
 local new_keys = {}  -- keys this call creates join the tree's deadline
 if n == h then new_keys[#new_keys + 1] = 9 end
-local sums, base = false, nil
-if fr and h2 > h then
-  sums, base = sums_tools().append(10, fr, h, n, tokens, h2)
-elseif fr then
-  sums = sums_add(fr, n, tokens) or false
-end
+local sums, base = sums_write(10, fr, h, n, tokens, h2)
 push_all(KEYS[9], elements)
 local trimmed = h2 - h
 if trimmed > 0 then redis.call('LTRIM', KEYS[9], trimmed, -1) end
 h, n = h2, n2
 add(win, digests, math.max(tonumber(ARGV[4]), max))
-for k = 1, #(sums or {}), 2 do
-  win[sums[k]] = sums[k + 1]
-  win.dirty[sums[k]] = true
-end
+sums_into(win, sums)
 save_window(win)
 redis.call('HSET', KEYS[8], 'g', g, 'h', h, 'n', n)
-if base then
-  redis.call('HSET', KEYS[10], 'sb', base)
-elseif sums == false and fr then
-  redis.call('HDEL', KEYS[10], 'sg')
-end
+sums_base(10, fr, sums, base)
 if totals then
   local add = spent_usage(spent)
   set_figures(8, {c[9], c[10], c[11]}, add)

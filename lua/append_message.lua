@@ -63,8 +63,8 @@ local quick, d, bucket, w, old, count = m == 0 and #ARGV == 15 and f[5] and true
 local spent, tokens  -- the new messages' usage tags and token counts
 if quick then  -- one message: its bucket, the window's state and the sums' frame, in one HMGET
   local tag = ARGV[14]
-  d, tokens = string.sub(tag, 1, 8), {tag_tokens(tag)}
-  local u = tag_usage(tag)
+  local t, u = tag_parts(tag)
+  d, tokens = string.sub(tag, 1, 8), {t}
   if u then spent = {u} end
   bucket = string.char(128 + string.byte(d, 1) % 128)
   local got
@@ -89,8 +89,8 @@ if not quick then
     if not has(win, digest) then
       digests[#digests + 1] = digest
       elements[#elements + 1] = ARGV[i + 1]
-      tokens[#tokens + 1] = tag_tokens(tag)
-      local u = tag_usage(tag)
+      local t, u = tag_parts(tag)
+      tokens[#tokens + 1] = t
       if u then spent[#spent + 1] = u end
     end
   end
@@ -126,22 +126,13 @@ local n2 = n + added
 local h2 = h  -- the head after the trims: by count (ARGV[5]), by tokens (ARGV[12])
 local max = tonumber(ARGV[5])
 if max > 0 and n2 - h > max then h2 = n2 - max end
-local S  -- the token sums' tools, built where a trim needs them
-if fr and over_cap(fr, tokens, tonumber(ARGV[12])) then
-  S = sums_tools()
-  local by_tokens = S.head(3, fr, h, n, tokens, tonumber(ARGV[12]))
-  if not by_tokens then fr = nil elseif by_tokens > h2 then h2 = by_tokens end
-end
+local S  -- the token sums' tools, where the trim by tokens built them
+fr, h2, S = sums_trim(3, fr, h, n, tokens, tonumber(ARGV[12]), h2)
 
 local z = redis.pcall('ZADD', KEYS[4], now, ARGV[6])
 if failed(z) then return refusal(z, 4) end
 local created = n == h  -- the list is made anew: it joins the tree's deadline
-local sums, base = false, nil
-if fr and h2 > h then
-  sums, base = (S or sums_tools()).append(3, fr, h, n, tokens, h2)
-elseif fr then
-  sums = sums_add(fr, n, tokens) or false
-end
+local sums, base = sums_write(3, fr, h, n, tokens, h2, S)
 if quick then
   redis.call('RPUSH', KEYS[2], ARGV[15])
   local c = count_of(old) + 1
@@ -151,10 +142,7 @@ if quick then
 else
   push_all(KEYS[2], elements)
   add(win, digests, size)
-  for k = 1, #(sums or {}), 2 do
-    win[sums[k]] = sums[k + 1]
-    win.dirty[sums[k]] = true
-  end
+  sums_into(win, sums)
   save_window(win)
 end
 n = n2
@@ -171,11 +159,7 @@ elseif trimmed > 0 then
 else
   redis.call('HSET', KEYS[1], 'updated_at', us, 'n', n)
 end
-if base then
-  redis.call('HSET', KEYS[3], 'sb', base)
-elseif sums == false and fr then
-  redis.call('HDEL', KEYS[3], 'sg')
-end
+sums_base(3, fr, sums, base)
 if mb then
   redis.call('HSET', KEYS[1], 'mb', mb)
   hcall_from('HSET', KEYS[1], 14, 13 + m)

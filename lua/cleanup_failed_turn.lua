@@ -38,7 +38,7 @@ local digests, elements, tokens = {}, {}, {}
 for i = 14, 16, 2 do
   if ARGV[i] ~= '' then
     digests[#digests + 1], elements[#elements + 1] = string.sub(ARGV[i], 1, 8), ARGV[i + 1]
-    tokens[#tokens + 1] = tag_tokens(ARGV[i])
+    tokens[#tokens + 1] = (tag_parts(ARGV[i]))
   end
 end
 local win, stop = open_window(3, f[7], 1, 0, 1, digests)
@@ -51,11 +51,8 @@ local fr = sums_frame(3, nil, nil, nil, g, h, n)  -- the token sums (nil: unknow
 local max = tonumber(ARGV[7])
 local h2 = h
 if max > 0 and n + #elements - h > max then h2 = n + #elements - max end
-local S = sums_tools()
-if fr then
-  local by_tokens = S.head(3, fr, h, n, tokens, tonumber(ARGV[18]))
-  if not by_tokens then fr = nil elseif by_tokens > h2 then h2 = by_tokens end
-end
+local S  -- the token sums' tools, where the trim by tokens built them
+fr, h2, S = sums_trim(3, fr, h, n, tokens, tonumber(ARGV[18]), h2)
 local live = {}
 for i = 10, #KEYS, 3 do
   local c = redis.pcall('HMGET', KEYS[i], 'v', 'merged_at', 'mt', 'mx')
@@ -78,25 +75,17 @@ for m, alive in ipairs(live) do
     tg = tg + 1
   end
 end
-local sums, base = false, nil
-if fr then sums, base = S.append(3, fr, h, n, tokens, h2) end
+local sums, base = sums_write(3, fr, h, n, tokens, h2, S)
 push_all(KEYS[2], elements)
 add(win, digests, tonumber(ARGV[4]))
-for k = 1, #(sums or {}), 2 do
-  win[sums[k]] = sums[k + 1]
-  win.dirty[sums[k]] = true
-end
+sums_into(win, sums)
 save_window(win)
 n = n + #elements
 if h2 > h then redis.call('LTRIM', KEYS[2], h2 - h, -1) end
 h = h2
 redis.call('HSET', KEYS[1], 'updated_at', us, 'g', g, 'h', h, 'n', n, 'tg', tg,
   'kc', redis.call('ZCARD', KEYS[6]))
-if base then
-  redis.call('HSET', KEYS[3], 'sb', base)
-elseif not sums and fr then
-  redis.call('HDEL', KEYS[3], 'sg')
-end
+sums_base(3, fr, sums, base)
 if due(f[3], ttl, now) then
   extend(10, ttl, tonumber(ARGV[2]), now)
 elseif n - h == #elements then

@@ -52,7 +52,7 @@ local v = h + up_to + (fr and fr[1] or 0)
 local S = sums_tools()
 local kept = fr and S.at(3, v)  -- the counts through the last removed message
 local reclaimed = kept and kept - fr[2]
-local base = kept and kept - tag_tokens(ARGV[7])
+local base = kept and kept - (tag_parts(ARGV[7]))
 
 redis.call('HSET', KEYS[1], 'updated_at', us, 'g', g + 1, 'h', 0, 'n', len - up_to)
 if base and base >= -SUM_LIMIT then

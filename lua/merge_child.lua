@@ -94,7 +94,7 @@ local digests, elements, taken, tokens = {}, {}, {}, {}
 local pfr = sums_frame(3, nil, nil, nil, g, h, n)  -- the parent's token sums (nil: unknown)
 if mode == 'summary' then
   if not has(win, summary_digest) then
-    digests[1], elements[1], tokens[1] = summary_digest, ARGV[12], tag_tokens(ARGV[11])
+    digests[1], elements[1], tokens[1] = summary_digest, ARGV[12], (tag_parts(ARGV[11]))
   end
 elseif mode == 'history' then
   local items = redis.call('LRANGE', KEYS[9], 0, -1)
@@ -125,12 +125,10 @@ end
 local added = #elements
 local max = tonumber(ARGV[5])
 local h2 = h  -- the parent's head after the trims, by count and by tokens
+local S  -- the token sums' tools, where the trim by tokens built them
 if mode ~= 'staged' then
   if max > 0 and n + added - h > max then h2 = n + added - max end
-  if pfr then
-    local by_tokens = sums_tools().head(3, pfr, h, n, tokens, tonumber(ARGV[24]))
-    if not by_tokens then pfr = nil elseif by_tokens > h2 then h2 = by_tokens end
-  end
+  pfr, h2, S = sums_trim(3, pfr, h, n, tokens, tonumber(ARGV[24]), h2)
 else
   pfr = nil
 end
@@ -153,7 +151,7 @@ if mode == 'staged' then
 end
 local sums, base = false, nil
 if mode ~= 'staged' then
-  if pfr then sums, base = sums_tools().append(3, pfr, h, n, tokens, h2) end
+  sums, base = sums_write(3, pfr, h, n, tokens, h2, S)
   push_all(KEYS[2], elements)
   n = n + added
   if h2 > h then redis.call('LTRIM', KEYS[2], h2 - h, -1) end
@@ -165,16 +163,9 @@ end
 redis.call('HSET', KEYS[8], 'ma', added)  -- what a retry of this call answers
 digests[#digests + 1] = ARGV[9]
 add(win, digests, math.max(tonumber(ARGV[4]), max))
-for k = 1, #(sums or {}), 2 do
-  win[sums[k]] = sums[k + 1]
-  win.dirty[sums[k]] = true
-end
+sums_into(win, sums)
 save_window(win)
-if base then
-  redis.call('HSET', KEYS[3], 'sb', base)
-elseif not sums then  -- unknown from then on: the staged merge's list, or the child's
-  redis.call('HDEL', KEYS[3], 'sg')
-end
+sums_base(3, true, sums, base)  -- none written: unknown from then on (a staged merge, the child's)
 redis.call('DEL', KEYS[10])
 redis.call('HDEL', KEYS[8], 'mt', 'mx')
 

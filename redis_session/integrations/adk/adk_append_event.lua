@@ -58,9 +58,9 @@ if extend_now and (f[6] or '0') ~= ARGV[3] then return tree_changed(f[6]) end
 local g, h, n = positions(nil, f[4], f[5], 2, 1)
 if g == nil then return h end
 local digest, spent = string.sub(ARGV[16], 1, 8), nil
-local u = tag_usage(ARGV[16])
+local t, u = tag_parts(ARGV[16])
 if u then spent = {u} end
-local tokens = {tag_tokens(ARGV[16])}
+local tokens = {t}
 local win, stop = open_window(3, f[5], 16, 16, 2)
 if not win then return stop end
 if has(win, digest) then return {OK, 0, ''} end
@@ -119,28 +119,16 @@ if g == false then fr = sums_frame(3, nil, nil, nil, f[12] or '0', h, n) end
 local max = tonumber(ARGV[5])
 local h2 = h
 if max > 0 and n + 1 - h > max then h2 = n + 1 - max end
-local S  -- the token sums' tools, built where a trim needs them
-if fr and over_cap(fr, tokens, tonumber(ARGV[20])) then
-  S = sums_tools()
-  local by_tokens = S.head(3, fr, h, n, tokens, tonumber(ARGV[20]))
-  if not by_tokens then fr = nil elseif by_tokens > h2 then h2 = by_tokens end
-end
+local S  -- the token sums' tools, where the trim by tokens built them
+fr, h2, S = sums_trim(3, fr, h, n, tokens, tonumber(ARGV[20]), h2)
 
 local z = redis.pcall('ZADD', KEYS[4], now, ARGV[6])
 if failed(z) then return refusal(z, 4) end
 local created = n == h  -- the list is made anew: it joins the tree's deadline
-local sums, base = false, nil
-if fr and h2 > h then
-  sums, base = (S or sums_tools()).append(3, fr, h, n, tokens, h2)
-elseif fr then
-  sums = sums_add(fr, n, tokens) or false
-end
+local sums, base = sums_write(3, fr, h, n, tokens, h2, S)
 redis.call('RPUSH', KEYS[2], ARGV[17])
 add(win, {digest}, tonumber(ARGV[4]))
-for k = 1, #(sums or {}), 2 do
-  win[sums[k]] = sums[k + 1]
-  win.dirty[sums[k]] = true
-end
+sums_into(win, sums)
 save_window(win)
 if totals then
   local add = spent_usage(spent)
@@ -155,11 +143,7 @@ if g then
 else
   redis.call('HSET', KEYS[1], 'updated_at', us, 'n', n, 'h', h, 'mb', mb)
 end
-if base then
-  redis.call('HSET', KEYS[3], 'sb', base)
-elseif not sums and fr then
-  redis.call('HDEL', KEYS[3], 'sg')
-end
+sums_base(3, fr, sums, base)
 hcall_from('HSET', KEYS[1], 22, 21 + m)
 if extend_now then
   extend(11 + 6 * r, ttl, grace, now)
