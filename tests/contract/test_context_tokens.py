@@ -225,3 +225,28 @@ async def test_a_sealed_session_keeps_its_token_sums(make_store: StoreFactory) -
     assert (await store.get("s")).context_tokens == 145
     got = await store.get_history("s", max_tokens=117)
     assert [m.content for m in got] == ["m8", "m9", "n"]
+
+
+async def test_damaged_token_sums_read_as_unknown_and_writes_go_on(
+    backend: Backend, make_store: StoreFactory
+) -> None:
+    raw = backend.sync_client()
+    ids = backend.schema.session("s").ids
+    damages: list[dict[str, str]] = [
+        {"sb": "not a number"},
+        {"so": "-3"},
+        {"so": "1e300"},
+        {"s0": "       1"},  # the tail's field cut short
+        {"s0": "garbage that is exactly thirty-two by"},
+    ]
+    for damage in damages:
+        store = make_store()
+        await store.delete("s")
+        history = [Message(role="user", content=f"m{i}", tokens=i) for i in range(3)]
+        await store.create(Session(key="s", history=history))
+        raw.hset(ids, mapping=damage)
+        assert (await store.get("s")).context_tokens is None, damage
+        with pytest.raises(TokenCountsUnknown):
+            await store.get_history("s", max_tokens=5)
+        assert await store.append_message("s", Message(role="user", content="n", tokens=1))
+        assert [m.content for m in await store.get_history("s")][-1] == "n"
