@@ -266,10 +266,13 @@ def audit_keys(
         key = decoded
         root = key.split(CHILD_MARKER, 1)[0] if kind in CHILD_KINDS else key
         root_meta = schema.session(root).meta
-        if ttl and kind in TREE_KINDS and root_meta in present:
+        if ttl and kind in TREE_KINDS and root_meta in present and expiry[name] != -2:
+            # A key that expired between the scan and its PEXPIRETIME (-2), or whose tree's meta
+            # hash expired before its deadline was read (no "x"), left with its tree: not a
+            # deadline off its tree's, so only trees still whole are compared.
             if root_meta not in deadlines:
                 deadlines[root_meta] = int(client.hget(root_meta, "x") or -1)
-            if expiry[name] != deadlines[root_meta]:
+            if deadlines[root_meta] != -1 and expiry[name] != deadlines[root_meta]:
                 audit.off_deadline.append(f"{name} ({expiry[name]} != {deadlines[root_meta]})")
         if kind in CHILD_KINDS:
             parsed = parent_of(key) if CHILD_MARKER in key else None
