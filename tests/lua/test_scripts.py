@@ -13,7 +13,14 @@ from redis_session import Message, Session, contracts
 from redis_session.codec import message_args
 from redis_session.contracts import CONTRACTS, Contract, Events, Head
 from redis_session.extension import ScriptCall
-from redis_session.scripts import PRELUDE, SCRIPT_NAMES, lua_dir, prelude_for, script_source
+from redis_session.scripts import (
+    PRELUDE,
+    REST_MARK,
+    SCRIPT_NAMES,
+    lua_dir,
+    prelude_for,
+    script_source,
+)
 from tests.conftest import Backend
 
 FORBIDDEN = [
@@ -336,5 +343,22 @@ def test_every_prelude_name_a_script_uses_is_defined_in_what_is_sent(name: str) 
     prelude = (lua_dir() / f"{PRELUDE}.lua").read_text()
     defined = set(re.findall(r"^local function (\w+)", prelude, re.M)) | {"INHERITED", "B32"}
     source = script_source(name)
-    for used in defined & set(re.findall(r"\w+", source)):
+    for used in defined & set(re.findall(r"\w+", re.sub(r"--[^\n]*", "", source))):
         assert re.search(rf"^local (function )?{used}\b", source, re.M), f"{name}: {used}"
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_the_code_above_a_scripts_mark_uses_only_parts_sent_before_it(name: str) -> None:
+    """Where a script marks the end of its quick path (``REST_MARK``), the prelude parts sent
+    after the mark are ones its code above the mark never names (Lua would take such a name for
+    a global), and the ones before it are no more than that code needs."""
+    source = script_source(name)
+    if REST_MARK not in source:
+        return
+    above, _, below = source.partition(f"\n{REST_MARK}\n")
+    code_above = set(re.findall(r"\w+", re.sub(r"--[^\n]*", "", above)))
+    late = set(re.findall(r"^local function (\w+)", below, re.M))
+    assert late, name  # the mark leaves some parts out of the quick path
+    assert not late & code_above, sorted(late & code_above)
+    early = set(re.findall(r"^local function (\w+)", above, re.M))
+    assert early <= code_above, sorted(early - code_above)
