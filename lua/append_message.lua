@@ -40,6 +40,67 @@
 -- often one field of its ids hash, written in the same HSET as the window); the oldest messages
 -- are trimmed until the session holds at most ARGV[5] messages and, where its sums are known,
 -- at most ARGV[12] tokens (the newest always stays).
+-- The common append first: one message without usage, no metadata, fence, expectation or
+-- budget, to a session whose list is as its meta hash says, whose window need not turn over and
+-- that is not trimmed by it. Only the few prelude parts this block uses are built before it
+-- (see the mark below); it writes what the full path below writes for such an append and
+-- answers as it would. Anything else, and any read that does not answer as expected, goes on to
+-- the full path before any write, which reads again and answers (a refusal too).
+if ARGV[13] == '0' and #ARGV == 15 and ARGV[9] == '' and ARGV[10] == '' and ARGV[11] == '0'
+  and not string.find(ARGV[14], '/', 9, true) then
+  local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n', 'ub', 'g')
+  local t = redis.call('TIME')
+  local now, ttl = t[1] * 1000 + math.floor(t[2] / 1000), tonumber(ARGV[1])
+  local h, n = whole(f[4]), whole(f[5])
+  local len = (not f.err and f[1] == SCHEMA and (f[2] or '') == ARGV[7] and (f[6] or '0') == '0'
+    and f[5] and h and n and n > h and not (ttl > 0 and now + ttl > tonumber(f[3] or '0')))
+    and redis.pcall('LLEN', KEYS[2])
+  local max = tonumber(ARGV[5])
+  if len == n - h and not (max > 0 and n + 1 - h > max) then
+    local tag = ARGV[14]
+    local d = string.sub(tag, 1, 8)
+    local bucket = string.char(128 + string.byte(d, 1) % 128)
+    local got = redis.pcall('HMGET', KEYS[3], 'w', bucket, 'sg', 'so', 'sb')
+    local count = not got.err and tonumber(got[1])
+    local old = got[2] or ''
+    if count and held_in(old, d) then return {OK, 0, 0} end
+    if count and count + 1 <= tonumber(ARGV[4]) then
+      -- the token sums (see the prelude): known where their frame is this generation's and the
+      -- tail's field ends at the tail; then the new entry, unless the cap or the limit is passed
+      local to, B, T2, last = whole(got[4]), tonumber(got[5])
+      local v = to and n - 1 + to
+      if got[3] == (f[7] or '0') and v and B and B <= SUM_LIMIT and B >= -SUM_LIMIT then
+        last = redis.call('HGET', KEYS[3], string.format('s%d', math.floor(v / SUM_SPAN)))
+        local off = v % SUM_SPAN
+        if last and #last == (off + 1) * 16 then
+          local T = tonumber(string.sub(last, off * 16 + 1))
+          T2 = T and T + (tonumber(string.sub(tag, 9)) or 0)
+        end
+      end
+      local cap = tonumber(ARGV[12])
+      if not (T2 and (T2 > SUM_LIMIT or cap > 0 and T2 - B > cap)) then
+        local z = redis.pcall('ZADD', KEYS[4], now, ARGV[6])
+        if type(z) ~= 'table' then  -- a refusal (out of memory) is the full path's to answer
+          redis.call('RPUSH', KEYS[2], ARGV[15])
+          local c = count_of(old) + 1
+          local entry = string.char(math.floor(c / 65536), math.floor(c / 256) % 256, c % 256)
+            .. d .. string.sub(old, 4)
+          if T2 then
+            local w = n + to
+            redis.call('HSET', KEYS[3], 'w', count + 1, bucket, entry,
+              string.format('s%d', math.floor(w / SUM_SPAN)),
+              (w % SUM_SPAN > 0 and last or '') .. string.format('%16d', T2))
+          else
+            redis.call('HSET', KEYS[3], 'w', count + 1, bucket, entry)
+          end
+          redis.call('HSET', KEYS[1], 'updated_at', t[1] .. string.format('%06d', t[2]), 'n', n + 1)
+          return {OK, 1, 0}
+        end
+      end
+    end
+  end
+end
+-- (the prelude's other parts)
 local f = redis.pcall('HMGET', KEYS[1], 'v', 'k', 'x', 'h', 'n', 'ub', 'g')
 if failed(f) then return refusal(f, 1) end
 if not f[1] then return gone(1, 2, 3, 5) end
