@@ -60,7 +60,9 @@ if ARGV[13] == '0' and #ARGV == 15 and ARGV[9] == '' and ARGV[10] == '' and ARGV
     local tag = ARGV[14]
     local d = string.sub(tag, 1, 8)
     local bucket = string.char(128 + string.byte(d, 1) % 128)
-    local got = redis.pcall('HMGET', KEYS[3], 'w', bucket, 'sg', 'so', 'sb')
+    -- with the token sums' frame and the tail's field where their offset is 0 (see get.lua)
+    local got = redis.pcall('HMGET', KEYS[3], 'w', bucket, 'sg', 'so', 'sb',
+      string.format('s%d', math.floor((n - 1) / SUM_SPAN)))
     local count = not got.err and tonumber(got[1])
     local old = got[2] or ''
     if count and held_in(old, d) then return {OK, 0, 0} end
@@ -70,7 +72,10 @@ if ARGV[13] == '0' and #ARGV == 15 and ARGV[9] == '' and ARGV[10] == '' and ARGV
       local to, B, T2, last = whole(got[4]), tonumber(got[5])
       local v = to and n - 1 + to
       if got[3] == (f[7] or '0') and v and B and B <= SUM_LIMIT and B >= -SUM_LIMIT then
-        last = redis.call('HGET', KEYS[3], string.format('s%d', math.floor(v / SUM_SPAN)))
+        last = got[6]
+        if to ~= 0 then
+          last = redis.call('HGET', KEYS[3], string.format('s%d', math.floor(v / SUM_SPAN)))
+        end
         local off = v % SUM_SPAN
         if last and #last == (off + 1) * 16 then
           local T = tonumber(string.sub(last, off * 16 + 1))

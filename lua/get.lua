@@ -26,8 +26,11 @@
 -- from is that tail position (only the new messages travel); else from is where the wanted
 -- messages begin.
 local want_meta = ARGV[2] == '1'
-local t = redis.call('TYPE', KEYS[3])['ok']
-if t ~= 'none' and t ~= 'hash' then return {WRONG_TYPE, 3, t} end
+local with_sums = ARGV[9] == '1' or ARGV[8] ~= ''  -- their read checks the ids hash's type
+if not with_sums then
+  local t = redis.call('TYPE', KEYS[3])['ok']
+  if t ~= 'none' and t ~= 'hash' then return {WRONG_TYPE, 3, t} end
+end
 local meta
 if want_meta then
   meta = redis.pcall('HGETALL', KEYS[1])
@@ -44,7 +47,15 @@ local want = tonumber(ARGV[1])
 local first = h
 if want >= 0 then first = math.max(h, n - want) end
 local fr
-if ARGV[9] == '1' or ARGV[8] ~= '' then fr = sums_frame(3, nil, nil, nil, g, h, n) end
+if with_sums then
+  -- the frame's fields and, in the same call, the tail's field where the offset is 0 (most
+  -- lists': a pop, a rewind, a compaction or a fork moves it); sums_frame reads it otherwise
+  local s = redis.pcall('HMGET', KEYS[3], 'sg', 'so', 'sb', sum_field(n - 1))
+  if failed(s) then return refusal(s, 3) end
+  local last
+  if s[2] == '0' then last = s[4] end
+  fr = sums_frame(3, s[1], s[2], s[3], g, h, n, last)
+end
 if ARGV[8] ~= '' then
   if not fr then return {TOKENS_UNKNOWN} end
   local S = sums_tools()
