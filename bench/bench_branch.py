@@ -18,16 +18,15 @@ no script of theirs holds Redis). Keys go under a ``bench:<random>:`` prefix, de
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
-import uuid
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import redis
 
+from bench.harness.cli import bench_args
 from redis_session import Message, RedisStore, Session
 
 TEXT = "lorem ipsum dolor sit amet " * 4
@@ -55,11 +54,7 @@ def _raw_copy(raw: Any, source: str, target: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--url", default="redis://127.0.0.1:6379/0", help="Redis to measure")
-    parser.add_argument("--runs", type=int, default=7, help="timed calls of each row")
-    args = parser.parse_args(argv)
-    prefix = f"bench:{uuid.uuid4().hex[:8]}:"
+    args, prefix = bench_args(__doc__, "runs", 7, "timed calls of each row", argv)
     raw: Any = redis.Redis.from_url(args.url)
     warm = RedisStore.from_url(args.url, prefix=prefix)
     cold = RedisStore.from_url(args.url, prefix=prefix, read_cache_bytes=0)

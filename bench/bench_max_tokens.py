@@ -13,16 +13,15 @@ that every read returns 20 messages. Medians of wall time, and Redis's time per 
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import time
-import uuid
 from collections.abc import Callable
 
 import orjson
 import redis
 
+from bench.harness.cli import bench_args
 from redis_session import Message, RedisStore, Session
 from redis_session.keys import KeySchema
 
@@ -61,11 +60,7 @@ def script_us(raw: redis.Redis) -> tuple[int, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--url", default="redis://127.0.0.1:6379/0", help="Redis to measure")
-    parser.add_argument("--rounds", type=int, default=2000, help="reads of each kind")
-    args = parser.parse_args(argv)
-    prefix = f"bench:{uuid.uuid4().hex[:8]}:"
+    args, prefix = bench_args(__doc__, "rounds", 2000, "reads of each kind", argv)
     writer = RedisStore.from_url(args.url, prefix=prefix)
     raw = redis.Redis.from_url(args.url)
     rng = random.Random(46)

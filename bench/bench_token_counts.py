@@ -10,22 +10,17 @@ medians of client CPU (``thread_time``) and wall time per append. Keys go under 
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
-import uuid
 
+from bench.harness.cli import bench_args
 from redis_session import Message, RedisStore, Session
 
 TEXT = "lorem ipsum dolor " * 16
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--url", default="redis://127.0.0.1:6379/0", help="Redis to measure")
-    parser.add_argument("--rounds", type=int, default=6000, help="appends of each store")
-    args = parser.parse_args(argv)
-    prefix = f"bench:{uuid.uuid4().hex[:8]}:"
+    args, prefix = bench_args(__doc__, "rounds", 6000, "appends of each store", argv)
     counting = RedisStore.from_url(args.url, prefix=prefix)
     plain = RedisStore.from_url(args.url, prefix=prefix, count_tokens=None)
     sides = {"counted (estimate_tokens)": (counting, "a"), "count_tokens=None": (plain, "b")}
