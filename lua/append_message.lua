@@ -61,8 +61,7 @@ if ARGV[13] == '0' and #ARGV == 15 and ARGV[9] == '' and ARGV[10] == '' and ARGV
     local d = string.sub(tag, 1, 8)
     local bucket = string.char(128 + string.byte(d, 1) % 128)
     -- with the token sums' frame and the tail's field where their offset is 0 (see get.lua)
-    local got = redis.pcall('HMGET', KEYS[3], 'w', bucket, 'sg', 'so', 'sb',
-      string.format('s%d', math.floor((n - 1) / SUM_SPAN)))
+    local got = redis.pcall('HMGET', KEYS[3], 'w', bucket, 'sg', 'so', 'sb', sum_field(n - 1))
     local count = not got.err and tonumber(got[1])
     local old = got[2] or ''
     if count and held_in(old, d) then return {OK, 0, 0} end
@@ -73,9 +72,7 @@ if ARGV[13] == '0' and #ARGV == 15 and ARGV[9] == '' and ARGV[10] == '' and ARGV
       local v = to and n - 1 + to
       if got[3] == (f[7] or '0') and v and B and B <= SUM_LIMIT and B >= -SUM_LIMIT then
         last = got[6]
-        if to ~= 0 then
-          last = redis.call('HGET', KEYS[3], string.format('s%d', math.floor(v / SUM_SPAN)))
-        end
+        if to ~= 0 then last = redis.call('HGET', KEYS[3], sum_field(v)) end
         local off = v % SUM_SPAN
         if last and #last == (off + 1) * 16 then
           local T = tonumber(string.sub(last, off * 16 + 1))
@@ -93,7 +90,7 @@ if ARGV[13] == '0' and #ARGV == 15 and ARGV[9] == '' and ARGV[10] == '' and ARGV
           if T2 then
             local w = n + to
             redis.call('HSET', KEYS[3], 'w', count + 1, bucket, entry,
-              string.format('s%d', math.floor(w / SUM_SPAN)),
+              sum_field(w),
               (w % SUM_SPAN > 0 and last or '') .. string.format('%16d', T2))
           else
             redis.call('HSET', KEYS[3], 'w', count + 1, bucket, entry)
