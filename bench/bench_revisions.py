@@ -24,6 +24,7 @@ import io
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import tempfile
 import time
@@ -55,17 +56,13 @@ def checkout(rev: str, name: str, into: Path) -> ModuleType:
     package = folder / name
     (folder / "redis_session").rename(package)
     for source in package.rglob("_speedups.c"):
-        failed = compile_extension(source, source.with_name(f"_speedups{_suffix()}"))
+        failed = compile_extension(
+            source, source.with_name(f"_speedups{sysconfig.get_config_var('EXT_SUFFIX')}")
+        )
         if failed:
             raise SystemExit(f"{rev}: the C extension did not build: {failed}")
     sys.path.insert(0, str(folder))
     return importlib.import_module(name)
-
-
-def _suffix() -> str:
-    import sysconfig
-
-    return str(sysconfig.get_config_var("EXT_SUFFIX"))
 
 
 def text(i: int) -> str:
