@@ -51,7 +51,17 @@ class SentinelSetup(NodeProcesses):
 
 
 def start_sentinel(binary: str, timeout: float = 30.0) -> SentinelSetup:
-    """Start the primary, its replica and three sentinels; wait until all agree."""
+    """Start the primary, its replica and three sentinels; wait until all agree. Tried twice,
+    on new ports: a port ``free_port`` chose can be taken by another test process before the
+    server binds it (that server exits and the setup never becomes ready; in one CI run a
+    worker's 207 Sentinel tests errored so)."""
+    try:
+        return _start_sentinel(binary, timeout)
+    except RuntimeError:
+        return _start_sentinel(binary, timeout)
+
+
+def _start_sentinel(binary: str, timeout: float) -> SentinelSetup:
     workdir = Path(tempfile.mkdtemp(prefix="rs-sentinel-"))
     setup = SentinelSetup(free_port(), 0, [], workdir=workdir)
     try:
